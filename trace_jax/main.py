@@ -1,0 +1,18 @@
+"""Entry point: ``python -m trace_jax.main --config=configs/tiny.py [--config.<field>=...]``."""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
+flags.mark_flags_as_required(["config"])
+
+
+def main(argv):
+    del argv
+    from trace_jax import run
+
+    run.run(_CONFIG.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,532 @@
+"""Block-scaled FP4 (NVFP4, MXFP4) quantization, TRACE hints and hint-guided fake-quant.
+
+Public API (other modules and outside scripts rely on these names):
+
+    quantize(x, fmt, *, axis, global_scale, ...) -> QTensor
+    dequantize(q, dtype) -> array
+    extract_hint(q, *, exact=False) -> Hint
+    guided_quantize(x, hint) -> QTensor
+    fake_quant(x, fmt, *, axis, hint=None, ...) -> array   (straight-through gradient)
+    code_agreement(a, b), code_distance_histogram(a, b), unpacked_codes(q)
+
+Formats (METHOD.md section 2). Blocks run along ``axis`` (the contraction axis).
+
+* ``nvfp4``: 16-element blocks, an FP8 E4M3 block scale, an FP32 global scale ``g`` (the *decode*
+  factor, the same convention as ``jax.nn.scaled_matmul``: value = code * block_scale * g).
+  Default ``g = amax(x) / (6 * 448)`` per tensor, or per row with ``global_scope="row"`` (one per
+  token for activations). ``block_scale = e4m3(min(amax(block) / (6 * g), 448))``.
+* ``mxfp4``: 32-element blocks, an E8M0 power-of-two scale ``2**(floor(log2(amax(block))) - 2)``
+  (OCP MX v1.0); values above 6 after scaling saturate. ``global_scale`` is 1.
+
+In both, ``z = x / (block_scale * g)`` in float32, and the code is E2M1 round-to-nearest-even of
+``z`` with saturation at +-6 -- bit-identical to ``(x / s).astype(jnp.float4_e2m1fn)``.
+
+Layout. ``QTensor.codes`` has ``x``'s shape with ``axis`` halved: two codes per byte along
+``axis``, element ``2i`` in the low nibble. ``scales`` has ``axis`` divided by the block size.
+``global_scale`` is float32 with ``x``'s rank (size 1 on every axis for a per-tensor scale, size 1 on
+``axis`` for per-row scales), so leading axes can be stacked (layers, vmap) without ambiguity.
+``axis`` is stored negative for the same reason.
+
+Non-finite input. E2M1 has no Inf or NaN. A NaN or Inf inside a block makes that block's scale
+NaN, so :func:`dequantize` returns NaN for the whole block (with a per-tensor NVFP4 global scale,
+for the whole tensor): never a finite wrong value. ``checked=True`` raises instead (eagerly with
+a ``ValueError``; under ``jit`` through ``jax.experimental.checkify``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+from trace_jax import e2m1
+
+E4M3_MAX = 448.0
+E8M0_MIN_EXP, E8M0_MAX_EXP = -127, 127
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """A block-scaled FP4 format."""
+
+    name: str
+    block_size: int
+    scale_dtype: jnp.dtype
+    has_global_scale: bool
+
+    @property
+    def bits_per_element(self) -> float:
+        return 4 + 8 / self.block_size
+
+
+FORMATS: dict[str, Format] = {
+    "nvfp4": Format("nvfp4", 16, jnp.dtype(jnp.float8_e4m3fn), True),
+    "mxfp4": Format("mxfp4", 32, jnp.dtype(jnp.float8_e8m0fnu), False),
+}
+
+
+def get_format(fmt: str | Format) -> Format:
+    if isinstance(fmt, Format):
+        return fmt
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown FP4 format {fmt!r}; expected one of {sorted(FORMATS)}")
+    return FORMATS[fmt]
+
+
+# --------------------------------------------------------------------------------------------
+# Pytrees
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["codes", "scales", "global_scale"],
+    meta_fields=["fmt", "axis"],
+)
+@dataclasses.dataclass(frozen=True)
+class QTensor:
+    """A packed FP4 tensor. See the module docstring for the layout."""
+
+    codes: jax.Array  # uint8, x.shape with `axis` halved
+    scales: jax.Array  # e4m3 / e8m0, x.shape with `axis` divided by the block size
+    global_scale: jax.Array  # float32, x's rank, size 1 on `axis` (and everywhere if per tensor)
+    fmt: str
+    axis: int  # negative
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return _expand_axis(self.codes.shape, self.axis, 2)
+
+    @property
+    def format(self) -> Format:
+        return FORMATS[self.fmt]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a device holds for this tensor (codes + block scales + global scales)."""
+        return int(self.codes.size + self.scales.size + 4 * self.global_scale.size)
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["bits", "scales", "global_scale"],
+    meta_fields=["fmt", "axis", "kind"],
+)
+@dataclasses.dataclass(frozen=True)
+class Hint:
+    """What the rollout records at a quantization site so the trainer can rebuild its codes.
+
+    ``kind="mantissa"`` (TRACE's 1-bit hint): ``bits`` holds the mantissa bit (LSB) of every code,
+    eight per byte along ``axis`` (element 8i+j in bit j of byte i). ``kind="exact"``: ``bits``
+    holds the full codes, packed like ``QTensor.codes`` (the upper bound a 1-bit hint is measured
+    against). ``scales`` and ``global_scale`` are the rollout's grid, as in :class:`QTensor`.
+    """
+
+    bits: jax.Array
+    scales: jax.Array
+    global_scale: jax.Array
+    fmt: str
+    axis: int
+    kind: Literal["mantissa", "exact"] = "mantissa"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return _expand_axis(self.bits.shape, self.axis, 8 if self.kind == "mantissa" else 2)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.bits.size + self.scales.size + 4 * self.global_scale.size)
+
+
+def _expand_axis(shape, axis, factor):
+    shape = list(shape)
+    shape[axis] *= factor
+    return tuple(shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Scales
+
+
+def e8m0_to_f32(scales: jax.Array) -> jax.Array:
+    """Power-of-two value of E8M0 scales. Byte 0 (2**-127) reads as 0.0, byte 255 as NaN."""
+    byte = jax.lax.bitcast_convert_type(scales, jnp.uint8).astype(jnp.uint32)
+    val = jax.lax.bitcast_convert_type(byte << 23, jnp.float32)
+    return jnp.where(byte == 255, jnp.nan, val)
+
+
+def scales_to_f32(scales: jax.Array, fmt: str | Format) -> jax.Array:
+    """Block scales as float32."""
+    if get_format(fmt).name == "mxfp4":
+        return e8m0_to_f32(scales)
+    return scales.astype(jnp.float32)
+
+
+def _nvfp4_block_scale(amax_b, g, target):
+    raw = amax_b / (target * g)
+    raw = jnp.where(jnp.isfinite(amax_b), raw, jnp.nan)
+    return jnp.minimum(raw, E4M3_MAX).astype(jnp.float8_e4m3fn)
+
+
+def _mxfp4_block_scale(amax_b):
+    _, ex = jnp.frexp(amax_b)  # amax = m * 2**ex, m in [0.5, 1)  ->  floor(log2 amax) = ex - 1
+    exp = jnp.where(amax_b > 0, ex - 1 - 2, E8M0_MIN_EXP)
+    exp = jnp.clip(exp, E8M0_MIN_EXP, E8M0_MAX_EXP)
+    byte = jnp.where(jnp.isfinite(amax_b), exp + 127, 255).astype(jnp.uint8)
+    return jax.lax.bitcast_convert_type(byte, jnp.float8_e8m0fnu)
+
+
+def _default_global_scale(xm, scope):
+    """Per-tensor or per-row NVFP4 global scale of ``xm`` (blocked axis last), keepdims."""
+    if scope == "tensor":
+        amax = jnp.max(jnp.abs(xm), keepdims=True)
+    elif scope == "row":
+        amax = jnp.max(jnp.abs(xm), axis=-1, keepdims=True)
+    else:
+        raise ValueError(f"global_scope must be 'tensor' or 'row', got {scope!r}")
+    g = amax / (e2m1.MAX * E4M3_MAX)
+    return jnp.where(g == 0, 1.0, g)  # all-zero tensor/row: any finite scale; NaN stays NaN
+
+
+# --------------------------------------------------------------------------------------------
+# Layout helpers: move the block axis last and split it into blocks
+
+
+def _norm_axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} out of range for a rank-{ndim} tensor")
+    return axis - ndim if axis >= 0 else axis
+
+
+def _check_divisible(shape, axis, fmt: Format):
+    if shape[axis] % fmt.block_size:
+        raise ValueError(
+            f"{fmt.name}: the block axis {axis} of shape {tuple(shape)} has length {shape[axis]}, "
+            f"not divisible by the block size {fmt.block_size}"
+        )
+
+
+def _blocks(xm, block):
+    return xm.reshape(*xm.shape[:-1], xm.shape[-1] // block, block)
+
+
+def _keepdims_global(g, shape, axis):
+    """Validate a user global scale and give it ``shape``'s rank with the moved layout."""
+    g = jnp.asarray(g, jnp.float32)
+    row = list(shape)
+    row[axis] = 1
+    if g.ndim == 0 or g.size == 1:
+        return g.reshape((1,) * len(shape))
+    if tuple(g.shape) == tuple(row):
+        return g
+    raise ValueError(
+        f"global_scale of shape {tuple(g.shape)} does not fit x of shape {tuple(shape)}: "
+        f"expected a scalar or shape {tuple(row)} (per row along axis {axis})"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+
+
+def quantize(
+    x: jax.Array,
+    fmt: str = "nvfp4",
+    *,
+    axis: int = -1,
+    global_scale: jax.Array | float | None = None,
+    global_scope: Literal["tensor", "row"] = "tensor",
+    rounding: Literal["rne", "stochastic"] = "rne",
+    key: jax.Array | None = None,
+    scale_rule: Literal["max", "four_over_six"] = "max",
+    checked: bool = False,
+) -> QTensor:
+    """Quantize ``x`` to block-scaled FP4 along ``axis``.
+
+    Args:
+      global_scale: NVFP4 only: a fixed decode scale (scalar, or one per row with ``axis`` of
+        size 1); default computed from ``amax`` per ``global_scope``.
+      global_scope: ``"tensor"`` (one global scale) or ``"row"`` (one per slice along ``axis``,
+        e.g. per token for activations).
+      rounding: ``"rne"`` (default, bit-identical to ``astype(float4_e2m1fn)``) or ``"stochastic"``
+        (needs ``key``; unbiased within the +-6 range).
+      scale_rule: ``"max"`` maps each block's amax to 6; ``"four_over_six"`` (NVFP4) also tries
+        mapping it to 4 and keeps, per block, the scale with the lower squared error.
+      checked: raise on NaN/Inf input instead of poisoning the block scale.
+    """
+    f = get_format(fmt)
+    x = jnp.asarray(x)
+    ax = _norm_axis(axis, x.ndim)
+    _check_divisible(x.shape, ax, f)
+    if checked:
+        _check_finite(x)
+    if rounding == "stochastic" and key is None:
+        raise ValueError("rounding='stochastic' needs a PRNG key")
+    if rounding not in ("rne", "stochastic"):
+        raise ValueError(f"rounding must be 'rne' or 'stochastic', got {rounding!r}")
+    if scale_rule not in ("max", "four_over_six"):
+        raise ValueError(f"scale_rule must be 'max' or 'four_over_six', got {scale_rule!r}")
+
+    xm = jnp.moveaxis(x.astype(jnp.float32), ax, -1)
+    xb = _blocks(xm, f.block_size)  # [..., nb, B]
+    amax_b = jnp.max(jnp.abs(xb), axis=-1)  # [..., nb]
+
+    if f.has_global_scale:
+        if global_scale is None:
+            g = _default_global_scale(xm, global_scope)  # [..., 1] keepdims (moved layout)
+        else:
+            g = jnp.moveaxis(_keepdims_global(global_scale, x.shape, ax), ax, -1)
+        scales = _nvfp4_block_scale(amax_b, g, e2m1.MAX)
+    else:
+        if global_scale is not None:
+            raise ValueError(f"{f.name} has no global scale; got global_scale={global_scale!r}")
+        if scale_rule != "max":
+            raise ValueError(f"scale_rule={scale_rule!r} is defined for nvfp4 only")
+        g = jnp.ones((1,) * x.ndim, jnp.float32)
+        scales = _mxfp4_block_scale(amax_b)
+
+    def codes_for(block_scales):
+        z = _scaled(xb, block_scales, g, f)
+        if rounding == "stochastic":
+            return e2m1.encode_stochastic(z, key)
+        return e2m1.encode(z)
+
+    codes = codes_for(scales)
+    if scale_rule == "four_over_six":
+        scales4 = _nvfp4_block_scale(amax_b, g, 4.0)
+        codes4 = codes_for(scales4)
+        err6 = _block_sq_err(xb, codes, scales, g, f)
+        err4 = _block_sq_err(xb, codes4, scales4, g, f)
+        use4 = err4 < err6
+        codes = jnp.where(use4[..., None], codes4, codes)
+        scales = jnp.where(use4, scales4, scales)
+
+    return _assemble(codes, scales, g, f, ax)
+
+
+def _scaled(xb, scales, g, f: Format):
+    """z = x / (block_scale * g) in float32; 0 where the scale is 0."""
+    eff = (scales_to_f32(scales, f) * g)[..., None]
+    safe = jnp.where(eff > 0, eff, 1.0)
+    return jnp.where(eff > 0, xb / safe, jnp.where(jnp.isnan(eff), jnp.nan, 0.0))
+
+
+def _block_sq_err(xb, codes, scales, g, f):
+    deq = e2m1.decode(codes) * (scales_to_f32(scales, f) * g)[..., None]
+    return jnp.sum(jnp.square(deq - xb), axis=-1)
+
+
+def _assemble(codes_blocks, scales, g_moved, f: Format, ax: int) -> QTensor:
+    codes = codes_blocks.reshape(*codes_blocks.shape[:-2], -1)
+    packed = e2m1.pack_nibbles(codes)
+    return QTensor(
+        codes=jnp.moveaxis(packed, -1, ax),
+        scales=jnp.moveaxis(scales, -1, ax),
+        global_scale=jnp.moveaxis(g_moved, -1, ax),
+        fmt=f.name,
+        axis=ax,
+    )
+
+
+def _check_finite(x):
+    ok = jnp.all(jnp.isfinite(x))
+    if isinstance(ok, jax.core.Tracer):
+        checkify.check(ok, "quantize(checked=True): input has NaN or Inf values")
+    elif not bool(ok):
+        n = int(np.sum(~np.isfinite(np.asarray(x, np.float32))))
+        raise ValueError(f"quantize(checked=True): input of shape {x.shape} has {n} NaN/Inf values")
+
+
+def unpacked_codes(q: QTensor | Hint) -> jax.Array:
+    """One uint8 code per element, in the tensor's own layout."""
+    if isinstance(q, Hint):
+        if q.kind != "exact":
+            raise ValueError("a mantissa hint has no full codes; use extract_hint(q, exact=True)")
+        packed = q.bits
+    else:
+        packed = q.codes
+    return jnp.moveaxis(e2m1.unpack_nibbles(jnp.moveaxis(packed, q.axis, -1)), -1, q.axis)
+
+
+def dequantize(q: QTensor, dtype=jnp.float32) -> jax.Array:
+    """Values ``code * block_scale * global_scale``, computed in float32, cast to ``dtype``."""
+    f = q.format
+    codes = e2m1.unpack_nibbles(jnp.moveaxis(q.codes, q.axis, -1))
+    vals = _blocks(e2m1.decode(codes), f.block_size)
+    scale = scales_to_f32(jnp.moveaxis(q.scales, q.axis, -1), f)
+    g = jnp.moveaxis(q.global_scale, q.axis, -1)
+    out = (vals * (scale * g)[..., None]).reshape(codes.shape)
+    return jnp.moveaxis(out, -1, q.axis).astype(dtype)
+
+
+def extract_hint(q: QTensor, *, exact: bool = False) -> Hint:
+    """The rollout's hint for ``q``: packed mantissa bits (or, ``exact=True``, the full codes)
+    plus the block and global scales."""
+    if exact:
+        bits = q.codes
+    else:
+        codes = e2m1.unpack_nibbles(jnp.moveaxis(q.codes, q.axis, -1))
+        bits = jnp.moveaxis(e2m1.pack_bits(codes & 1), -1, q.axis)
+    return Hint(
+        bits=bits,
+        scales=q.scales,
+        global_scale=q.global_scale,
+        fmt=q.fmt,
+        axis=q.axis,
+        kind="exact" if exact else "mantissa",
+    )
+
+
+def _check_hint(x_shape, hint: Hint, fmt: str | None = None, axis: int | None = None):
+    if not isinstance(hint, Hint):
+        raise ValueError(f"expected a Hint, got {type(hint).__name__}")
+    if tuple(x_shape) != tuple(hint.shape):
+        raise ValueError(
+            f"hint shape {tuple(hint.shape)} does not match the tensor's shape {tuple(x_shape)}"
+        )
+    if fmt is not None and get_format(fmt).name != hint.fmt:
+        raise ValueError(f"hint format {hint.fmt!r} does not match the requested format {fmt!r}")
+    if axis is not None and _norm_axis(axis, len(x_shape)) != hint.axis:
+        raise ValueError(f"hint block axis {hint.axis} does not match the requested axis {axis}")
+
+
+def guided_quantize(x: jax.Array, hint: Hint) -> QTensor:
+    """Quantize ``x`` on the rollout's grid, with rounding steered by ``hint``.
+
+    ``z = clip(x / s_hint, +-6)``; an exact codeword is kept, otherwise of the two bracketing
+    codewords the one whose mantissa bit equals the hint bit is taken. Guarantees: the rollout's
+    code is reproduced whenever it is one of the two candidates, and every element that
+    round-to-nearest on this grid reproduces is reproduced too. (When the rollout's code is not a
+    candidate -- x moved by more than a code step -- the result is at most one step farther from
+    it than round-to-nearest.) An ``exact`` hint returns the rollout's codes unchanged.
+    """
+    x = jnp.asarray(x)
+    _check_hint(x.shape, hint)
+    f = FORMATS[hint.fmt]
+    if hint.kind == "exact":
+        return QTensor(hint.bits, hint.scales, hint.global_scale, hint.fmt, hint.axis)
+    xm = jnp.moveaxis(x.astype(jnp.float32), hint.axis, -1)
+    xb = _blocks(xm, f.block_size)
+    scales = jnp.moveaxis(hint.scales, hint.axis, -1)
+    g = jnp.moveaxis(hint.global_scale, hint.axis, -1)
+    bits = e2m1.unpack_bits(jnp.moveaxis(hint.bits, hint.axis, -1))
+    z = _scaled(xb, scales, g, f)
+    codes = e2m1.encode_guided(z, _blocks(bits, f.block_size))
+    return _assemble(codes, scales, g, f, hint.axis)
+
+
+# --------------------------------------------------------------------------------------------
+# Straight-through fake quantization
+
+
+@jax.custom_vjp
+def straight_through(x: jax.Array, y: jax.Array, keep: jax.Array | None = None) -> jax.Array:
+    """Returns ``y`` exactly; the gradient flows to ``x`` unchanged (masked by ``keep`` if given)."""
+    del x, keep
+    return y
+
+
+def _st_fwd(x, y, keep):
+    return y, keep
+
+
+def _st_bwd(keep, g):
+    gx = g if keep is None else jnp.where(keep, g, jnp.zeros_like(g))
+    return gx, None, None
+
+
+straight_through.defvjp(_st_fwd, _st_bwd)
+
+
+def fake_quant(
+    x: jax.Array,
+    fmt: str = "nvfp4",
+    *,
+    axis: int = -1,
+    hint: Hint | None = None,
+    global_scope: Literal["tensor", "row"] = "tensor",
+    rounding: Literal["rne", "stochastic"] = "rne",
+    key: jax.Array | None = None,
+    scale_rule: Literal["max", "four_over_six"] = "max",
+    ste: Literal["identity", "clipped"] = "identity",
+) -> jax.Array:
+    """Quantize-dequantize ``x`` (same dtype) with a straight-through gradient.
+
+    With ``hint`` the codes follow :func:`guided_quantize` on the hint's grid, otherwise
+    :func:`quantize` with local scales. ``ste="identity"`` passes the gradient through unchanged;
+    ``"clipped"`` zeroes it where ``|x|`` lies beyond the grid's +-6 range.
+    """
+    q = quantize_for_training(
+        x, fmt, axis=axis, hint=hint, global_scope=global_scope, rounding=rounding, key=key,
+        scale_rule=scale_rule,
+    )
+    return straight_through_dequant(x, q, ste=ste)
+
+
+def quantize_for_training(
+    x, fmt="nvfp4", *, axis=-1, hint=None, global_scope="tensor", rounding="rne", key=None,
+    scale_rule="max",
+) -> QTensor:
+    """The trainer's quantizer: hint-guided when ``hint`` is given, else :func:`quantize`.
+    Gradients do not flow through it (pair it with :func:`straight_through_dequant`)."""
+    x = jax.lax.stop_gradient(x)
+    if hint is not None:
+        _check_hint(x.shape, hint, fmt, axis)
+        return guided_quantize(x, hint)
+    return quantize(
+        x, fmt, axis=axis, global_scope=global_scope, rounding=rounding, key=key,
+        scale_rule=scale_rule,
+    )
+
+
+def straight_through_dequant(x, q: QTensor, *, ste="identity") -> jax.Array:
+    """``dequantize(q)`` in ``x``'s dtype with the gradient of the identity w.r.t. ``x``."""
+    y = dequantize(q, x.dtype)
+    if ste == "identity":
+        return straight_through(x, y)
+    if ste == "clipped":
+        f = q.format
+        xm = _blocks(jnp.moveaxis(jax.lax.stop_gradient(x).astype(jnp.float32), q.axis, -1),
+                     f.block_size)
+        s = scales_to_f32(jnp.moveaxis(q.scales, q.axis, -1), f) * jnp.moveaxis(
+            q.global_scale, q.axis, -1)
+        keep = (jnp.abs(xm) <= e2m1.MAX * s[..., None]).reshape(*xm.shape[:-2], -1)
+        return straight_through(x, y, jnp.moveaxis(keep, -1, q.axis))
+    raise ValueError(f"ste must be 'identity' or 'clipped', got {ste!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+
+
+def _as_codes(a):
+    return unpacked_codes(a) if isinstance(a, (QTensor, Hint)) else jnp.asarray(a)
+
+
+def _code_pair(a, b):
+    ca, cb = _as_codes(a), _as_codes(b)
+    if ca.shape != cb.shape:
+        raise ValueError(f"cannot compare codes of shapes {ca.shape} and {cb.shape}")
+    return e2m1.signed_index(ca), e2m1.signed_index(cb)
+
+
+def code_agreement(a: QTensor | jax.Array, b: QTensor | jax.Array) -> jax.Array:
+    """Fraction of elements whose codes are equal (+0 and -0 count as equal).
+    Accepts QTensors or unpacked uint8 code arrays."""
+    ia, ib = _code_pair(a, b)
+    return jnp.mean((ia == ib).astype(jnp.float32))
+
+
+MAX_CODE_DISTANCE = 14
+
+
+def code_distance_histogram(a: QTensor | jax.Array, b: QTensor | jax.Array) -> jax.Array:
+    """Counts (int32[15]) of the code-step distance 0..14 between corresponding codes, measured
+    on the signed ladder -6..-0.5, 0, 0.5..6 (so -0.5 vs +0.5 is 2 steps)."""
+    ia, ib = _code_pair(a, b)
+    d = jnp.abs(ia - ib).ravel()
+    return jnp.zeros(MAX_CODE_DISTANCE + 1, jnp.int32).at[d].add(1)
