@@ -1,0 +1,127 @@
+"""Tokenizers: round trips, special tokens, padding, unknown characters, the HF wrapper."""
+
+import random
+import re
+import string
+
+import ml_collections
+import numpy as np
+import pytest
+
+from trace_jax.tokenizer import CharTokenizer, HFTokenizer, get_tokenizer
+
+REQUIRED = string.digits + "+-*=,()[] " + string.ascii_lowercase + "\n"
+
+
+def test_char_vocab():
+    tok = CharTokenizer()
+    assert (tok.pad_id, tok.bos_id, tok.eos_id) == (0, 1, 2)
+    assert tok.vocab_size <= 64
+    ids = tok.encode(REQUIRED)
+    assert len(ids) == len(REQUIRED)
+    assert len(set(ids)) == len(REQUIRED)  # one distinct id per character
+    assert all(3 <= i < tok.vocab_size for i in ids)  # never a special id
+
+
+def test_char_round_trip():
+    tok = CharTokenizer()
+    rnd = random.Random(0)
+    alphabet = REQUIRED + ".:#"
+    for _ in range(200):
+        s = "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(0, 30)))
+        assert tok.decode(tok.encode(s)) == s
+        assert tok.decode(tok.encode(s, add_bos=True, add_eos=True)) == s
+
+
+def test_char_specials_and_decode():
+    tok = CharTokenizer()
+    ids = tok.encode("12+3=", add_bos=True, add_eos=True)
+    assert ids[0] == 1 and ids[-1] == 2 and len(ids) == 7
+    after = tok.encode("99")
+    assert tok.decode(ids + after) == "12+3="  # stops at EOS
+    assert tok.decode(ids + after, stop_at_eos=False) == "12+3=99"  # EOS dropped
+    assert tok.decode([0, 0] + tok.encode("ab") + [0]) == "ab"  # PAD dropped
+    assert tok.decode(np.array(tok.encode("x y"), dtype=np.int32)) == "x y"
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.decode([tok.vocab_size])
+
+
+@pytest.mark.parametrize("bad", ["A", "€", "\t", "é"])
+def test_char_unknown_raises_naming_char(bad):
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        CharTokenizer().encode("12" + bad + "3")
+
+
+def test_encode_batch_padding():
+    tok = CharTokenizer()
+    texts = ["1+1=", "", "123+456="]
+    for pad in ("left", "right"):
+        toks, lens = tok.encode_batch(texts, max_len=10, pad=pad, add_bos=True)
+        assert toks.dtype == np.int32 and lens.dtype == np.int32
+        assert toks.shape == (3, 10)
+        for row, text, n in zip(toks, texts, lens):
+            ids = [1] + tok.encode(text)
+            assert n == len(ids)
+            body = row[10 - n:] if pad == "left" else row[:n]
+            rest = row[: 10 - n] if pad == "left" else row[n:]
+            assert body.tolist() == ids
+            assert (rest == 0).all()
+            assert tok.decode(row) == text
+    with pytest.raises(ValueError, match="max_len"):
+        tok.encode_batch(["123456"], max_len=5)
+    with pytest.raises(ValueError, match="pad"):
+        tok.encode_batch(["1"], max_len=5, pad="middle")
+
+
+def test_get_tokenizer():
+    c = ml_collections.ConfigDict({"tokenizer": {"kind": "char", "path": ""}})
+    assert isinstance(get_tokenizer(c), CharTokenizer)
+    assert isinstance(get_tokenizer(c.tokenizer), CharTokenizer)
+    c.tokenizer.kind = "bpe"
+    with pytest.raises(ValueError, match="kind"):
+        get_tokenizer(c)
+    c.tokenizer.kind = "hf"
+    with pytest.raises(ValueError, match="path"):
+        get_tokenizer(c)
+
+
+@pytest.fixture
+def hf_json(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers", reason="HuggingFace tokenizers not installed")
+    from tokenizers import decoders, models, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.decoder = decoders.Fuse()
+    trainer = trainers.BpeTrainer(
+        vocab_size=60,
+        special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+        initial_alphabet=list("0123456789+="),
+        show_progress=False,
+    )
+    rnd = random.Random(0)
+    corpus = [f"{rnd.randrange(100)}+{rnd.randrange(100)}=" for _ in range(300)]
+    tok.train_from_iterator(corpus, trainer)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    return path, tok
+
+
+def test_hf_tokenizer(hf_json):
+    path, ref = hf_json
+    tok = HFTokenizer(str(path))
+    assert (tok.pad_id, tok.bos_id, tok.eos_id) == (0, 1, 2)  # trainer order of special_tokens
+    assert tok.vocab_size == ref.get_vocab_size()
+    for s in ["12+34=", "0+0=", "99+1=46", ""]:
+        ids = tok.encode(s)
+        assert ids == ref.encode(s, add_special_tokens=False).ids
+        assert tok.decode(ids) == s
+        assert tok.decode(tok.encode(s, add_bos=True, add_eos=True) + tok.encode("7")) == s
+    assert len(tok.encode("12+34=")) < len("12+34=")  # merges were learned and applied
+    with pytest.raises(ValueError, match="x"):
+        tok.encode("12+x=")
+    toks, lens = tok.encode_batch(["1+1=", "12+34="], max_len=8, pad="left")
+    assert toks.shape == (2, 8) and toks.dtype == np.int32
+    assert toks[0, 8 - lens[0]:].tolist() == ref.encode("1+1=", add_special_tokens=False).ids
+    assert (toks[0, : 8 - lens[0]] == 0).all()
+    cfg = ml_collections.ConfigDict({"tokenizer": {"kind": "hf", "path": str(path)}})
+    assert get_tokenizer(cfg).encode("5+5=") == tok.encode("5+5=")
