@@ -1,0 +1,310 @@
+"""Pallas (Triton backend) split-K decode attention over a bf16 or FP4 (NVFP4 / MXFP4) KV cache.
+
+Shapes (letters): B batch, H kv heads, G query heads per kv head (padded to Gp >= 16 for the MMA),
+S max cache length, D head_dim, D2 = D / 2 packed FP4 bytes, NB = D / block FP4 scales per row,
+P number of KV splits (flash-decoding), C = S / P rows per split, BK rows per inner step.
+
+Grid (B, H, P): one program per (sequence, kv head, split). It loads the G query heads of its
+group once, streams its C cache rows in BK-row steps, decodes every K/V element once and feeds
+all G heads from it through one MMA, keeping an online softmax in f32 (base 2). Partial
+(acc, m, l) go to HBM; :func:`combine` merges the P splits in XLA (tiny: B*H*P*Gp*D floats).
+
+FP4 decode. A code ``s e1 e0 m`` becomes the f16 bit pattern ``s<<15 | (e1 e0 m)<<9``, whose value
+is exactly ``E2M1(code) * 2**-14`` (code 1 = 0.5 lands on the f16 subnormal 2**-15, handled by
+the f16->f32 convert). The ``2**14`` is folded into the block scale, so
+``code * block_scale`` is rebuilt exactly and cast to bf16 exactly (<= 6 significant bits). The
+NVFP4 per-row global scale ``g`` is not applied per element: it scales the score column
+(``s[:, t] *= g_k[t]``) and the probability column before P@V (``p[:, t] * g_v[t]``).
+
+Packed layout without a shuffle: byte i holds elements 2i (low nibble) and 2i+1 (high nibble),
+so ``q.k = q_even . k_lo + q_odd . k_hi`` and ``o_even = p @ v_lo``, ``o_odd = p @ v_hi``; the
+wrapper splits q into even/odd columns and interleaves the output. Both nibbles of byte i share
+the block scale of element 2i, i.e. scale column ``i // (block/2)``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from trace_jax.quant import QTensor
+
+LOG2E = 1.4426950408889634
+_NEG = -1e30  # finite "minus infinity" for the running max (keeps exp2(m_old - m_new) finite)
+
+
+def _pick_splits(batch, kv_heads, n_blocks, target_programs=2048, min_blocks_per_split=2):
+    """Smallest divisor P of n_blocks with B*H*P >= target, at most n_blocks/min_blocks."""
+    want = max(1, -(-target_programs // (batch * kv_heads)))
+    cap = max(1, n_blocks // min_blocks_per_split)
+    want = min(want, cap)
+    for p in range(want, n_blocks + 1):
+        if n_blocks % p == 0:
+            return p
+    return n_blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+
+
+def _online_softmax_step(s, valid, m, l):
+    s = jnp.where(valid[None, :], s, -jnp.inf)
+    m_new = jnp.maximum(m, jnp.max(s, axis=1))
+    alpha = jnp.exp2(m - m_new)
+    p = jnp.exp2(s - m_new[:, None])
+    l_new = l * alpha + jnp.sum(p, axis=1)
+    return p, alpha, m_new, l_new
+
+
+def _bf16_kernel(len_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, block_k, chunk, scale):
+    j = pl.program_id(2)
+    length = len_ref[0]
+    start = j * chunk
+    n = jnp.clip(length - start, 0, chunk)
+    nblk = (n + block_k - 1) // block_k
+    q = q_ref[...]
+    gp, d = q.shape
+
+    def body(i, carry):
+        acc, m, l = carry
+        off = i * block_k
+        valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
+        k = plgpu.load(k_ref.at[rows, :], mask=valid[:, None], other=0.0)
+        s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale
+        p, alpha, m, l = _online_softmax_step(s, valid, m, l)
+        v = plgpu.load(v_ref.at[rows, :], mask=valid[:, None], other=0.0)
+        acc = acc * alpha[:, None] + jnp.dot(
+            p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        return acc, m, l
+
+    init = (jnp.zeros((gp, d), jnp.float32), jnp.full((gp,), _NEG, jnp.float32),
+            jnp.zeros((gp,), jnp.float32))
+    acc, m, l = jax.lax.fori_loop(0, nblk, body, init)
+    o_ref[...] = acc
+    m_ref[...] = m
+    l_ref[...] = l
+
+
+def _fp4_decode_half(nib, scale_full):
+    """nib: uint8 codes 0..15; scale_full: f32 block scale * 2**14, same shape -> bf16 values."""
+    n16 = nib.astype(jnp.uint16)
+    bits = ((n16 & 8) << 12) | ((n16 & 7) << 9)
+    val = jax.lax.bitcast_convert_type(bits, jnp.float16).astype(jnp.float32)
+    return (val * scale_full).astype(jnp.bfloat16)
+
+
+def _scale_rows(s_u8, fmt, d2):
+    """[BK, NB] uint8 block scales -> [BK, D2] f32 (block scale * 2**14), repeated per byte."""
+    if fmt == "nvfp4":
+        sf = jax.lax.bitcast_convert_type(s_u8, jnp.float8_e4m3fn).astype(jnp.float32)
+    else:
+        b = s_u8.astype(jnp.uint32)
+        sf = jax.lax.bitcast_convert_type(b << 23, jnp.float32)
+        sf = jnp.where(b == 255, jnp.nan, sf)
+    sf = sf * 16384.0
+    bk, nb = sf.shape
+    rep = d2 // nb
+    return jnp.broadcast_to(sf[:, :, None], (bk, nb, rep)).reshape(bk, d2)
+
+
+def _fp4_kernel(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
+                fmt, block_k, chunk, scale):
+    if fmt == "nvfp4":
+        kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref = rest
+    else:
+        oe_ref, oo_ref, m_ref, l_ref = rest
+    j = pl.program_id(2)
+    length = len_ref[0]
+    start = j * chunk
+    n = jnp.clip(length - start, 0, chunk)
+    nblk = (n + block_k - 1) // block_k
+    qe = qe_ref[...]
+    qo = qo_ref[...]
+    gp, d2 = qe.shape
+
+    def load_half(c_ref, s_ref, rows, valid):
+        c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
+        sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
+        sfull = _scale_rows(sc, fmt, d2)
+        lo = _fp4_decode_half(c & 0xF, sfull)
+        hi = _fp4_decode_half(c >> 4, sfull)
+        return lo, hi
+
+    def body(i, carry):
+        acc_e, acc_o, m, l = carry
+        off = i * block_k
+        valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
+        k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
+        s = jnp.dot(qe, k_lo.T, preferred_element_type=jnp.float32)
+        s = s + jnp.dot(qo, k_hi.T, preferred_element_type=jnp.float32)
+        if fmt == "nvfp4":
+            kg = plgpu.load(kg_ref.at[rows], mask=valid, other=0.0)
+            s = s * (kg * scale)[None, :]
+        else:
+            s = s * scale
+        p, alpha, m, l = _online_softmax_step(s, valid, m, l)
+        v_lo, v_hi = load_half(vc_ref, vs_ref, rows, valid)
+        if fmt == "nvfp4":
+            vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
+            pv = (p * vg[None, :]).astype(jnp.bfloat16)
+        else:
+            pv = p.astype(jnp.bfloat16)
+        acc_e = acc_e * alpha[:, None] + jnp.dot(pv, v_lo, preferred_element_type=jnp.float32)
+        acc_o = acc_o * alpha[:, None] + jnp.dot(pv, v_hi, preferred_element_type=jnp.float32)
+        return acc_e, acc_o, m, l
+
+    init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
+            jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
+    acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
+    oe_ref[...] = acc_e
+    oo_ref[...] = acc_o
+    m_ref[...] = m
+    l_ref[...] = l
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrapper
+
+
+def combine(acc_BHPGD, m_BHPG, l_BHPG):
+    """Merge split partials (unnormalised acc, base-2 running max m, sum l) -> [B, H, G, D] f32."""
+    mx = jnp.max(m_BHPG, axis=2, keepdims=True)
+    w = jnp.exp2(m_BHPG - mx)  # [B, H, P, G]
+    num = jnp.sum(acc_BHPGD * w[..., None], axis=2)
+    den = jnp.sum(l_BHPG * w, axis=2)
+    return num / den[..., None]
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("sm_scale", "block_k", "num_splits", "num_warps", "num_stages", "interpret"))
+def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=64,
+                            num_splits=None, num_warps=4, num_stages=2, interpret=False):
+    """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16."""
+    b, hq, d = q.shape
+    fp4 = isinstance(k_cache, QTensor)
+    if fp4:
+        if k_cache.axis != -1 or v_cache.axis != -1 or k_cache.fmt != v_cache.fmt:
+            raise ValueError("FP4 caches must be quantized along the last axis, same format")
+        fmt = k_cache.fmt
+        _, h, s, d2 = k_cache.codes.shape
+        if 2 * d2 != d:
+            raise ValueError(f"head_dim mismatch: q {d}, cache {2 * d2}")
+    else:
+        fmt = "bf16"
+        _, h, s, dk = k_cache.shape
+        if dk != d:
+            raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
+    if hq % h:
+        raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
+    g = hq // h
+    gp = max(16, 1 << (g - 1).bit_length())
+    block_k = min(block_k, max(16, 1 << (s - 1).bit_length()))
+    while s % block_k and block_k > 16:
+        block_k //= 2
+    pad = (-s) % block_k
+    if pad:  # rare (S not a multiple of the block): pad the cache rows, they are masked anyway
+
+        def padrows(a):
+            return jnp.pad(a, [(0, 0), (0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 3))
+
+        if fp4:
+            k_cache = jax.tree.map(padrows, k_cache) if k_cache.global_scale.shape[2] > 1 else \
+                QTensor(padrows(k_cache.codes), padrows(k_cache.scales), k_cache.global_scale,
+                        k_cache.fmt, k_cache.axis)
+            v_cache = jax.tree.map(padrows, v_cache) if v_cache.global_scale.shape[2] > 1 else \
+                QTensor(padrows(v_cache.codes), padrows(v_cache.scales), v_cache.global_scale,
+                        v_cache.fmt, v_cache.axis)
+        else:
+            k_cache, v_cache = padrows(k_cache), padrows(v_cache)
+        s += pad
+    n_blocks = s // block_k
+    p = num_splits or _pick_splits(b, h, n_blocks)
+    if n_blocks % p:
+        raise ValueError(f"num_splits={p} must divide the {n_blocks} cache blocks")
+    chunk = s // p
+    scale = float(sm_scale) * LOG2E
+
+    qg = q.reshape(b, h, g, d)
+    if gp != g:
+        qg = jnp.pad(qg, [(0, 0), (0, 0), (0, gp - g), (0, 0)])
+    qg = qg.astype(jnp.bfloat16)
+    lengths = lengths.astype(jnp.int32)
+
+    grid = (b, h, p)
+    len_spec = pl.BlockSpec((1,), lambda i, j, k: (i,))
+    ml_spec = pl.BlockSpec((None, None, None, gp), lambda i, j, k: (i, j, k, 0))
+    ml_shape = jax.ShapeDtypeStruct((b, h, p, gp), jnp.float32)
+    params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+
+    def row_spec(width):
+        return pl.BlockSpec((None, None, chunk, width), lambda i, j, k: (i, j, k, 0))
+
+    if not fp4:
+        kernel = functools.partial(_bf16_kernel, block_k=block_k, chunk=chunk, scale=scale)
+        acc, m, l = pl.pallas_call(
+            kernel,
+            grid=grid,
+            in_specs=[len_spec, pl.BlockSpec((None, None, gp, d), lambda i, j, k: (i, j, 0, 0)),
+                      row_spec(d), row_spec(d)],
+            out_specs=[pl.BlockSpec((None, None, None, gp, d), lambda i, j, k: (i, j, k, 0, 0)),
+                       ml_spec, ml_spec],
+            out_shape=[jax.ShapeDtypeStruct((b, h, p, gp, d), jnp.float32), ml_shape, ml_shape],
+            compiler_params=params,
+            interpret=interpret,
+            name="decode_attention_bf16",
+        )(lengths, qg, k_cache.astype(jnp.bfloat16), v_cache.astype(jnp.bfloat16))
+        out = combine(acc, m, l)
+    else:
+        qe, qo = qg[..., 0::2], qg[..., 1::2]
+        nb = k_cache.scales.shape[-1]
+        u8 = lambda a: jax.lax.bitcast_convert_type(a, jnp.uint8)  # noqa: E731
+        args = [lengths, qe, qo, k_cache.codes, u8(k_cache.scales), v_cache.codes,
+                u8(v_cache.scales)]
+        q_spec = pl.BlockSpec((None, None, gp, d2), lambda i, j, k: (i, j, 0, 0))
+        in_specs = [len_spec, q_spec, q_spec, row_spec(d2), row_spec(nb), row_spec(d2),
+                    row_spec(nb)]
+        if fmt == "nvfp4":
+            for c in (k_cache, v_cache):
+                gs = c.global_scale
+                if gs.shape[2] != s:
+                    gs = jnp.broadcast_to(gs, (b, h, s, 1))
+                args.append(gs.reshape(b, h, s))
+            g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
+            in_specs += [g_spec, g_spec]
+        kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,
+                                   scale=scale)
+        o_spec = pl.BlockSpec((None, None, None, gp, d2), lambda i, j, k: (i, j, k, 0, 0))
+        o_shape = jax.ShapeDtypeStruct((b, h, p, gp, d2), jnp.float32)
+        acc_e, acc_o, m, l = pl.pallas_call(
+            kernel,
+            grid=grid,
+            in_specs=in_specs,
+            out_specs=[o_spec, o_spec, ml_spec, ml_spec],
+            out_shape=[o_shape, o_shape, ml_shape, ml_shape],
+            compiler_params=params,
+            interpret=interpret,
+            name=f"decode_attention_{fmt}",
+        )(*args)
+        acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
+        out = combine(acc, m, l)
+    return out[:, :, :g, :].reshape(b, hq, d).astype(jnp.bfloat16)
+
+
+def kv_bytes(b, h, length, d, fmt):
+    """HBM bytes of K and V that a decode step must read for `length` valid rows."""
+    if fmt == "bf16":
+        per_row = 2 * d
+    elif fmt == "nvfp4":
+        per_row = d // 2 + d // 16 + 4
+    else:
+        per_row = d // 2 + d // 32
+    return 2 * b * h * length * per_row
+

@@ -1,0 +1,75 @@
+"""Decode attention (one new token per sequence) over a bf16 or FP4 KV cache.
+
+    decode_attention(q_BxQxD, k_cache, v_cache, lengths_B, *, sm_scale=None, backend="auto")
+        -> [B, Q, D] bf16
+
+Letters: B batch, Q query heads, H kv heads (GQA: query head q reads kv head q // (Q // H)),
+S max cache length, D head_dim.
+
+Caches: bf16 arrays [B, H, S, D], or FP4 :class:`trace_jax.quant.QTensor` of that tensor with
+``axis=-1`` (nvfp4 with a per-row global scale [B, H, S, 1]; mxfp4 with global scale ones).
+Positions ``>= lengths[b]`` are masked (whatever they hold, NaN included). Softmax and
+accumulation are f32. ``lengths`` must be >= 1.
+
+Backends: ``"reference"`` (pure JAX, f32: dequantize the cache then masked softmax attention; the
+CPU fallback), ``"triton"`` (Pallas Triton split-K kernel, :mod:`pallas_kernels.attention_triton`;
+``interpret=True`` on CPU), ``"auto"``: reference on CPU, triton on GPU (the fastest measured,
+see NOTES_attention.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from trace_jax.quant import QTensor, dequantize
+
+
+def _dequant_f32(cache):
+    if isinstance(cache, QTensor):
+        return dequantize(cache, jnp.float32)
+    return jnp.asarray(cache).astype(jnp.float32)
+
+
+def decode_attention_reference(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto"):
+    """Pure-JAX f32 reference (and CPU fallback): returns [B, Q, D] bf16."""
+    del backend
+    b, hq, d = q.shape
+    k = _dequant_f32(k_cache)  # [B, H, S, D]
+    v = _dequant_f32(v_cache)
+    h, s = k.shape[1], k.shape[2]
+    if hq % h:
+        raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
+    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    qg = q.astype(jnp.float32).reshape(b, h, hq // h, d)
+    hi = jax.lax.Precision.HIGHEST
+    valid = (jnp.arange(s, dtype=jnp.int32)[None, :]
+             < jnp.asarray(lengths, jnp.int32)[:, None])[:, None, None, :]  # [B,1,1,S]
+    scores = jnp.einsum("bhgd,bhsd->bhgs", qg, k, precision=hi) * sm_scale
+    scores = jnp.where(valid, scores, -jnp.inf)
+    p = jax.nn.softmax(scores, axis=-1)
+    v = jnp.where(jnp.swapaxes(valid, 2, 3), v, 0.0)  # masked rows may hold anything
+    o = jnp.einsum("bhgs,bhsd->bhgd", p, v, precision=hi)
+    return o.reshape(b, hq, d).astype(jnp.bfloat16)
+
+
+def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto", **kw):
+    """Attention of one new query token per sequence over the cache; see the module docstring.
+
+    Extra keyword arguments (block_k, num_splits, num_warps, num_stages) tune the triton kernel.
+    """
+    d = q.shape[-1]
+    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    on_cpu = jax.default_backend() == "cpu"
+    if backend == "auto":
+        backend = "reference" if on_cpu else "triton"
+    if backend == "reference":
+        return decode_attention_reference(q, k_cache, v_cache, lengths, sm_scale=sm_scale)
+    if backend == "triton":
+        from pallas_kernels.attention_triton import decode_attention_triton
+
+        return decode_attention_triton(q, k_cache, v_cache, lengths, sm_scale=sm_scale,
+                                       interpret=on_cpu, **kw)
+    raise ValueError(f"unknown backend {backend!r}; expected auto, reference or triton")
