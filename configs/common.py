@@ -1,0 +1,34 @@
+"""Fields shared by every config; each config file overrides what it needs."""
+
+import ml_collections
+
+
+def base_config():
+    c = ml_collections.ConfigDict()
+    c.seed = 0  # PRNG seed for everything
+    c.workdir = ""  # output directory (metrics, checkpoints); "" = runs/<config name>
+
+    # The policy network (trace_jax.model.ModelConfig fields).
+    c.model = ml_collections.ConfigDict(dict(
+        vocab_size=64, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32,
+        n_experts=8, top_k=2, d_expert=64,
+        d_shared=0,  # shared-expert width (0 = none)
+        norm_topk_prob=True,  # renormalise the top-k routing weights
+        rope_theta=10_000.0, norm_eps=1e-6,
+        tie_embeddings=False,
+        max_seq_len=64,
+        param_dtype="float32",  # trainer master weights
+        dtype="bfloat16",  # activations
+        init_std=0.02,
+    ))
+
+    # FP4 numerics (trace_jax.numerics): which sites are quantized and which carry hints.
+    c.numerics = ml_collections.ConfigDict(dict(
+        fmt="nvfp4",  # "nvfp4" (16-blocks, E4M3 scales) or "mxfp4" (32-blocks, E8M0 scales)
+        # site kinds (all layers) or regexes over names like "layers/3/moe/expert_in"
+        sites=["moe/expert_in", "moe/expert_hidden", "moe/expert_weights", "attn/kv"],
+        hint_sites=["moe/expert_in", "moe/expert_hidden", "attn/kv"],
+        hint_layers="last_half",  # "last_half" | "all" | "none" | fraction of last layers | [layers]
+        hint_kind="mantissa",  # "mantissa" (TRACE's 1-bit hint) | "exact" (full codes)
+    ))
+    return c

@@ -1,0 +1,193 @@
+"""The MoE policy: incremental decode, causality, the numerics switch, routing replay, STE, configs."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from trace_jax import attention
+from trace_jax import model as M
+from trace_jax import numerics as nx
+from trace_jax import params as P
+from trace_jax import quant as Q
+
+CFG = M.ModelConfig(vocab_size=48, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
+                    n_experts=8, top_k=2, d_expert=32, d_shared=32, max_seq_len=32,
+                    rope_theta=10_000.0)
+CFG32 = dataclasses.replace(CFG, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def params():
+    return M.init_params(CFG, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return jax.random.randint(jax.random.key(1), (3, 12), 0, CFG.vocab_size)
+
+
+def run(params, tokens, cfg, num, **kw):
+    return jax.jit(lambda p, t: M.forward(p, t, cfg=cfg, numerics=num, **kw))(params, tokens)
+
+
+def incremental(params, tokens, cfg, num, prefill=5, slots=16):
+    B, T = tokens.shape
+    cache = attention.init_cache(cfg, num, B, slots)
+    step = jax.jit(lambda p, t, pos, c: M.forward(p, t, cfg=cfg, numerics=num, cache=c,
+                                                  positions_BxT=pos), donate_argnums=3)
+    pos = jnp.broadcast_to(jnp.arange(prefill)[None], (B, prefill))
+    logits, _, cache = step(params, tokens[:, :prefill], pos, cache)
+    outs = [logits]
+    for t in range(prefill, T):
+        lg, _, cache = step(params, tokens[:, t:t + 1], jnp.full((B, 1), t), cache)
+        outs.append(lg)
+    return jnp.concatenate(outs, axis=1)
+
+
+@pytest.mark.parametrize("mode,fmt", [("bf16", "nvfp4"), ("fp4_rollout", "nvfp4"),
+                                      ("fp4_rollout", "mxfp4")])
+def test_prefill_then_decode_reproduces_full_forward(params, tokens, mode, fmt):
+    num = nx.make_numerics(mode, CFG.n_layers, fmt=fmt)
+    p = M.pack_params(params, num, jnp.float32)
+    full, _, _ = run(p, tokens, CFG32, num)
+    inc = incremental(p, tokens, CFG32, num)
+    scale = float(jnp.abs(full).max())
+    # float32 activations: the two paths differ only in summation order (and, for FP4, in the
+    # rare code an ulp-level difference flips); bf16 would hide errors behind its own rounding.
+    np.testing.assert_allclose(np.asarray(inc), np.asarray(full), atol=2e-3 * scale)
+    if mode == "bf16":
+        np.testing.assert_allclose(np.asarray(inc), np.asarray(full), atol=1e-5 * scale)
+
+
+def test_fp4_cache_is_packed_and_smaller():
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    c4 = attention.init_cache(CFG, num, 2, 64)
+    c16 = attention.init_cache(CFG32, nx.make_numerics("bf16", CFG.n_layers), 2, 64)
+    assert isinstance(c4[0]["k"], Q.QTensor) and c4[0]["k"].codes.shape == (2, 2, 64, 16)
+    nb = lambda c: sum(a.nbytes for a in jax.tree.leaves(c))  # noqa: E731
+    elems = 2 * 2 * CFG.n_kv_heads * 64 * CFG.head_dim * CFG.n_layers  # k+v, B=2, 64 slots
+    # 4-bit codes + one E4M3 byte per 16 + one f32 global scale per row (head_dim elements)
+    assert nb(c4) == elems * (0.5 + 1 / 16 + 4 / CFG.head_dim)
+    assert nb(c16) == elems * 4  # this test's cache follows CFG.dtype (float32)
+
+
+def test_causal(params, tokens):
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    p = M.pack_params(params, num)
+    a, _, _ = run(p, tokens, CFG, num)
+    b, _, _ = run(p, tokens.at[:, 8:].set((tokens[:, 8:] + 1) % CFG.vocab_size), CFG, num)
+    np.testing.assert_array_equal(np.asarray(a[:, :8]), np.asarray(b[:, :8]))
+    assert not np.allclose(np.asarray(a[:, 8:]), np.asarray(b[:, 8:]))
+
+
+def test_rollout_and_qat_agree_and_hinted_codes_match_exactly(params, tokens):
+    roll = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
+    qat = roll.with_mode("fp4_qat")
+    # rollout at a different batch size than the trainer: bf16 noise differs, codes may flip
+    r_logits, r_aux, _ = run(M.pack_params(params, roll), tokens, CFG, roll,
+                             capture_hints=True, capture_codes=True)
+    noisy = jax.tree.map(lambda a: (a * (1 + 3e-3 * jax.random.normal(jax.random.key(5), a.shape))
+                                    ).astype(a.dtype), params)  # emulate trainer-side drift
+    t_rtn, a_rtn, _ = run(params, tokens, CFG, qat, capture_codes=True,
+                          forced_experts_LxBxTxK=r_aux.experts)
+    t_tr, a_tr, _ = run(params, tokens, CFG, qat, capture_codes=True, hints=r_aux.hints,
+                        forced_experts_LxBxTxK=r_aux.experts, hint_experts_LxBxTxK=r_aux.experts)
+    # same weights, same inputs: QAT reproduces rollout numerics (to bf16 noise) ...
+    np.testing.assert_allclose(np.asarray(t_tr), np.asarray(r_logits), atol=0.05)
+    for name, h in r_aux.codes.items():
+        agree = float(Q.code_agreement(a_tr.codes[name], h))
+        assert agree == 1.0, (name, agree)
+    # ... and with drifted weights, hints still pin the hinted codes where RTN does not
+    _, a_n_rtn, _ = run(noisy, tokens, CFG, qat, capture_codes=True,
+                        forced_experts_LxBxTxK=r_aux.experts)
+    _, a_n_tr, _ = run(noisy, tokens, CFG, qat, capture_codes=True, hints=r_aux.hints,
+                       forced_experts_LxBxTxK=r_aux.experts, hint_experts_LxBxTxK=r_aux.experts)
+    for name in r_aux.hints:
+        g = float(Q.code_agreement(a_n_tr.codes[name], r_aux.codes[name]))
+        r = float(Q.code_agreement(a_n_rtn.codes[name], r_aux.codes[name]))
+        assert g >= r and g > 0.97, (name, g, r)
+    assert sum(float(Q.code_agreement(a_n_rtn.codes[n], r_aux.codes[n])) < 1 for n in r_aux.hints)
+
+
+def test_hinted_sites_follow_config(params, tokens):
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half",
+                           hint_sites=["moe/expert_in"])
+    _, aux, _ = run(M.pack_params(params, num), tokens, CFG, num, capture_hints=True)
+    assert sorted(aux.hints) == ["layers/1/moe/expert_in"]
+    h = aux.hints["layers/1/moe/expert_in"]
+    assert h.bits.shape == (3, 12, CFG.d_model // 8)  # [B, T, packed bits]
+
+
+def test_forced_routing_is_replayed(params, tokens):
+    num = nx.make_numerics("bf16", CFG.n_layers)
+    forced = jax.random.randint(jax.random.key(3), (CFG.n_layers, 3, 12, 1), 0, 4)
+    forced = jnp.concatenate([forced, forced + 4], axis=-1).astype(jnp.uint8)  # distinct
+    _, aux, _ = run(params, tokens, CFG, num, forced_experts_LxBxTxK=forced)
+    np.testing.assert_array_equal(np.asarray(aux.experts), np.asarray(forced))
+    _, free, _ = run(params, tokens, CFG, num)
+    assert not np.array_equal(np.asarray(free.experts), np.asarray(forced))
+
+
+def test_gradients_flow_through_straight_through_estimator(params, tokens):
+    num = nx.make_numerics("fp4_qat", CFG.n_layers)
+
+    def loss(p):
+        logits, aux, _ = M.forward(p, tokens, cfg=CFG, numerics=num)
+        return jnp.mean(jax.nn.logsumexp(logits, -1)) + 0.01 * aux.lb_loss
+
+    g = jax.jit(jax.grad(loss))(params)
+    for path in (("layers", "moe", "w_gate"), ("layers", "moe", "w_down"), ("layers", "moe", "router"),
+                 ("layers", "attn", "wk"), ("embed",)):
+        leaf = g
+        for k in path:
+            leaf = leaf[k]
+        assert np.all(np.isfinite(np.asarray(leaf))) and float(jnp.abs(leaf).max()) > 0, path
+
+
+def test_qwen3_30b_counts_without_allocating():
+    from configs import qwen3_30b_a3b
+    cfg = M.ModelConfig.from_config(qwen3_30b_a3b.get_config().model)
+    c = P.count(cfg)
+    assert abs(c["total_params"] / 30.5e9 - 1) < 0.01
+    assert abs(c["active_params_per_token"] / 3.3e9 - 1) < 0.03
+    shapes = jax.eval_shape(lambda k: M.init_params(cfg, k), jax.random.key(0))
+    n = sum(np.prod(s.shape) for s in jax.tree.leaves(shapes))
+    assert n == c["total_params"]
+
+
+@pytest.mark.parametrize("change,msg", [
+    (dict(n_heads=6, n_kv_heads=4), "not divisible by model.n_kv_heads"),
+    (dict(top_k=9), "top_k=9 exceeds"),
+    (dict(d_model=0), "d_model must be positive"),
+])
+def test_bad_model_configs(change, msg):
+    with pytest.raises(ValueError, match=msg):
+        dataclasses.replace(CFG, **change)
+
+
+def test_bad_numerics_and_config_fields():
+    with pytest.raises(ValueError, match="matches no site"):
+        nx.make_numerics("fp4_qat", 2, sites=["moe/expert_inn"])
+    with pytest.raises(ValueError, match="matches no site"):
+        nx.make_numerics("fp4_qat", 2, sites=["layers/7/moe/expert_in"])
+    with pytest.raises(ValueError, match="mode"):
+        nx.make_numerics("fp8", 2)
+    with pytest.raises(ValueError, match="hint sites must be quantized"):
+        nx.make_numerics("fp4_qat", 2, sites=["attn/kv"], hint_sites=["moe/expert_in"])
+    with pytest.raises(ValueError, match=r"unknown model config fields \['n_layer'\]"):
+        M.ModelConfig.from_config(dict(dataclasses.asdict(CFG), n_layer=3))
+    with pytest.raises(ValueError, match="block size"):
+        M.forward(M.init_params(dataclasses.replace(CFG, d_expert=24), jax.random.key(0)),
+                  jnp.zeros((1, 4), jnp.int32), cfg=dataclasses.replace(CFG, d_expert=24),
+                  numerics=nx.make_numerics("fp4_qat", 2))
+
+
+def test_regex_sites_and_w4a16():
+    num = nx.make_numerics("fp4_qat_w4a16", 4, sites=[r"layers/[23]/moe/.*"], hint_sites=[],
+                           hint_layers="none")
+    assert num.quantizes("layers/2/moe/expert_weights")
+    assert not num.quantizes("layers/2/moe/expert_in")  # W4A16: activations stay bf16
+    assert not num.quantizes("layers/0/moe/expert_weights")

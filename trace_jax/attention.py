@@ -1,0 +1,134 @@
+"""Grouped-query attention with RoPE and per-head q/k RMSNorm, over a BF16 or FP4 KV cache.
+
+KV cache layout (one entry per layer): ``{"k": K, "v": V}`` where each is the logical tensor
+``[B, Hkv, S, Dh]`` (batch, KV head, cache slot, head dim), either a bf16 array or a packed FP4
+:class:`~trace_jax.quant.QTensor` quantized along ``Dh`` with a per-row global scale (so one
+token's row is quantized independently of every other row and appending is exact). Sequences are
+right-padded: slot ``j`` of sequence ``b`` is valid iff ``j < lengths[b]``; decode writes the new
+token at slot ``lengths[b]``.
+
+Letters: B batch, T tokens, S cache slots, H query heads, K kv heads, D head dim, M model dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from trace_jax import ops
+from trace_jax import quant as Q
+
+
+def rms_norm(x, scale, eps):
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    scale = scale.astype(jnp.float32).reshape((1,) * (x.ndim - 1) + (-1,))
+    return (y * scale).astype(x.dtype)
+
+
+def rope(x_BxTxHxD, positions_BxT, theta: float):
+    """Rotary embedding, rotate-half convention (as Hugging Face Qwen3)."""
+    d = x_BxTxHxD.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    ang = positions_BxT.astype(jnp.float32)[..., None] * inv_freq[None, None, :]  # B,T,D/2
+    cos = jnp.concatenate([jnp.cos(ang)] * 2, axis=-1)[:, :, None, :]
+    sin = jnp.concatenate([jnp.sin(ang)] * 2, axis=-1)[:, :, None, :]
+    xf = x_BxTxHxD.astype(jnp.float32)
+    x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
+    rot = jnp.concatenate([-x2, x1], axis=-1)
+    return (xf * cos + rot * sin).astype(x_BxTxHxD.dtype)
+
+
+def init_cache(cfg, numerics, batch: int, slots: int):
+    """An empty cache (a tuple with one {"k", "v"} dict per layer): FP4 where the numerics
+    quantize the KV site, else in the activation dtype."""
+    shape = (batch, cfg.n_kv_heads, slots, cfg.head_dim)
+    caches = []
+    for layer in range(cfg.n_layers):
+        if numerics.quantizes(f"layers/{layer}/attn/kv"):
+            make = lambda: empty_fp4(shape, numerics.fmt)  # noqa: E731
+        else:
+            make = lambda: jnp.zeros(shape, jnp.dtype(cfg.dtype))  # noqa: E731
+        caches.append({"k": make(), "v": make()})  # distinct buffers (both are donated)
+    return tuple(caches)
+
+
+def empty_fp4(shape, fmt) -> Q.QTensor:
+    """An all-zero FP4 cache tensor of logical ``shape`` (per-row global scales for NVFP4)."""
+    f = Q.get_format(fmt)
+    lead, d = tuple(shape[:-1]), shape[-1]
+    g_shape = lead + (1,) if f.has_global_scale else (1,) * len(shape)
+    return Q.QTensor(
+        codes=jnp.zeros(lead + (d // 2,), jnp.uint8),
+        # zero bytes (a float 0 has no E8M0 encoding: it would become NaN)
+        scales=jax.lax.bitcast_convert_type(jnp.zeros(lead + (d // f.block_size,), jnp.uint8),
+                                            f.scale_dtype),
+        global_scale=jnp.ones(g_shape, jnp.float32),
+        fmt=f.name,
+        axis=-1,
+    )
+
+
+def _to_bhsd(a):
+    return jnp.swapaxes(a, 1, 2)  # [B, T, K, X] -> [B, K, T, X]
+
+
+def write_cache(cache_x, new_BxTxKxX, start_B):
+    """Write rows for T new tokens at slots start[b]..start[b]+T-1 (bf16 array or QTensor)."""
+    def put(buf, new):
+        if buf.size == 1:  # MXFP4's constant global scale: nothing per row
+            return buf
+        new = _to_bhsd(new).astype(buf.dtype)
+        return jax.vmap(lambda b, n, s: jax.lax.dynamic_update_slice_in_dim(b, n, s, axis=1))(
+            buf, new, start_B)
+
+    if isinstance(cache_x, Q.QTensor):
+        return jax.tree.map(put, cache_x, new_BxTxKxX)
+    return put(cache_x, new_BxTxKxX)
+
+
+def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
+    """Self-attention sublayer (without the residual). With ``cache`` and T == 1 this is a decode
+    step: the token is appended at slot positions[b] and attends over the cache; with ``cache`` and
+    T > 1 it is a prefill into an empty cache; without, plain causal attention (training)."""
+    B, T, _ = x_BxTxM.shape
+    H, K, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    dt = x_BxTxM.dtype
+    q = (x_BxTxM @ p["wq"].astype(dt)).reshape(B, T, H, D)
+    k = (x_BxTxM @ p["wk"].astype(dt)).reshape(B, T, K, D)
+    v = (x_BxTxM @ p["wv"].astype(dt)).reshape(B, T, K, D)
+    q = rope(rms_norm(q, p["q_norm"], cfg.norm_eps), positions_BxT, cfg.rope_theta)
+    k = rope(rms_norm(k, p["k_norm"], cfg.norm_eps), positions_BxT, cfg.rope_theta)
+
+    kv_BxTx2xKxD, q_kv = sio.activation(f"layers/{layer}/attn/kv", jnp.stack([k, v], axis=2))
+    k, v = kv_BxTx2xKxD[:, :, 0], kv_BxTx2xKxD[:, :, 1]
+
+    new_cache = None
+    if cache is not None:
+        start = positions_BxT[:, 0]
+        if q_kv is not None:
+            new_k = jax.tree.map(lambda a: a[:, :, 0], q_kv)
+            new_v = jax.tree.map(lambda a: a[:, :, 1], q_kv)
+        else:
+            new_k, new_v = k, v
+        new_cache = {"k": write_cache(cache["k"], new_k, start),
+                     "v": write_cache(cache["v"], new_v, start)}
+    if cache is not None and T == 1:
+        o = ops.decode_attention(q[:, 0], new_cache["k"], new_cache["v"], start + 1)[:, None]
+    else:
+        o = causal_attention(q, k, v)
+    out = o.reshape(B, T, H * D).astype(dt) @ p["wo"].astype(dt)
+    return out, new_cache
+
+
+def causal_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD):
+    """Causal GQA attention in float32 (query head h uses kv head h // (H // K))."""
+    B, T, H, D = q_BxTxHxD.shape
+    K = k_BxTxKxD.shape[2]
+    qg = q_BxTxHxD.reshape(B, T, K, H // K, D).astype(jnp.float32)
+    s = jnp.einsum("btkgd,bskd->bkgts", qg, k_BxTxKxD.astype(jnp.float32)) / jnp.sqrt(D)
+    mask = jnp.tril(jnp.ones((T, T), bool))[None, None, None]
+    s = jnp.where(mask, s, -jnp.inf)
+    pr = jax.nn.softmax(s, axis=-1)
+    o = jnp.einsum("bkgts,bskd->btkgd", pr, v_BxTxKxD.astype(jnp.float32))
+    return o.reshape(B, T, H, D).astype(q_BxTxHxD.dtype)

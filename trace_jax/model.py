@@ -1,0 +1,267 @@
+"""A Qwen3-MoE-style decoder as pure functions of a params pytree.
+
+``forward(params, tokens, ...)`` is the whole policy; its numerics (bf16, FP4 rollout, FP4 QAT)
+come from the :class:`~trace_jax.numerics.Numerics` policy carried by a ``SiteIO``. The same code
+runs the rollout's prefill and decode steps and the trainer's full-sequence forward.
+
+Params (per-layer weights stacked on a leading L axis; ``layers`` is sliced per layer)::
+
+    embed [V, M]; final_norm [M]; lm_head [M, V] (absent when tied)
+    layers/attn_norm [L, M]; layers/mlp_norm [L, M]
+    layers/attn/{wq [L, M, H*D], wk [L, M, K*D], wv [L, M, K*D], wo [L, H*D, M], q_norm [L, D], k_norm [L, D]}
+    layers/moe/{router [L, M, E], w_gate [L, E, M, F], w_up [L, E, M, F], w_down [L, E, F, M]}
+    layers/moe/shared/{w_gate [L, M, Fs], w_up [L, M, Fs], w_down [L, Fs, M], gate [L, M, 1]}  (optional)
+
+Letters: B batch, T tokens, L layers, M model dim, H/K query/kv heads, D head dim, E experts,
+F expert dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from trace_jax import attention, moe
+from trace_jax import numerics as nx
+from trace_jax import quant as Q
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_experts: int
+    top_k: int
+    d_expert: int
+    d_shared: int = 0  # shared expert width; 0 = no shared expert
+    norm_topk_prob: bool = True
+    rope_theta: float = 1_000_000.0
+    norm_eps: float = 1e-6
+    tie_embeddings: bool = False
+    max_seq_len: int = 4096
+    param_dtype: str = "float32"  # the trainer's master weights
+    dtype: str = "bfloat16"  # activations
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        pos = ["vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
+               "n_experts", "top_k", "d_expert", "max_seq_len"]
+        for f in pos:
+            if getattr(self, f) <= 0:
+                raise ValueError(f"model.{f} must be positive, got {getattr(self, f)}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"model.n_heads={self.n_heads} is not divisible by model.n_kv_heads={self.n_kv_heads}")
+        if self.top_k > self.n_experts:
+            raise ValueError(f"model.top_k={self.top_k} exceeds model.n_experts={self.n_experts}")
+        if self.head_dim % 2:
+            raise ValueError(f"model.head_dim={self.head_dim} must be even for RoPE")
+        if self.d_shared < 0:
+            raise ValueError(f"model.d_shared must be >= 0, got {self.d_shared}")
+
+    @classmethod
+    def from_config(cls, cd) -> "ModelConfig":
+        d = dict(cd)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown model config fields {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    @property
+    def expert_dtype(self):
+        return jnp.dtype(self.param_dtype)
+
+    def check_fp4(self, fmt: str):
+        """Every quantized axis must be a whole number of FP4 blocks."""
+        B = Q.get_format(fmt).block_size
+        for name, n in [("d_model", self.d_model), ("d_expert", self.d_expert),
+                        ("head_dim", self.head_dim)]:
+            if n % B:
+                raise ValueError(f"model.{name}={n} is not divisible by the {fmt} block size {B}")
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters
+
+
+def param_shapes(cfg: ModelConfig) -> dict:
+    """The params pytree as (shape, logical axes) leaves; nothing is allocated."""
+    L, M, H, K, D = cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    E, F, V = cfg.n_experts, cfg.d_expert, cfg.vocab_size
+    p = {
+        "embed": ((V, M), ("vocab", "embed")),
+        "final_norm": ((M,), ("embed",)),
+        "layers": {
+            "attn_norm": ((L, M), ("layers", "embed")),
+            "mlp_norm": ((L, M), ("layers", "embed")),
+            "attn": {
+                "wq": ((L, M, H * D), ("layers", "embed", "q_heads")),
+                "wk": ((L, M, K * D), ("layers", "embed", "kv_heads")),
+                "wv": ((L, M, K * D), ("layers", "embed", "kv_heads")),
+                "wo": ((L, H * D, M), ("layers", "q_heads", "embed")),
+                "q_norm": ((L, D), ("layers", "head_dim")),
+                "k_norm": ((L, D), ("layers", "head_dim")),
+            },
+            "moe": {
+                "router": ((L, M, E), ("layers", "embed", "experts")),
+                "w_gate": ((L, E, M, F), ("layers", "experts", "embed_moe", "expert_mlp")),
+                "w_up": ((L, E, M, F), ("layers", "experts", "embed_moe", "expert_mlp")),
+                "w_down": ((L, E, F, M), ("layers", "experts", "expert_mlp", "embed_moe")),
+            },
+        },
+    }
+    if cfg.d_shared:
+        Fs = cfg.d_shared
+        p["layers"]["moe"]["shared"] = {
+            "w_gate": ((L, M, Fs), ("layers", "embed", "mlp")),
+            "w_up": ((L, M, Fs), ("layers", "embed", "mlp")),
+            "w_down": ((L, Fs, M), ("layers", "mlp", "embed")),
+            "gate": ((L, M, 1), ("layers", "embed", None)),
+        }
+    if not cfg.tie_embeddings:
+        p["lm_head"] = ((M, V), ("embed", "vocab"))
+    return p
+
+
+def _is_spec(x):
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)
+
+
+def param_axes(cfg: ModelConfig) -> dict:
+    """Logical axis names for every parameter (mapped to mesh axes by ``trace_jax.sharding``)."""
+    return jax.tree.map(lambda s: s[1], param_shapes(cfg), is_leaf=_is_spec)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array, dtype=None) -> dict:
+    """Random initial params (norms 1, weights N(0, init_std), output projections scaled by
+    1/sqrt(2L)). ``jax.eval_shape(lambda k: init_params(cfg, k), key)`` describes a 30B model
+    without allocating it."""
+    dtype = jnp.dtype(dtype or cfg.param_dtype)
+    shapes = param_shapes(cfg)
+    leaves, treedef = jax.tree.flatten(shapes, is_leaf=_is_spec)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+        shapes, is_leaf=_is_spec)[0]]
+    keys = jax.random.split(key, len(leaves))
+    out = []
+    for path, (shape, _), k in zip(paths, leaves, keys):
+        if "norm" in path:
+            out.append(jnp.ones(shape, dtype))
+            continue
+        std = cfg.init_std
+        if "'wo'" in path or "'w_down'" in path:
+            std = std / (2 * cfg.n_layers) ** 0.5
+        out.append((std * jax.random.normal(k, shape, jnp.float32)).astype(dtype))
+    return jax.tree.unflatten(treedef, out)
+
+
+def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16) -> dict:
+    """Rollout params: every weight cast to ``dtype`` and, for ``fp4_rollout``, the quantized
+    expert weights packed to FP4 QTensors (quantized once, the same way the QAT trainer
+    fake-quantizes them, so identical masters give identical codes)."""
+    out = jax.tree.map(lambda a: a.astype(dtype), params)
+    if numerics.mode != "fp4_rollout":
+        return out
+    L = params["layers"]["moe"]["w_gate"].shape[0]
+    names = [nx.site_name(l, "moe/expert_weights") for l in range(L)]
+    flags = [numerics.quantizes(n) for n in names]
+    if not any(flags):
+        return out
+    if not all(flags):
+        raise ValueError("fp4_rollout with expert weights quantized on only some layers is not "
+                         "supported (stacked params need one type per leaf)")
+    moe_p = dict(out["layers"]["moe"])
+    for w in ("w_gate", "w_up", "w_down"):
+        moe_p[w] = nx.quantize_weight(params["layers"]["moe"][w].astype(jnp.float32), numerics.fmt)
+    out["layers"] = dict(out["layers"], moe=moe_p)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Forward
+
+
+class Aux(NamedTuple):
+    experts: jax.Array  # [L, B, T, k] chosen experts (smallest unsigned int dtype that fits)
+    lb_loss: jax.Array  # mean over layers
+    z_loss: jax.Array
+    hints: dict  # site name -> Hint (captured hinted sites)
+    codes: dict  # site name -> exact Hint (all quantized activation sites, if asked)
+
+
+def expert_dtype(n_experts: int):
+    return jnp.uint8 if n_experts <= 256 else jnp.uint16
+
+
+def forward(
+    params: dict,
+    tokens_BxT: jax.Array,
+    *,
+    cfg: ModelConfig,
+    numerics: nx.Numerics,
+    positions_BxT: jax.Array | None = None,
+    valid_BxT: jax.Array | None = None,
+    cache: Any = None,
+    hints: dict | None = None,
+    forced_experts_LxBxTxK: jax.Array | None = None,
+    hint_experts_LxBxTxK: jax.Array | None = None,
+    capture_hints: bool = False,
+    capture_codes: bool = False,
+):
+    """Logits (f32 [B, T, V]), :class:`Aux`, and the updated cache (None without a cache).
+
+    ``cache`` + T == 1: one decode step at slot ``positions[b]``; ``cache`` + T > 1: prefill of an
+    empty cache; no cache: training forward (causal over the whole sequence). ``hints`` (site name
+    -> Hint in site layout) steer the QAT rounding; ``forced_experts`` replays routing;
+    ``hint_experts`` (the rollout's experts) say which ``expert_hidden`` hint rows apply.
+    """
+    B, T = tokens_BxT.shape
+    if T > cfg.max_seq_len:
+        raise ValueError(f"sequence of {T} tokens exceeds model.max_seq_len={cfg.max_seq_len}")
+    if numerics.is_fp4:
+        cfg.check_fp4(numerics.fmt)
+    dt = jnp.dtype(cfg.dtype)
+    if positions_BxT is None:
+        positions_BxT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
+    if valid_BxT is None:
+        valid_BxT = jnp.ones((B, T), bool)
+    for name, arr in (("forced_experts", forced_experts_LxBxTxK),
+                      ("hint_experts", hint_experts_LxBxTxK)):
+        if arr is not None and arr.shape != (cfg.n_layers, B, T, cfg.top_k):
+            raise ValueError(f"{name} shape {arr.shape} != (L, B, T, k) = "
+                             f"{(cfg.n_layers, B, T, cfg.top_k)}")
+    sio = nx.SiteIO(numerics, hints, capture_hints, capture_codes)
+
+    x = params["embed"][tokens_BxT].astype(dt)
+    all_experts, lbs, zs, new_cache = [], [], [], []
+    for layer in range(cfg.n_layers):
+        p = jax.tree.map(lambda a, l=layer: a[l], params["layers"])
+        h = attention.rms_norm(x, p["attn_norm"], cfg.norm_eps)
+        a, c = attention.attention_block(
+            p["attn"], h, positions_BxT, cfg=cfg, sio=sio, layer=layer,
+            cache=None if cache is None else cache[layer])
+        new_cache.append(c)
+        x = x + a
+        h = attention.rms_norm(x, p["mlp_norm"], cfg.norm_eps)
+        m, experts, (lb, z) = moe.moe_block(
+            p["moe"], h, cfg=cfg, sio=sio, layer=layer, valid_BxT=valid_BxT,
+            forced_BxTxK=None if forced_experts_LxBxTxK is None else forced_experts_LxBxTxK[layer],
+            hint_experts_BxTxK=None if hint_experts_LxBxTxK is None else hint_experts_LxBxTxK[layer])
+        x = x + m
+        all_experts.append(experts.astype(expert_dtype(cfg.n_experts)))
+        lbs.append(lb)
+        zs.append(z)
+
+    x = attention.rms_norm(x, params["final_norm"], cfg.norm_eps)
+    head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+    logits = jnp.dot(x, head.astype(dt), preferred_element_type=jnp.float32)
+    aux = Aux(jnp.stack(all_experts), jnp.mean(jnp.stack(lbs)), jnp.mean(jnp.stack(zs)),
+              sio.hints_out, sio.codes_out)
+    return logits, aux, (None if cache is None else tuple(new_cache))

@@ -1,0 +1,249 @@
+"""The one numerics switch: what happens at every quantization site of the model.
+
+A *site* is a stable name ``layers/{l}/{kind}`` for one tensor that FP4 rollout quantizes:
+
+=====================  ==========================================================  =====================
+kind                   tensor                                                      layout (hint index)
+=====================  ==========================================================  =====================
+moe/expert_in          the routed experts' gate/up input (one vector per token)    [B, T, D]
+moe/expert_hidden      the down-projection input, one per (token, expert slot)     [B, T, k, F]
+attn/kv                K and V as written to the cache                             [B, T, 2, Hkv, Dh]
+moe/expert_weights     the routed experts' gate/up/down weights                    (weights; no hints)
+=====================  ==========================================================  =====================
+
+Activations are quantized along their last axis with per-row (per token) NVFP4 global scales, so
+a token's codes do not depend on the rest of the batch. Expert weights are quantized along the
+contraction axis with one global scale per expert.
+
+:class:`Numerics` (a frozen dataclass, hashable, passed to jit as a static argument) picks one
+``mode`` -- ``bf16``, ``fp4_rollout`` (packed FP4 weights, real activation and KV quantization: what
+the rollout runs), ``fp4_qat`` (BF16 masters, straight-through fake-quant of weights, activations
+and K/V, hint-guided where hints are given) or ``fp4_qat_w4a16`` (weights only) -- plus the
+format, the set of quantized sites and the hinted sites.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+from trace_jax import quant as Q
+
+MODES = ("bf16", "fp4_rollout", "fp4_qat", "fp4_qat_w4a16")
+ACT_SITES = ("moe/expert_in", "moe/expert_hidden", "attn/kv")
+WEIGHT_SITES = ("moe/expert_weights",)
+SITE_KINDS = ACT_SITES + WEIGHT_SITES
+# The paper's default: routed-expert GEMMs in W4A4 and the KV cache.
+DEFAULT_SITES = SITE_KINDS
+DEFAULT_HINT_SITES = ACT_SITES
+
+
+def site_name(layer: int, kind: str) -> str:
+    return f"layers/{layer}/{kind}"
+
+
+def all_site_names(n_layers: int) -> list[str]:
+    return [site_name(l, k) for l in range(n_layers) for k in SITE_KINDS]
+
+
+def _resolve(patterns, n_layers: int, what: str, allowed=SITE_KINDS) -> frozenset[str]:
+    """Each pattern is a site kind (all layers) or a regex over full site names."""
+    names = [site_name(l, k) for l in range(n_layers) for k in allowed]
+    out = set()
+    for p in patterns:
+        if p in allowed:
+            out.update(n for n in names if n.endswith("/" + p))
+            continue
+        try:
+            rx = re.compile(p)
+        except re.error as e:
+            raise ValueError(f"{what}: {p!r} is neither a site kind {allowed} nor a regex ({e})")
+        hit = [n for n in names if rx.fullmatch(n)]
+        if not hit:
+            raise ValueError(
+                f"{what}: {p!r} matches no site; site kinds are {allowed}, full names look like "
+                f"'layers/0/moe/expert_in' (layers 0..{n_layers - 1})"
+            )
+        out.update(hit)
+    return frozenset(out)
+
+
+def hint_layer_set(spec, n_layers: int) -> frozenset[int]:
+    """``"last_half"`` (the paper's last 20 of 40), ``"all"``, ``"none"``, a fraction in (0, 1]
+    of the last layers, or an explicit list of layer indices."""
+    if isinstance(spec, str):
+        if spec == "last_half":
+            return frozenset(range(n_layers // 2, n_layers))
+        if spec == "all":
+            return frozenset(range(n_layers))
+        if spec == "none":
+            return frozenset()
+        raise ValueError(f"hint_layers: unknown spec {spec!r} (last_half, all, none, a fraction, a list)")
+    if isinstance(spec, float):
+        if not 0 < spec <= 1:
+            raise ValueError(f"hint_layers fraction must be in (0, 1], got {spec}")
+        n = max(1, round(spec * n_layers))
+        return frozenset(range(n_layers - n, n_layers))
+    layers = frozenset(int(l) for l in spec)
+    bad = [l for l in layers if not 0 <= l < n_layers]
+    if bad:
+        raise ValueError(f"hint_layers: layers {sorted(bad)} outside 0..{n_layers - 1}")
+    return layers
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """Resolved numerics policy. Build with :func:`make_numerics`."""
+
+    mode: str = "bf16"
+    fmt: str = "nvfp4"
+    quantized: frozenset[str] = frozenset()  # full site names
+    hinted: frozenset[str] = frozenset()  # full site names (activation sites only)
+    hint_kind: Literal["mantissa", "exact"] = "mantissa"
+
+    @property
+    def is_fp4(self) -> bool:
+        return self.mode != "bf16"
+
+    def quantizes(self, name: str) -> bool:
+        """Whether the site is quantized in this mode (W4A16 skips activations)."""
+        if self.mode == "bf16" or name not in self.quantized:
+            return False
+        if self.mode == "fp4_qat_w4a16":
+            return _kind(name) in WEIGHT_SITES
+        return True
+
+    def hints(self, name: str) -> bool:
+        return name in self.hinted and self.quantizes(name)
+
+    def with_mode(self, mode: str) -> "Numerics":
+        if mode not in MODES:
+            raise ValueError(f"numerics mode must be one of {MODES}, got {mode!r}")
+        return dataclasses.replace(self, mode=mode)
+
+
+def _kind(name: str) -> str:
+    return name.split("/", 2)[2]
+
+
+def make_numerics(
+    mode: str,
+    n_layers: int,
+    *,
+    fmt: str = "nvfp4",
+    sites=DEFAULT_SITES,
+    hint_sites=DEFAULT_HINT_SITES,
+    hint_layers="last_half",
+    hint_kind: str = "mantissa",
+) -> Numerics:
+    if mode not in MODES:
+        raise ValueError(f"numerics mode must be one of {MODES}, got {mode!r}")
+    Q.get_format(fmt)
+    if hint_kind not in ("mantissa", "exact"):
+        raise ValueError(f"hint_kind must be 'mantissa' or 'exact', got {hint_kind!r}")
+    quantized = _resolve(tuple(sites), n_layers, "quantized sites")
+    hint_candidates = _resolve(tuple(hint_sites), n_layers, "hint sites", ACT_SITES)
+    layers = hint_layer_set(hint_layers, n_layers)
+    hinted = frozenset(n for n in hint_candidates if int(n.split("/")[1]) in layers)
+    not_quantized = sorted(hinted - quantized)
+    if not_quantized:
+        raise ValueError(f"hint sites must be quantized sites; not quantized: {not_quantized[:4]}")
+    return Numerics(mode, fmt, quantized, hinted, hint_kind)
+
+
+def numerics_from_config(cfg, mode: str, n_layers: int) -> Numerics:
+    """From a ``config.numerics`` ConfigDict (fields: fmt, sites, hint_sites, hint_layers, hint_kind)."""
+    hl = cfg.hint_layers
+    if not isinstance(hl, (str, float)):
+        hl = tuple(hl)
+    return make_numerics(
+        mode, n_layers, fmt=cfg.fmt, sites=tuple(cfg.sites), hint_sites=tuple(cfg.hint_sites),
+        hint_layers=hl, hint_kind=cfg.hint_kind,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Applying the policy at a site
+
+
+class SiteIO:
+    """Trace-time bookkeeping for one forward pass: hints coming in (keyed by site name) and
+    hints/codes going out. Lives only while a function is being traced; holds no state across
+    calls."""
+
+    def __init__(self, numerics: Numerics, hints_in=None, capture_hints=False, capture_codes=False):
+        self.numerics = numerics
+        self.hints_in = dict(hints_in or {})
+        self.capture_hints = capture_hints
+        self.capture_codes = capture_codes
+        self.hints_out: dict[str, Q.Hint] = {}
+        self.codes_out: dict[str, Q.Hint] = {}
+        unknown = sorted(set(self.hints_in) - numerics.hinted)
+        if unknown:
+            raise ValueError(
+                f"hints given for sites this numerics policy does not hint: {unknown[:4]}"
+                f" (hinted: {sorted(numerics.hinted)[:4]}...)"
+            )
+
+    def activation(self, name: str, x: jax.Array, hint_rows: jax.Array | None = None,
+                   layout=None) -> tuple[jax.Array, Q.QTensor | None]:
+        """Apply the site's numerics to activation ``x`` (quantized along its last axis).
+
+        Returns the value the model continues with (``x`` itself, the dequantized FP4 values, or
+        the straight-through fake-quant) and the QTensor in site layout (None if not quantized).
+
+        ``layout`` optionally maps ``x`` to and from the site's hint layout (leading [B, T]):
+        a pair of functions ``(to_site, from_site)``. ``hint_rows`` (bool, x's shape without the
+        last axis, in site layout) says where an incoming hint applies; elsewhere RTN is used.
+        """
+        nm = self.numerics
+        if not nm.quantizes(name):
+            return x, None
+        to_site, from_site = layout or (lambda a: a, lambda a: a)
+        xs = to_site(x)
+        scope = "row" if Q.get_format(nm.fmt).has_global_scale else "tensor"
+        hint = self.hints_in.get(name)
+        if nm.mode == "fp4_rollout" or hint is None:
+            q = Q.quantize(jax.lax.stop_gradient(xs), nm.fmt, axis=-1, global_scope=scope)
+        else:
+            q = Q.guided_quantize(jax.lax.stop_gradient(xs), hint)
+            if hint_rows is not None:
+                rtn = Q.quantize(jax.lax.stop_gradient(xs), nm.fmt, axis=-1, global_scope=scope)
+                m = hint_rows[..., None]
+                q = jax.tree.map(lambda a, b: jnp.where(m, a, b), q, rtn)
+        if self.capture_hints and nm.hints(name):
+            self.hints_out[name] = Q.extract_hint(q, exact=nm.hint_kind == "exact")
+        if self.capture_codes:
+            self.codes_out[name] = Q.extract_hint(q, exact=True)
+        if nm.mode == "fp4_rollout":
+            y = Q.dequantize(q, xs.dtype)
+        else:
+            y = Q.straight_through_dequant(xs, q)
+        return from_site(y), q
+
+    def weight(self, name: str, w):
+        """Expert weights [E, K, N] (contraction axis -2): bf16 array in, bf16 array or packed
+        FP4 out. In fp4_rollout the weight is already packed (see :func:`pack_weight`)."""
+        nm = self.numerics
+        if isinstance(w, Q.QTensor):
+            if nm.mode != "fp4_rollout":
+                raise ValueError(f"{name}: packed FP4 weights given to numerics mode {nm.mode!r}")
+            return w
+        if not nm.quantizes(name):
+            return w
+        if nm.mode == "fp4_rollout":
+            raise ValueError(f"{name}: fp4_rollout expects packed weights; run sync_weights first")
+        q = quantize_weight(jax.lax.stop_gradient(w), nm.fmt)
+        return Q.straight_through_dequant(w, q)
+
+
+def quantize_weight(w: jax.Array, fmt: str) -> Q.QTensor:
+    """Quantize expert weights [..., E, K, N] along K with one global scale per expert."""
+    fn = lambda a: Q.quantize(a, fmt, axis=-2)  # noqa: E731
+    for _ in range(w.ndim - 2):
+        fn = jax.vmap(fn)
+    return fn(w)

@@ -1,0 +1,74 @@
+"""The model's heavy operations behind one interface each: the pure-JAX reference everywhere, the
+Pallas kernels from ``pallas_kernels`` on GPU where they exist.
+
+* :func:`grouped_matmul` -- tokens sorted by expert times per-expert weights (bf16 or packed FP4).
+* :func:`decode_attention` -- one query token per sequence against a bf16 or FP4 KV cache.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from trace_jax import quant as Q
+
+
+@functools.cache
+def _on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
+def _kernel(module: str, name: str):
+    """The kernel function if its module imports and we are on GPU, else None."""
+    if not _on_gpu():
+        return None
+    try:
+        mod = __import__(f"pallas_kernels.{module}", fromlist=[name])
+    except ImportError:
+        return None
+    return getattr(mod, name, None)
+
+
+def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
+    """``out[i] = x[i] @ w[e(i)]`` for rows sorted by expert (``group_sizes`` rows per expert;
+    rows past the sum are zero). ``w`` is a bf16 [E, K, N] array or FP4 weights. FP32
+    accumulation, bf16 output."""
+    if isinstance(w, Q.QTensor):
+        w = Q.dequantize(w, jnp.bfloat16)
+    elif not isinstance(w, jax.Array):  # kernel-prepared FP4 weights
+        fn = _kernel("fp4_matmul", "fp4_grouped_matmul")
+        if fn is None:
+            raise ValueError(f"no kernel available for weights of type {type(w).__name__}")
+        return fn(x_MxK, w, group_sizes_E)
+    out = jax.lax.ragged_dot(
+        x_MxK.astype(jnp.bfloat16), w.astype(jnp.bfloat16), group_sizes_E.astype(jnp.int32),
+        preferred_element_type=jnp.float32,
+    )
+    return out.astype(jnp.bfloat16)
+
+
+def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
+    """Attention of one query token per sequence over cache slots ``< lengths[b]``.
+
+    Caches are ``[B, Hkv, S, D]`` bf16 arrays or FP4 QTensors (see ``trace_jax.attention``)."""
+    fn = _kernel("decode_attention", "decode_attention")
+    if fn is not None:
+        return fn(q_BxHxD, k_cache, v_cache, lengths_B)
+    return decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B)
+
+
+def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
+    k = Q.dequantize(k_cache) if isinstance(k_cache, Q.QTensor) else k_cache.astype(jnp.float32)
+    v = Q.dequantize(v_cache) if isinstance(v_cache, Q.QTensor) else v_cache.astype(jnp.float32)
+    B, H, D = q_BxHxD.shape
+    K, S = k.shape[1], k.shape[2]
+    qg = q_BxHxD.reshape(B, K, H // K, D).astype(jnp.float32)
+    s = jnp.einsum("bkgd,bksd->bkgs", qg, k) / jnp.sqrt(jnp.float32(D))
+    valid = jnp.arange(S)[None, :] < lengths_B[:, None]  # B,S
+    s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    v = jnp.where(valid[:, None, :, None], v, 0.0)  # unwritten slots may hold anything
+    o = jnp.einsum("bkgs,bksd->bkgd", p, v)
+    return o.reshape(B, H, D).astype(q_BxHxD.dtype)
