@@ -33,20 +33,19 @@ def _kernel(module: str, name: str):
 
 def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
     """``out[i] = x[i] @ w[e(i)]`` for rows sorted by expert (``group_sizes`` rows per expert;
-    rows past the sum are zero). ``w`` is a bf16 [E, K, N] array or FP4 weights. FP32
-    accumulation, bf16 output."""
+    rows past the sum are zero). ``w`` is an [E, K, N] array or FP4 weights. Computes in ``x``'s
+    dtype with FP32 accumulation."""
+    dt = x_MxK.dtype
     if isinstance(w, Q.QTensor):
-        w = Q.dequantize(w, jnp.bfloat16)
+        w = Q.dequantize(w, dt)
     elif not isinstance(w, jax.Array):  # kernel-prepared FP4 weights
         fn = _kernel("fp4_matmul", "fp4_grouped_matmul")
         if fn is None:
             raise ValueError(f"no kernel available for weights of type {type(w).__name__}")
         return fn(x_MxK, w, group_sizes_E)
-    out = jax.lax.ragged_dot(
-        x_MxK.astype(jnp.bfloat16), w.astype(jnp.bfloat16), group_sizes_E.astype(jnp.int32),
-        preferred_element_type=jnp.float32,
-    )
-    return out.astype(jnp.bfloat16)
+    out = jax.lax.ragged_dot(x_MxK, w.astype(dt), group_sizes_E.astype(jnp.int32),
+                             preferred_element_type=jnp.float32)
+    return out.astype(dt)
 
 
 def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
