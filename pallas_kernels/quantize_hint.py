@@ -87,7 +87,7 @@ def _pack_last(v_u32, group, width):
 
 
 def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, kc, nk,
-               row_scope, interpret):
+               row_scope, interpret, division):
     bm = x_ref.shape[0]
     nvfp4 = fmt == "nvfp4"
     if nvfp4:
@@ -129,7 +129,11 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             eff = jnp.where(b32 == 255, jnp.nan, sf) * 1.0
         eff3 = jnp.broadcast_to(eff[:, :, None], (bm, nbc, bs))
         safe = jnp.where(eff3 > 0, eff3, 1.0)
-        z = jnp.where(eff3 > 0, _div(xb, safe, interpret),
+        if division == "ieee":
+            zq = _div(xb, safe, interpret)
+        else:  # "recip": x * (1 / s), what XLA's CPU fusion computes for the reference
+            zq = xb * _div(jnp.ones_like(safe), safe, interpret)
+        z = jnp.where(eff3 > 0, zq,
                       jnp.where(eff3 != eff3, jnp.nan, 0.0))
         zbits = jax.lax.bitcast_convert_type(z, jnp.uint32)
         mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
@@ -148,9 +152,10 @@ def _pow2_divisor(n, cap):
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "block_m",
-                                             "chunk_k", "num_warps", "interpret"))
+                                             "chunk_k", "num_warps", "interpret", "division"))
 def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
-                              block_m=8, chunk_k=256, num_warps=4, interpret=False):
+                              block_m=8, chunk_k=256, num_warps=4, interpret=False,
+                              division="ieee"):
     f = quant.get_format(fmt)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")
@@ -181,7 +186,8 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
         out_shape.append(jax.ShapeDtypeStruct((m, k // 8), jnp.uint8))
         out_specs.append(row(k // 8))
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
-                               row_scope=row_scope and f.has_global_scale, interpret=interpret)
+                               row_scope=row_scope and f.has_global_scale, interpret=interpret,
+                               division=division)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),

@@ -1,0 +1,362 @@
+"""Benchmark + GPU correctness for decode attention, KV append and quantize-with-hint (one H200).
+
+    PYTHONUNBUFFERED=1 python -m pallas_kernels.bench_attention [--out DIR] [--quick]
+
+Protocol (../shared/docs/PERFORMANCE.md): random data, correctness against the pure-JAX reference
+in the same run (relative error; NaN fails), warm-up, block_until_ready, median of >= 20 timed
+calls, copy bandwidth measured in the same run. Attention rows: GQA 32q/4kv head_dim 128, all
+lengths = context; KV bytes = the K and V bytes of the valid rows. Baseline: the shipped
+jax.experimental.pallas.ops.gpu.decode_attention.gqa (bf16, its [B, S, H, D] layout).
+Writes kernels_attention.{json,md} to --out and prints the markdown table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_kernels.attention_triton import decode_attention_triton, kv_bytes
+from pallas_kernels.decode_attention import decode_attention_reference
+from pallas_kernels.kv_append import append_kv
+from pallas_kernels.quantize_hint import quantize_with_hint_reference, quantize_with_hint_triton
+from trace_jax.quant import quantize
+
+warnings.filterwarnings("ignore")
+TINY = "--tiny" in sys.argv  # CPU smoke test of this script: tiny shapes, interpret mode
+if TINY:
+    import functools as _ft
+
+    decode_attention_triton = _ft.partial(decode_attention_triton, interpret=True)
+    quantize_with_hint_triton = _ft.partial(quantize_with_hint_triton, interpret=True)
+
+
+def timeit(f, *args, reps=20, warm=2):
+    for _ in range(warm):
+        jax.block_until_ready(f(*args))
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def copy_bandwidth():
+    x = jax.random.normal(jax.random.PRNGKey(0), (1024 * 1024 * (1 if TINY else 1024),), jnp.float32)
+    f = jax.jit(lambda a: a * 1.0001)
+    t = timeit(f, x, reps=10)
+    x_bytes = x.nbytes
+    del x
+    return 2 * x_bytes / t
+
+
+def rel(a, b):
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if not np.all(np.isfinite(a)):
+        return float("nan")
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def make_cache(key, b, h, s, d, fmt):
+    x = jax.random.normal(key, (b, h, s, d), jnp.bfloat16)
+    if fmt == "bf16":
+        return x
+    q = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(x)
+    del x
+    return q
+
+
+def attention_rows(ctxs, batches, cfgs, bw, quick):
+    from jax.experimental.pallas.ops.gpu import decode_attention as shipped
+
+    hq, h, d = 32, 4, 128
+    rows = []
+    budget = 10e9  # bytes of bf16 KV allowed per config (sizes the batch)
+    for s in ctxs:
+        for b in batches:
+            if kv_bytes(b, h, s, d, "bf16") > budget:
+                continue
+            kq, kk, kv = jax.random.split(jax.random.PRNGKey(s + b), 3)
+            q = jax.random.normal(kq, (b, hq, d), jnp.bfloat16)
+            lengths = jnp.full((b,), s, jnp.int32)
+            res = {"batch": b, "context": s}
+            # baseline: shipped bf16 Pallas gqa (BSHD layout)
+            kb = make_cache(kk, b, h, s, d, "bf16")
+            vb = make_cache(kv, b, h, s, d, "bf16")
+            ks, vs = jnp.swapaxes(kb, 1, 2), jnp.swapaxes(vb, 1, 2)
+            base = jax.jit(lambda q, k, v, L: shipped.gqa(q, k, v, kv_seq_len=L, interpret=TINY))
+            t_base = timeit(base, q, ks, vs, lengths)
+            del ks, vs
+            res["shipped_bf16_us"] = t_base * 1e6
+            for fmt in ("bf16", "nvfp4", "mxfp4"):
+                if fmt == "bf16":
+                    kc, vc = kb, vb
+                else:
+                    kc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(kb)
+                    vc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(vb)
+                cfg = cfgs[fmt]
+                f = jax.jit(lambda q, k, v, L, cfg=cfg: decode_attention_triton(
+                    q, k, v, L, sm_scale=d ** -0.5, **cfg))
+                out = f(q, kc, vc, lengths)
+                if b <= 8 or quick:
+                    refb = min(b, 2)
+                    ref = decode_attention_reference(
+                        q[:refb], jax.tree.map(lambda a: a[:refb] if a.shape[0] == b else a, kc),
+                        jax.tree.map(lambda a: a[:refb] if a.shape[0] == b else a, vc),
+                        lengths[:refb])
+                    res[f"{fmt}_relerr"] = rel(out[:refb].astype(jnp.float32),
+                                               ref.astype(jnp.float32))
+                t = timeit(f, q, kc, vc, lengths)
+                nbytes = kv_bytes(b, h, s, d, fmt)
+                res[f"{fmt}_us"] = t * 1e6
+                res[f"{fmt}_TBps"] = nbytes / t / 1e12
+                res[f"{fmt}_pct_copy"] = 100 * nbytes / t / bw
+                res[f"{fmt}_vs_shipped"] = t_base / t
+                if fmt != "bf16":
+                    del kc, vc
+            for fmt in ("nvfp4", "mxfp4"):
+                res[f"{fmt}_vs_our_bf16"] = res["bf16_us"] / res[f"{fmt}_us"]
+            del kb, vb
+            rows.append(res)
+            print(json.dumps(res), flush=True)
+    return rows
+
+
+def sweep(bw):
+    """Tune block_k / num_warps / num_stages on B=32, 32K for each cache format."""
+    b, hq, h, s, d = (2, 32, 4, 256, 128) if TINY else (32, 32, 4, 32768, 128)
+    q = jax.random.normal(jax.random.PRNGKey(1), (b, hq, d), jnp.bfloat16)
+    lengths = jnp.full((b,), s, jnp.int32)
+    kb = make_cache(jax.random.PRNGKey(2), b, h, s, d, "bf16")
+    vb = make_cache(jax.random.PRNGKey(3), b, h, s, d, "bf16")
+    best, log = {}, []
+    for fmt in ("bf16", "nvfp4", "mxfp4"):
+        if fmt == "bf16":
+            kc, vc = kb, vb
+        else:
+            kc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(kb)
+            vc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(vb)
+        bt = None
+        for bk in ((32, 64, 128) if not TINY else (64,)):
+            for nw in (4, 8) if not TINY else (4,):
+                for ns in (2, 3) if not TINY else (2,):
+                    cfg = dict(block_k=bk, num_warps=nw, num_stages=ns)
+                    try:
+                        f = jax.jit(lambda q, k, v, L, cfg=cfg: decode_attention_triton(
+                            q, k, v, L, sm_scale=d ** -0.5, **cfg))
+                        t = timeit(f, q, kc, vc, lengths, reps=10, warm=1)
+                    except Exception as e:  # noqa: BLE001
+                        log.append({"fmt": fmt, **cfg, "error": repr(e)[:200]})
+                        print("sweep fail", fmt, cfg, repr(e)[:300], flush=True)
+                        continue
+                    pct = 100 * kv_bytes(b, h, s, d, fmt) / t / bw
+                    log.append({"fmt": fmt, **cfg, "us": t * 1e6, "pct_copy": pct})
+                    print("sweep", fmt, cfg, f"{t * 1e6:.0f} us {pct:.1f}%", flush=True)
+                    if bt is None or t < bt:
+                        bt, best[fmt] = t, cfg
+    return best, log
+
+
+def long_context_check():
+    """128K context: kernel vs f32 reference vs float64 numpy (one sequence, 32q/4kv)."""
+    b, hq, h, s, d = 2, 32, 4, (1024 if TINY else 131072), 128
+    q = jax.random.normal(jax.random.PRNGKey(9), (b, hq, d), jnp.bfloat16)
+    lengths = jnp.asarray([s, s - 1001], jnp.int32)
+    out = {}
+    kb = make_cache(jax.random.PRNGKey(10), b, h, s, d, "bf16")
+    vb = make_cache(jax.random.PRNGKey(11), b, h, s, d, "bf16")
+    for fmt in ("bf16", "nvfp4", "mxfp4"):
+        kc = kb if fmt == "bf16" else quantize(kb, fmt, axis=-1, global_scope="row")
+        vc = vb if fmt == "bf16" else quantize(vb, fmt, axis=-1, global_scope="row")
+        got = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5)
+        ref = decode_attention_reference(q, kc, vc, lengths)
+        # float64 on the host for sequence 1 (length s - 1001), dequantized cache
+        from trace_jax.quant import dequantize
+        kf = np.asarray(dequantize(kc) if fmt != "bf16" else kc.astype(jnp.float32))[1]
+        vf = np.asarray(dequantize(vc) if fmt != "bf16" else vc.astype(jnp.float32))[1]
+        n = int(lengths[1])
+        qf = np.asarray(q[1], np.float64).reshape(h, hq // h, d)
+        sc = np.einsum("hgd,hsd->hgs", qf, kf[:, :n].astype(np.float64)) / np.sqrt(d)
+        p = np.exp(sc - sc.max(-1, keepdims=True))
+        o64 = np.einsum("hgs,hsd->hgd", p, vf[:, :n].astype(np.float64)) / p.sum(-1)[..., None]
+        o64 = o64.reshape(hq, d)
+        out[fmt] = {"kernel_vs_ref_f32": rel(got.astype(jnp.float32), ref.astype(jnp.float32)),
+                    "kernel_vs_f64": rel(got[1].astype(jnp.float32), o64),
+                    "ref_vs_f64": rel(ref[1].astype(jnp.float32), o64)}
+        print("long128k", fmt, out[fmt], flush=True)
+    return out
+
+
+def append_rows():
+    b, h, s, d = (2, 4, 256, 128) if TINY else (32, 4, 32768, 128)
+    rows = []
+    for fmt in ("bf16", "nvfp4"):
+        cache = make_cache(jax.random.PRNGKey(4), b, h, s, d, fmt)
+        new = jax.random.normal(jax.random.PRNGKey(5), (b, h, 1, d), jnp.bfloat16)
+        pos = jnp.full((b,), s // 2, jnp.int32)
+        step = jax.jit(append_kv, donate_argnums=0)
+        for _ in range(3):
+            cache = step(cache, new, pos)
+        jax.block_until_ready(cache)
+        ts = []
+        for _ in range(20):
+            t = time.perf_counter()
+            cache = step(cache, new, pos)
+            jax.block_until_ready(cache)
+            ts.append(time.perf_counter() - t)
+        cache_bytes = sum(x.nbytes for x in jax.tree.leaves(cache))
+        rows.append({"fmt": fmt, "batch": b, "S": s, "append_us": statistics.median(ts) * 1e6,
+                     "cache_MB": cache_bytes / 1e6})
+        print("append", rows[-1], flush=True)
+        del cache
+    return rows
+
+
+def quantize_rows(bw):
+    rows = []
+    u8 = lambda a: np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))  # noqa: E731
+    shapes = ((8192, 2048), (8192, 768), (32768, 2048)) if not TINY else ((8192, 2048), (64, 768))
+    for (m, k) in shapes:
+        if TINY and m == 8192:
+            m = 16
+        for fmt, scope in (("nvfp4", "row"), ("mxfp4", "row"), ("nvfp4", "tensor")):
+            x = jax.random.normal(jax.random.PRNGKey(m + k), (m, k), jnp.float32)
+            x = (x * jnp.exp(2 * jax.random.normal(jax.random.PRNGKey(1), (m, 1)))).astype(
+                jnp.bfloat16)
+            if k == 2048:  # edge rows: zeros, NaN, Inf, tiny, exact ties
+                x = x.at[0].set(0).at[1, 5].set(jnp.nan).at[2, 9].set(jnp.inf)
+                x = x.at[3].set(1e-38).at[4, :8].set(jnp.asarray(
+                    [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0], jnp.bfloat16))
+            best = None
+            for bm in (8, 16):
+                for nw in (4, 8):
+                    f = jax.jit(lambda x, bm=bm, nw=nw: quantize_with_hint_triton(
+                        x, fmt, global_scope=scope, block_m=bm, num_warps=nw))
+                    try:
+                        t = timeit(f, x)
+                    except Exception as e:  # noqa: BLE001
+                        print("qh fail", bm, nw, repr(e)[:300], flush=True)
+                        continue
+                    if best is None or t < best[0]:
+                        best = (t, bm, nw, f)
+            t, bm, nw, f = best
+            qr, hr = jax.jit(lambda x: quantize_with_hint_reference(x, fmt, global_scope=scope))(x)
+            qk, hk = jax.jit(lambda x, bm=bm, nw=nw: quantize_with_hint_triton(
+                x, fmt, global_scope=scope, block_m=bm, num_warps=nw, division="recip"))(x)
+            recip_same = bool(np.array_equal(qk.codes, qr.codes))
+            qk, hk = f(x)
+            same = {"recip_codes": recip_same,
+                "codes": bool(np.array_equal(qk.codes, qr.codes)),
+                "scales": bool(np.array_equal(u8(qk.scales), u8(qr.scales))),
+                "global": bool(np.array_equal(np.asarray(qk.global_scale),
+                                              np.asarray(qr.global_scale), equal_nan=True)),
+                "bits": bool(np.array_equal(hk.bits, hr.bits)),
+            }
+            if not all(same.values()):
+                bad = np.nonzero((np.asarray(qk.codes) != np.asarray(qr.codes)).any(1))[0]
+                same["bad_rows"] = bad[:10].tolist()
+            nbytes = m * k * 2 + m * k // 2 + m * k // quantize_block(fmt) + m * k // 8 + 4 * m
+            tr = timeit(jax.jit(lambda x: quantize_with_hint_reference(
+                x, fmt, global_scope=scope)), x)
+            row = {"M": m, "K": k, "fmt": fmt, "scope": scope, "block_m": bm, "num_warps": nw,
+                   "us": t * 1e6, "TBps": nbytes / t / 1e12, "pct_copy": 100 * nbytes / t / bw,
+                   "xla_ref_us": tr * 1e6, "bit_identical": same}
+            rows.append(row)
+            print("qh", json.dumps(row), flush=True)
+    return rows
+
+
+def quantize_block(fmt):
+    return 16 if fmt == "nvfp4" else 32
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "experiments/results"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--skip", default="")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
+    info = {"device": str(jax.devices()[0].device_kind), "jax": jax.__version__,
+            "command": " ".join(sys.argv)}
+    bw = copy_bandwidth()
+    info["copy_TBps"] = bw / 1e12
+    print("copy bandwidth TB/s", bw / 1e12, flush=True)
+    res = {"info": info}
+    skip = a.skip.split(",")
+    if "qh" not in skip:
+        res["quantize_hint"] = quantize_rows(bw)
+    if "sweep" not in skip:
+        best, log = sweep(bw)
+    else:
+        best, log = {f: dict(block_k=64, num_warps=4, num_stages=2)
+                     for f in ("bf16", "nvfp4", "mxfp4")}, []
+    res["sweep"], res["best_cfg"] = log, best
+    print("best", best, flush=True)
+    if "long" not in skip:
+        res["long_context_128k"] = long_context_check()
+    if "append" not in skip:
+        res["append"] = append_rows()
+    ctxs = (8192, 32768, 131072) if not TINY else (256,)
+    batches = ((8, 32, 128) if not a.quick else (8,)) if not TINY else (2,)
+    res["attention"] = attention_rows(ctxs, batches, best, bw, a.quick)
+    info["elapsed_s"] = time.time() - t0
+    with open(os.path.join(a.out, "kernels_attention.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    md = to_markdown(res)
+    with open(os.path.join(a.out, "kernels_attention.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+def to_markdown(res):
+    i = res["info"]
+    lines = [f"# Decode attention / quantize-with-hint on {i['device']} (jax {i['jax']})", "",
+             f"copy bandwidth {i['copy_TBps']:.2f} TB/s; command `{i['command']}`; "
+             f"best configs {res['best_cfg']}", "",
+             "| B | ctx | shipped bf16 us | our bf16 us (%copy) | nvfp4 us (%copy, x shipped, "
+             "x our bf16) | mxfp4 us (%copy, x shipped, x our bf16) | relerr bf16/nv/mx |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["attention"]:
+        err = "/".join(f"{r.get(f + '_relerr', float('nan')):.1e}"
+                       for f in ("bf16", "nvfp4", "mxfp4"))
+        lines.append(
+            f"| {r['batch']} | {r['context']} | {r['shipped_bf16_us']:.0f} | "
+            f"{r['bf16_us']:.0f} ({r['bf16_pct_copy']:.0f}%) | "
+            f"{r['nvfp4_us']:.0f} ({r['nvfp4_pct_copy']:.0f}%, {r['nvfp4_vs_shipped']:.2f}x, "
+            f"{r['nvfp4_vs_our_bf16']:.2f}x) | "
+            f"{r['mxfp4_us']:.0f} ({r['mxfp4_pct_copy']:.0f}%, {r['mxfp4_vs_shipped']:.2f}x, "
+            f"{r['mxfp4_vs_our_bf16']:.2f}x) | {err} |")
+    if "long_context_128k" in res:
+        lines += ["", "128K context accuracy (rel. L2 error):", ""]
+        for f, v in res["long_context_128k"].items():
+            lines.append(f"- {f}: " + ", ".join(f"{k} {x:.2e}" for k, x in v.items()))
+    if "append" in res:
+        lines += ["", "append_kv (jit, donated cache, 1 new token):", ""]
+        for r in res["append"]:
+            lines.append(f"- {r['fmt']} B={r['batch']} S={r['S']} cache {r['cache_MB']:.0f} MB: "
+                         f"{r['append_us']:.1f} us")
+    if "quantize_hint" in res:
+        lines += ["", "| quantize_with_hint M x K | fmt/scope | us | TB/s | %copy | XLA ref us "
+                  "| bit-identical |", "|---|---|---|---|---|---|---|"]
+        for r in res["quantize_hint"]:
+            lines.append(f"| {r['M']}x{r['K']} | {r['fmt']}/{r['scope']} | {r['us']:.1f} | "
+                         f"{r['TBps']:.2f} | {r['pct_copy']:.0f}% | {r['xla_ref_us']:.1f} | "
+                         f"{r['bit_identical']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
