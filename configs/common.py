@@ -31,4 +31,21 @@ def base_config():
         hint_layers="last_half",  # "last_half" | "all" | "none" | fraction of last layers | [layers]
         hint_kind="mantissa",  # "mantissa" (TRACE's 1-bit hint) | "exact" (full codes)
     ))
+
+    # Which runs: the experiment variant (trace_jax.experiment.VARIANTS).
+    c.variant = "trace"  # bf16 | fp4_naive | fp4_qat_rtn | fp4_qat_w4a16 | trace
+
+    c.tokenizer = ml_collections.ConfigDict(dict(kind="char", path=""))
+    # Task: trace_jax.tasks.get_task(name, **kwargs)
+    c.task = ml_collections.ConfigDict(dict(name="addition", kwargs=ml_collections.ConfigDict(
+        dict(digits=2))))
+
+    # Rollout (trace_jax.rollout): prompts per step, samples per prompt, sampler.
+    c.rollout = ml_collections.ConfigDict(dict(
+        batch_prompts=8,  # prompts per RL step
+        group_size=4,  # G samples per prompt (GRPO group)
+        max_new_tokens=8,
+        temperature=1.0, top_k=0, top_p=1.0,
+        record_codes=True,  # also record exact codes at every site (code-agreement metrics)
+    ))
     return c

@@ -30,9 +30,10 @@ def ref_quantize(x, fmt, axis=-1, row=False):
     amax_b = np.abs(xb).max(-1)
     if fmt == "nvfp4":
         amax = np.abs(x).max(axis=-1, keepdims=True) if row else np.abs(x).max(keepdims=True)
-        g = (amax / np.float32(6 * 448)).astype(np.float32)
+        g = (amax * np.float32(1 / (6 * 448))).astype(np.float32)
         g = np.where(g == 0, np.float32(1), g)
-        s = np.minimum(amax_b / (np.float32(6) * g), np.float32(448)).astype(ml_dtypes.float8_e4m3fn)
+        inv = np.float32(1) / (np.float32(6) * g)
+        s = np.minimum(amax_b * inv, np.float32(448)).astype(ml_dtypes.float8_e4m3fn)
         s = s.astype(np.float32)
         eff = s * g
     else:
@@ -42,7 +43,8 @@ def ref_quantize(x, fmt, axis=-1, row=False):
         s = np.where(e > -127, 2.0 ** e, 0.0).astype(np.float32)
         eff = s
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(eff[..., None] > 0, xb / eff[..., None], 0).astype(np.float32)
+        r = np.where(eff > 0, np.float32(1) / eff, 0).astype(np.float32)
+    z = (xb * r[..., None]).astype(np.float32)
     codes = ref_codes(z).reshape(x.shape)
     return np.moveaxis(codes, -1, axis), np.moveaxis(s, -1, axis), eff
 
@@ -183,6 +185,11 @@ def test_non_finite_input_poisons_block_and_checked_mode_raises():
     assert np.all(np.isnan(d[1, 32:])) and np.all(d[1, :32] == 1)
     qn = Q.quantize(jnp.asarray(x), "nvfp4", global_scope="row")
     assert np.all(np.isnan(np.asarray(Q.dequantize(qn))))  # per-row global scale is poisoned
+    # many rows: a fused max reduction must not swallow the NaN of one row
+    many = np.ones((16, 64), np.float32)
+    many[9, 5] = np.nan
+    d = np.asarray(Q.dequantize(Q.quantize(jnp.asarray(many), "nvfp4", global_scope="row")))
+    assert np.all(np.isnan(d[9])) and np.all(np.isfinite(np.delete(d, 9, axis=0)))
     with pytest.raises(ValueError, match="NaN/Inf"):
         Q.quantize(jnp.asarray(x), "nvfp4", checked=True)
     f = checkify.checkify(jax.jit(lambda x: Q.dequantize(Q.quantize(x, checked=True))))
@@ -241,9 +248,9 @@ def rtn_on_grid(x, hint):
     """Round-to-nearest codes of x on the hint's grid (numpy + ml_dtypes)."""
     B = Q.FORMATS[hint.fmt].block_size
     s = np.asarray(Q.scales_to_f32(hint.scales, hint.fmt)) * np.asarray(hint.global_scale)
-    s = np.repeat(s, B, axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(s > 0, np.asarray(x, np.float32) / s, 0).astype(np.float32)
+        r = np.where(s > 0, np.float32(1) / s, 0).astype(np.float32)
+    z = (np.asarray(x, np.float32) * np.repeat(r, B, axis=-1)).astype(np.float32)
     return ref_codes(z), z
 
 

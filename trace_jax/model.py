@@ -212,6 +212,7 @@ def forward(
     hints: dict | None = None,
     forced_experts_LxBxTxK: jax.Array | None = None,
     hint_experts_LxBxTxK: jax.Array | None = None,
+    hint_valid_BxT: jax.Array | None = None,
     capture_hints: bool = False,
     capture_codes: bool = False,
 ):
@@ -220,7 +221,8 @@ def forward(
     ``cache`` + T == 1: one decode step at slot ``positions[b]``; ``cache`` + T > 1: prefill of an
     empty cache; no cache: training forward (causal over the whole sequence). ``hints`` (site name
     -> Hint in site layout) steer the QAT rounding; ``forced_experts`` replays routing;
-    ``hint_experts`` (the rollout's experts) say which ``expert_hidden`` hint rows apply.
+    ``hint_experts`` (the rollout's experts) say which ``expert_hidden`` hint rows apply and
+    ``hint_valid`` which positions carry hints at all (RTN elsewhere).
     """
     B, T = tokens_BxT.shape
     if T > cfg.max_seq_len:
@@ -237,7 +239,7 @@ def forward(
         if arr is not None and arr.shape != (cfg.n_layers, B, T, cfg.top_k):
             raise ValueError(f"{name} shape {arr.shape} != (L, B, T, k) = "
                              f"{(cfg.n_layers, B, T, cfg.top_k)}")
-    sio = nx.SiteIO(numerics, hints, capture_hints, capture_codes)
+    sio = nx.SiteIO(numerics, hints, capture_hints, capture_codes, hint_valid_BxT)
 
     x = params["embed"][tokens_BxT].astype(dt)
     all_experts, lbs, zs, new_cache = [], [], [], []

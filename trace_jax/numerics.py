@@ -120,6 +120,21 @@ class Numerics:
     def hints(self, name: str) -> bool:
         return name in self.hinted and self.quantizes(name)
 
+    def recording_all_codes(self) -> "Numerics":
+        """The same numerics, capturing exact codes at every quantized activation site (for
+        diagnosis and code-agreement metrics; :func:`trainer_hints` derives the real hints)."""
+        acts = frozenset(n for n in self.quantized if _kind(n) in ACT_SITES)
+        return dataclasses.replace(self, hinted=acts, hint_kind="exact")
+
+    def trainer_hints(self, recorded: dict) -> dict:
+        """The hints this policy consumes, from hints recorded by :meth:`recording_all_codes`
+        (or by this policy itself)."""
+        out = {}
+        for name in self.hinted:
+            h = recorded[name]
+            out[name] = h if self.hint_kind == "exact" else Q.mantissa_hint(h)
+        return out
+
     def with_mode(self, mode: str) -> "Numerics":
         if mode not in MODES:
             raise ValueError(f"numerics mode must be one of {MODES}, got {mode!r}")
@@ -175,9 +190,11 @@ class SiteIO:
     hints/codes going out. Lives only while a function is being traced; holds no state across
     calls."""
 
-    def __init__(self, numerics: Numerics, hints_in=None, capture_hints=False, capture_codes=False):
+    def __init__(self, numerics: Numerics, hints_in=None, capture_hints=False, capture_codes=False,
+                 hint_valid_BxT=None):
         self.numerics = numerics
         self.hints_in = dict(hints_in or {})
+        self.hint_valid = hint_valid_BxT
         self.capture_hints = capture_hints
         self.capture_codes = capture_codes
         self.hints_out: dict[str, Q.Hint] = {}
@@ -198,7 +215,8 @@ class SiteIO:
 
         ``layout`` optionally maps ``x`` to and from the site's hint layout (leading [B, T]):
         a pair of functions ``(to_site, from_site)``. ``hint_rows`` (bool, x's shape without the
-        last axis, in site layout) says where an incoming hint applies; elsewhere RTN is used.
+        last axis, in site layout) says where an incoming hint applies, as does the pass-wide
+        ``hint_valid_BxT`` (positions the rollout recorded); elsewhere RTN is used.
         """
         nm = self.numerics
         if not nm.quantizes(name):
@@ -211,6 +229,11 @@ class SiteIO:
             q = Q.quantize(jax.lax.stop_gradient(xs), nm.fmt, axis=-1, global_scope=scope)
         else:
             q = Q.guided_quantize(jax.lax.stop_gradient(xs), hint)
+            if self.hint_valid is not None:
+                rows = xs.shape[:-1]
+                v = self.hint_valid.reshape(self.hint_valid.shape + (1,) * (len(rows) - 2))
+                v = jnp.broadcast_to(v, rows)
+                hint_rows = v if hint_rows is None else hint_rows & v
             if hint_rows is not None:
                 rtn = Q.quantize(jax.lax.stop_gradient(xs), nm.fmt, axis=-1, global_scope=scope)
                 m = hint_rows[..., None]

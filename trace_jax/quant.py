@@ -13,13 +13,17 @@ Formats (METHOD.md section 2). Blocks run along ``axis`` (the contraction axis).
 
 * ``nvfp4``: 16-element blocks, an FP8 E4M3 block scale, an FP32 global scale ``g`` (the *decode*
   factor, the same convention as ``jax.nn.scaled_matmul``: value = code * block_scale * g).
-  Default ``g = amax(x) / (6 * 448)`` per tensor, or per row with ``global_scope="row"`` (one per
-  token for activations). ``block_scale = e4m3(min(amax(block) / (6 * g), 448))``.
+  Default ``g = amax(x) * f32(1 / (6 * 448))`` per tensor, or per row with ``global_scope="row"``
+  (one per token for activations). ``block_scale = e4m3(min(amax(block) * (1 / (6 g)), 448))``.
 * ``mxfp4``: 32-element blocks, an E8M0 power-of-two scale ``2**(floor(log2(amax(block))) - 2)``
   (OCP MX v1.0); values above 6 after scaling saturate. ``global_scale`` is 1.
 
-In both, ``z = x / (block_scale * g)`` in float32, and the code is E2M1 round-to-nearest-even of
-``z`` with saturation at +-6 -- bit-identical to ``(x / s).astype(jnp.float4_e2m1fn)``.
+In both, ``z = x * r`` in float32 with ``r = 1 / (block_scale * g)`` computed once per block
+(a correctly rounded reciprocal), and the code is E2M1 round-to-nearest-even of ``z`` with
+saturation at +-6 -- bit-identical to ``(x * r).astype(jnp.float4_e2m1fn)``. Every step is a
+multiply or a reciprocal, so XLA, kernels and numpy all produce the same bits (XLA rewrites
+``x / broadcast(s)`` into a multiply by a reciprocal, so a division-based spec would not be
+reproducible).
 
 Layout. ``QTensor.codes`` has ``x``'s shape with ``axis`` halved: two codes per byte along
 ``axis``, element ``2i`` in the low nibble. ``scales`` has ``axis`` divided by the block size.
@@ -166,30 +170,44 @@ def scales_to_f32(scales: jax.Array, fmt: str | Format) -> jax.Array:
     return scales.astype(jnp.float32)
 
 
-def _nvfp4_block_scale(amax_b, g, target):
-    raw = amax_b / (target * g)
-    raw = jnp.where(jnp.isfinite(amax_b), raw, jnp.nan)
+# The global scale is amax times this float32 constant (a multiply, never a division by a
+# constant, which compilers may rewrite into a multiply by an inexact reciprocal).
+GLOBAL_FACTOR = np.float32(1.0 / (e2m1.MAX * E4M3_MAX))
+
+
+def _recip(v):
+    """Correctly rounded float32 reciprocal (a real division of 1; never a rewritten one)."""
+    return jnp.float32(1.0) / v
+
+
+def _nvfp4_block_scale(amax_b, bad_b, g, target):
+    raw = amax_b * _recip(jnp.float32(target) * g)
+    raw = jnp.where(bad_b, jnp.nan, raw)
     return jnp.minimum(raw, E4M3_MAX).astype(jnp.float8_e4m3fn)
 
 
-def _mxfp4_block_scale(amax_b):
+def _mxfp4_block_scale(amax_b, bad_b):
     _, ex = jnp.frexp(amax_b)  # amax = m * 2**ex, m in [0.5, 1)  ->  floor(log2 amax) = ex - 1
     exp = jnp.where(amax_b > 0, ex - 1 - 2, E8M0_MIN_EXP)
     exp = jnp.clip(exp, E8M0_MIN_EXP, E8M0_MAX_EXP)
-    byte = jnp.where(jnp.isfinite(amax_b), exp + 127, 255).astype(jnp.uint8)
+    byte = jnp.where(bad_b, 255, exp + 127).astype(jnp.uint8)
     return jax.lax.bitcast_convert_type(byte, jnp.float8_e8m0fnu)
 
 
 def _default_global_scale(xm, scope):
     """Per-tensor or per-row NVFP4 global scale of ``xm`` (blocked axis last), keepdims."""
     if scope == "tensor":
-        amax = jnp.max(jnp.abs(xm), keepdims=True)
+        axes = None
     elif scope == "row":
-        amax = jnp.max(jnp.abs(xm), axis=-1, keepdims=True)
+        axes = -1
     else:
         raise ValueError(f"global_scope must be 'tensor' or 'row', got {scope!r}")
-    g = amax / (e2m1.MAX * E4M3_MAX)
-    return jnp.where(g == 0, 1.0, g)  # all-zero tensor/row: any finite scale; NaN stays NaN
+    amax = jnp.max(jnp.abs(xm), axis=axes, keepdims=True)
+    # reductions may drop NaN (fused max); non-finite input is flagged explicitly
+    bad = jnp.any(~jnp.isfinite(xm), axis=axes, keepdims=True)
+    g = amax * GLOBAL_FACTOR
+    g = jnp.where(g == 0, 1.0, g)  # all-zero tensor/row: any finite scale
+    return jnp.where(bad, jnp.nan, g)
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,20 +292,21 @@ def quantize(
     xm = jnp.moveaxis(x.astype(jnp.float32), ax, -1)
     xb = _blocks(xm, f.block_size)  # [..., nb, B]
     amax_b = jnp.max(jnp.abs(xb), axis=-1)  # [..., nb]
+    bad_b = jnp.any(~jnp.isfinite(xb), axis=-1)
 
     if f.has_global_scale:
         if global_scale is None:
             g = _default_global_scale(xm, global_scope)  # [..., 1] keepdims (moved layout)
         else:
             g = jnp.moveaxis(_keepdims_global(global_scale, x.shape, ax), ax, -1)
-        scales = _nvfp4_block_scale(amax_b, g, e2m1.MAX)
+        scales = _nvfp4_block_scale(amax_b, bad_b, g, e2m1.MAX)
     else:
         if global_scale is not None:
             raise ValueError(f"{f.name} has no global scale; got global_scale={global_scale!r}")
         if scale_rule != "max":
             raise ValueError(f"scale_rule={scale_rule!r} is defined for nvfp4 only")
         g = jnp.ones((1,) * x.ndim, jnp.float32)
-        scales = _mxfp4_block_scale(amax_b)
+        scales = _mxfp4_block_scale(amax_b, bad_b)
 
     def codes_for(block_scales):
         z = _scaled(xb, block_scales, g, f)
@@ -297,7 +316,7 @@ def quantize(
 
     codes = codes_for(scales)
     if scale_rule == "four_over_six":
-        scales4 = _nvfp4_block_scale(amax_b, g, 4.0)
+        scales4 = _nvfp4_block_scale(amax_b, bad_b, g, 4.0)
         codes4 = codes_for(scales4)
         err6 = _block_sq_err(xb, codes, scales, g, f)
         err4 = _block_sq_err(xb, codes4, scales4, g, f)
@@ -309,10 +328,11 @@ def quantize(
 
 
 def _scaled(xb, scales, g, f: Format):
-    """z = x / (block_scale * g) in float32; 0 where the scale is 0."""
-    eff = (scales_to_f32(scales, f) * g)[..., None]
-    safe = jnp.where(eff > 0, eff, 1.0)
-    return jnp.where(eff > 0, xb / safe, jnp.where(jnp.isnan(eff), jnp.nan, 0.0))
+    """z = x * r with r = 1 / (block_scale * g) rounded to float32 once per block; r = 0 where the
+    scale is 0 and NaN where it is NaN."""
+    s = scales_to_f32(scales, f) * g
+    r = jnp.where(s > 0, _recip(jnp.where(s > 0, s, 1.0)), jnp.where(jnp.isnan(s), jnp.nan, 0.0))
+    return xb * r[..., None]
 
 
 def _block_sq_err(xb, codes, scales, g, f):
@@ -530,3 +550,12 @@ def code_distance_histogram(a: QTensor | jax.Array, b: QTensor | jax.Array) -> j
     ia, ib = _code_pair(a, b)
     d = jnp.abs(ia - ib).ravel()
     return jnp.zeros(MAX_CODE_DISTANCE + 1, jnp.int32).at[d].add(1)
+
+
+def mantissa_hint(hint: Hint) -> Hint:
+    """The 1-bit hint carried by an exact (full-code) hint."""
+    if hint.kind == "mantissa":
+        return hint
+    codes = e2m1.unpack_nibbles(jnp.moveaxis(hint.bits, hint.axis, -1))
+    bits = jnp.moveaxis(e2m1.pack_bits(codes & 1), -1, hint.axis)
+    return dataclasses.replace(hint, bits=bits, kind="mantissa")

@@ -1,0 +1,47 @@
+"""The diagnosis command end to end on a shrunken tiny config."""
+
+import json
+import subprocess
+import sys
+
+from configs import tiny
+from trace_jax import diagnose
+
+
+def small_config():
+    c = tiny.get_config()
+    c.model.n_layers = 2
+    c.rollout.batch_prompts = 2
+    c.rollout.group_size = 2
+    c.rollout.max_new_tokens = 4
+    return c
+
+
+def test_diagnose_variants_and_orderings():
+    res = diagnose.diagnose(small_config())
+    assert set(res) == {"bf16", "fp4_naive", "fp4_qat_rtn", "trace", "trace+r3", "hint_cost"}
+    r3 = res["trace+r3"]
+    assert r3["routing_agreement"] == 1.0
+    assert r3["code_agreement_hinted"] >= 0.999
+    assert r3["code_agreement_hinted"] >= res["fp4_qat_rtn"]["code_agreement_hinted"]
+    # FP4 rollout against a BF16 trainer is the worst-aligned pairing
+    assert res["fp4_naive"]["logprob_gap_max"] > res["bf16"]["logprob_gap_max"]
+    assert res["fp4_naive"]["logprob_gap_max"] > r3["logprob_gap_max"]
+    hc = res["hint_cost"]
+    assert hc["hint_bytes_per_token"] == hc["expected_bytes_per_token"] > 0
+    assert sum(r3["code_distance_hist"]) > 0
+    table = diagnose.format_table(res)
+    assert "| trace+r3 |" in table and "hint bytes/token" in table
+
+
+def test_diagnose_cli_json_and_config_typo():
+    cmd = [sys.executable, "-m", "trace_jax.diagnose", "--config=configs/tiny.py",
+           "--config.model.n_layers=2", "--config.rollout.batch_prompts=1",
+           "--config.rollout.group_size=2", "--config.rollout.max_new_tokens=2", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "trace" in res and "logprob_gap_max" in res["trace"]
+    bad = subprocess.run(cmd[:3] + ["--config.modle.n_layers=2"], capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode != 0 and "modle" in bad.stderr

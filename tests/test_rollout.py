@@ -1,0 +1,170 @@
+"""The rollout engine: determinism, greedy == argmax of the full forward, recorded log-probs and
+hints match the trainer's recomputation, routing replay, EOS/padding, errors."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from trace_jax import metrics as MT
+from trace_jax import model as M
+from trace_jax import numerics as nx
+from trace_jax import rollout as R
+
+CFG = M.ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
+                    n_experts=8, top_k=2, d_expert=32, max_seq_len=32, rope_theta=10_000.0,
+                    dtype="float32")
+S = R.SamplingConfig(max_new_tokens=8, eos_id=-1, pad_id=0)  # no EOS unless a test sets one
+PROMPTS = jnp.asarray([[1, 5, 6, 7, 8, 9], [1, 4, 0, 0, 0, 0], [1, 9, 9, 3, 0, 0]], jnp.int32)
+LENS = jnp.asarray([6, 2, 4], jnp.int32)
+
+
+@pytest.fixture(scope="module")
+def params():
+    return M.init_params(CFG, jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def fp4():
+    return nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half")
+
+
+def gen(params, numerics, key=0, sampling=S, **kw):
+    return R.generate(R.sync_weights(params, numerics, dtype=CFG.dtype), PROMPTS, LENS, jax.random.key(key),
+                      cfg=CFG, numerics=numerics, sampling=sampling, **kw)
+
+
+def test_same_seed_same_rollout_and_different_seed_differs(params, fp4):
+    a, b, c = gen(params, fp4, 1), gen(params, fp4, 1), gen(params, fp4, 2)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert not np.array_equal(np.asarray(a.tokens), np.asarray(c.tokens))
+    # prompts are kept, padded past their length, and responses start at prompt_lens
+    np.testing.assert_array_equal(np.asarray(a.tokens[1, :2]), [1, 4])
+    assert np.all(np.asarray(a.response_lens) == S.max_new_tokens)
+
+
+def test_greedy_equals_argmax_of_full_forward(params):
+    bf = nx.make_numerics("bf16", CFG.n_layers)
+    ro = gen(params, bf, sampling=dataclasses.replace(S, temperature=0.0), capture_hints=False)
+    logits, _, _ = M.forward(params, ro.tokens, cfg=CFG, numerics=bf)
+    pred = np.asarray(jnp.argmax(logits, -1))
+    toks, mask = np.asarray(ro.tokens), np.asarray(ro.response_mask)
+    b, t = np.nonzero(mask)
+    np.testing.assert_array_equal(toks[b, t], pred[b, t - 1])
+    # top_k=1 and a tiny top_p are greedy too
+    for s in (dataclasses.replace(S, top_k=1), dataclasses.replace(S, top_p=1e-6)):
+        ro2 = gen(params, bf, key=7, sampling=s, capture_hints=False)
+        np.testing.assert_array_equal(np.asarray(ro2.tokens), toks)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp4_rollout"])
+def test_recorded_logprobs_match_trainer_recompute(params, mode):
+    num = nx.make_numerics(mode, CFG.n_layers, hint_layers="all")
+    rec = num.recording_all_codes() if mode != "bf16" else num
+    ro = gen(params, rec)
+    train = num.with_mode("fp4_qat" if mode != "bf16" else "bf16")
+    g = ro.guidance
+    logits, aux, _ = M.forward(params, ro.tokens, cfg=CFG, numerics=train,
+                               hints=train.trainer_hints(g.hints) if mode != "bf16" else None,
+                               hint_experts_LxBxTxK=g.experts if mode != "bf16" else None,
+                               hint_valid_BxT=g.recorded if mode != "bf16" else None)
+    lp = R.token_logprobs(logits, ro.tokens)
+    m = np.asarray(ro.response_mask)
+    np.testing.assert_allclose(np.asarray(lp)[m], np.asarray(ro.logprobs)[m], atol=2e-3)
+    # at temperature 1 without truncation the sampler's log-prob is the same number
+    np.testing.assert_allclose(np.asarray(ro.sampler_logprobs)[m], np.asarray(ro.logprobs)[m],
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("drift", [0.0, 2e-3])
+def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, drift):
+    """bf16 activations: rollout decode and trainer full-sequence forward differ by bf16 noise
+    (and, with drift > 0, by perturbed weights as a stale or differently-built trainer would)."""
+    cfg = dataclasses.replace(CFG, dtype="bfloat16")
+    fp4 = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half")
+    rec = fp4.recording_all_codes()
+    ro = R.generate(R.sync_weights(params, rec), PROMPTS, LENS, jax.random.key(3), cfg=cfg,
+                    numerics=rec, sampling=S)
+    g = ro.guidance
+    qat = fp4.with_mode("fp4_qat")
+    w = jax.tree.map(lambda a: a * (1 + drift * jax.random.normal(jax.random.key(9), a.shape)),
+                     params)
+
+    def codes(hints):
+        num = qat if hints else dataclasses.replace(qat, hinted=frozenset())
+        _, aux, _ = M.forward(w, ro.tokens, cfg=cfg, numerics=num,
+                              hints=qat.trainer_hints(g.hints) if hints else None,
+                              forced_experts_LxBxTxK=g.experts, hint_experts_LxBxTxK=g.experts,
+                              hint_valid_BxT=g.recorded if hints else None, capture_codes=True)
+        return MT.code_metrics(aux.codes, g.hints, g.recorded, qat.hinted)
+
+    guided, rtn = codes(True), codes(False)
+    gh, rh = float(guided["code_agreement_hinted"]), float(rtn["code_agreement_hinted"])
+    assert gh >= (0.999 if drift == 0 else 0.99), gh
+    assert gh > rh, (gh, rh)
+    # unhinted sites are left to round-to-nearest in both passes
+    assert float(guided["code_agreement_unhinted"]) == pytest.approx(
+        float(rtn["code_agreement_unhinted"]), abs=0.01)
+
+
+def test_routing_replay_reproduces_rollout_experts(params, fp4):
+    ro = gen(params, fp4)
+    _, aux, _ = M.forward(params, ro.tokens, cfg=CFG, numerics=fp4.with_mode("bf16"),
+                          forced_experts_LxBxTxK=ro.guidance.experts)
+    np.testing.assert_array_equal(np.asarray(aux.experts), np.asarray(ro.guidance.experts))
+    assert ro.guidance.experts.dtype == jnp.uint8
+
+
+@pytest.mark.parametrize("fmt,kind", [("nvfp4", "mantissa"), ("mxfp4", "mantissa"),
+                                      ("nvfp4", "exact")])
+def test_hint_bytes_per_token_match_formula(params, fmt, kind):
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers, fmt=fmt, hint_kind=kind)
+    ro = gen(params, num)
+    # by hand: last half = layer 1; nvfp4: D/8 + D/16 + 4 per row
+    D, F, k, K, Dh = CFG.d_model, CFG.d_expert, CFG.top_k, CFG.n_kv_heads, CFG.head_dim
+    B = 16 if fmt == "nvfp4" else 32
+    g = 4 if fmt == "nvfp4" else 0
+    per = (lambda n: n / 8) if kind == "mantissa" else (lambda n: n / 2)
+    want = (per(D) + D / B + g) + k * (per(F) + F / B + g) + 2 * K * (per(Dh) + Dh / B + g)
+    assert R.hint_bytes_per_token(ro.guidance.hints) == pytest.approx(want)
+    assert R.expected_hint_bytes_per_token(CFG, num) == pytest.approx(want)
+
+
+def test_eos_stops_a_sequence_and_pads_after_it(params, fp4):
+    greedy = dataclasses.replace(S, temperature=0.0)
+    free = np.asarray(gen(params, fp4, sampling=greedy).tokens)
+    lens = np.asarray(LENS)
+    eos = int(free[0, lens[0]])  # declare row 0's first greedy token to be EOS
+    ro = gen(params, fp4, sampling=dataclasses.replace(greedy, eos_id=eos))
+    toks = np.asarray(ro.tokens)
+    for b, L in enumerate(lens):
+        resp = list(free[b, L:L + S.max_new_tokens])
+        n = resp.index(eos) + 1 if eos in resp else S.max_new_tokens
+        assert int(ro.response_lens[b]) == n and bool(ro.finished[b]) == (eos in resp)
+        np.testing.assert_array_equal(toks[b, L:L + n], free[b, L:L + n])
+        assert np.all(toks[b, L + n:] == S.pad_id)
+    assert int(ro.response_lens[0]) == 1
+    assert np.all(np.asarray(ro.logprobs)[~np.asarray(ro.response_mask)] == 0)
+
+
+def test_fingerprint_detects_shifted_or_foreign_batches(params, fp4):
+    ro = gen(params, fp4)
+    fp = np.asarray(ro.guidance.fingerprint)
+    np.testing.assert_array_equal(np.asarray(R.fingerprint(ro.tokens)), fp)
+    assert not np.array_equal(np.asarray(R.fingerprint(jnp.roll(ro.tokens, 1, axis=0))), fp)
+    assert not np.array_equal(np.asarray(R.fingerprint(jnp.roll(ro.tokens, 1, axis=1))), fp)
+
+
+def test_bad_requests_raise(params, fp4):
+    rp = R.sync_weights(params, fp4, dtype=CFG.dtype)
+    with pytest.raises(ValueError, match="exceeds model.max_seq_len"):
+        R.generate(rp, PROMPTS, LENS, jax.random.key(0), cfg=CFG, numerics=fp4,
+                   sampling=dataclasses.replace(S, max_new_tokens=40))
+    with pytest.raises(ValueError, match="prompt_lens"):
+        R.generate(rp, PROMPTS, jnp.asarray([7, 1, 1]), jax.random.key(0), cfg=CFG, numerics=fp4,
+                   sampling=S)
+    with pytest.raises(ValueError, match="top_p"):
+        R.SamplingConfig(max_new_tokens=4, top_p=0.0)

@@ -1,0 +1,155 @@
+"""Train-rollout mismatch diagnosis: the check to run before switching a policy to FP4 rollout.
+
+``python -m trace_jax.diagnose --config=configs/tiny.py [--checkpoint=DIR] [--json]``
+
+Generates one batch with the rollout engine, recomputes it with the trainer's forward for each
+variant, and reports METHOD.md section 6's metrics:
+
+* ``bf16``: BF16 rollout vs BF16 trainer (the engine-drift floor);
+* ``fp4_naive``: FP4 rollout vs BF16 trainer;
+* ``fp4_qat_rtn``: FP4 rollout vs round-to-nearest fake-quant trainer;
+* ``trace``: FP4 rollout vs hint-guided trainer; ``trace+r3``: the same with routing replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+from trace_jax import experiment as X
+from trace_jax import metrics as MT
+from trace_jax import model as M
+from trace_jax import rollout as R
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "A run directory or checkpoint to load.")
+_JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.")
+
+
+def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: bool, replay: bool):
+    """Trainer log-probs, codes and experts for a rollout's trajectories."""
+    g = ro.guidance
+
+    @jax.jit
+    def run(params, tokens, hint_dict, experts, recorded):
+        logits, aux, _ = M.forward(
+            params, tokens, cfg=exp.cfg, numerics=numerics,
+            hints=hint_dict if hints else None,
+            forced_experts_LxBxTxK=experts if replay else None,
+            hint_experts_LxBxTxK=experts if hints else None,
+            hint_valid_BxT=recorded if hints else None,
+            capture_codes=True)
+        return R.token_logprobs(logits, tokens), aux.codes, aux.experts
+
+    hint_dict = numerics.trainer_hints(g.hints) if hints else {}
+    return run(params, ro.tokens, hint_dict, g.experts, g.recorded)
+
+
+def diagnose(config, params=None, *, seed_step: int = 0) -> dict:
+    """Metrics per variant (dict of dicts of floats / lists)."""
+    exp = X.build(config, "trace")
+    if params is None:
+        params = M.init_params(exp.cfg, jax.random.key(config.seed))
+    examples = exp.eval_data.batch(seed_step)
+    prompts, lens = X.encode_prompts(exp, examples)
+    prompts, lens = R.repeat_prompts(prompts, lens, exp.group_size)
+    key = jax.random.key(config.seed + 1)
+    out = {}
+
+    def report(name, ro, t_lp, t_codes, t_experts, hinted):
+        mask = ro.response_mask
+        m = MT.logprob_metrics(t_lp, ro.logprobs, mask)
+        valid = ro.guidance.recorded
+        if ro.guidance.hints and t_codes:
+            m.update(MT.code_metrics(t_codes, ro.guidance.hints, valid, hinted))
+        m["routing_agreement"] = MT.routing_agreement(t_experts, ro.guidance.experts, valid)
+        out[name] = jax.tree.map(lambda a: np.asarray(a).tolist(), m)
+
+    # BF16 rollout vs BF16 trainer
+    bf = exp.rollout_numerics.with_mode("bf16")
+    ro = R.generate(R.sync_weights(params, bf), prompts, lens, key, cfg=exp.cfg, numerics=bf,
+                    sampling=exp.sampling, capture_hints=False)
+    lp, codes, ex = trainer_pass(params, ro, exp, bf, hints=False, replay=False)
+    report("bf16", ro, lp, codes, ex, frozenset())
+
+    # One FP4 rollout, recording exact codes everywhere, shared by the FP4 variants.
+    fp4 = exp.rollout_numerics
+    rp = R.sync_weights(params, fp4)
+    rec = fp4.recording_all_codes()
+    ro = R.generate(rp, prompts, lens, key, cfg=exp.cfg, numerics=rec, sampling=exp.sampling)
+    trace_num = exp.train_numerics
+    rows = [
+        ("fp4_naive", fp4.with_mode("bf16"), False, False),
+        ("fp4_qat_rtn", dataclasses.replace(trace_num, hinted=frozenset()), False, False),
+        ("trace", trace_num, True, False),
+        ("trace+r3", trace_num, True, True),
+    ]
+    for name, num, hints, replay in rows:
+        lp, codes, ex = trainer_pass(params, ro, exp, num, hints=hints, replay=replay)
+        report(name, ro, lp, codes, ex, trace_num.hinted)
+
+    # Hint cost: bytes per token and capture time (second call of each: compile excluded).
+    real = R.generate(rp, prompts, lens, key, cfg=exp.cfg, numerics=fp4, sampling=exp.sampling)
+    times = {}
+    for capture in (False, True):
+        for _ in range(2):
+            t0 = time.perf_counter()
+            jax.block_until_ready(R.generate(rp, prompts, lens, key, cfg=exp.cfg, numerics=fp4,
+                                             sampling=exp.sampling, capture_hints=capture))
+            times[capture] = time.perf_counter() - t0
+    out["hint_cost"] = {
+        "hint_bytes_per_token": R.hint_bytes_per_token(real.guidance.hints),
+        "expected_bytes_per_token": R.expected_hint_bytes_per_token(exp.cfg, fp4),
+        "rollout_s_without_hints": times[False],
+        "rollout_s_with_hints": times[True],
+        "capture_overhead_frac": times[True] / times[False] - 1,
+        "device": jax.devices()[0].device_kind,
+    }
+    return out
+
+
+def format_table(res: dict) -> str:
+    cols = ["logprob_gap_max", "logprob_gap_mean", "kl_k3", "prob_gap_max", "is_clip_frac",
+            "code_agreement_hinted", "code_agreement_unhinted", "mismatch_one_step_frac",
+            "routing_agreement"]
+    lines = ["| variant | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for name, m in res.items():
+        if name == "hint_cost":
+            continue
+        vals = [m.get(c) for c in cols]
+        lines.append(f"| {name} | " + " | ".join(
+            "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.4g}"
+            for v in vals) + " |")
+    hc = res["hint_cost"]
+    lines.append("")
+    lines.append(f"hint bytes/token: {hc['hint_bytes_per_token']:.0f} "
+                 f"(formula {hc['expected_bytes_per_token']:.0f}); capture overhead "
+                 f"{hc['capture_overhead_frac']:+.1%} of rollout time on {hc['device']}")
+    for name, m in res.items():
+        if "code_distance_hist" in m:
+            h = [int(x) for x in m["code_distance_hist"]]
+            lines.append(f"code-distance histogram ({name}): {h[:5]} ...")
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    config = _CONFIG.value
+    params = None
+    if _CHECKPOINT.value:
+        from trace_jax import checkpoint
+        params = checkpoint.load_params(_CHECKPOINT.value, config)
+    res = diagnose(config, params)
+    print(json.dumps(res) if _JSON.value else format_table(res))
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["config"])
+    app.run(main)

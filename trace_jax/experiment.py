@@ -1,0 +1,96 @@
+"""Everything a run needs, built once from a config: model config, tokenizer, task and datasets,
+sampler, and the rollout/trainer numerics of the chosen variant."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+from trace_jax import model as M
+from trace_jax import numerics as nx
+from trace_jax import rollout as R
+from trace_jax import tasks
+from trace_jax import tokenizer as tok_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """How rollout and trainer compute, per METHOD.md section 7."""
+
+    rollout_mode: str
+    train_mode: str
+    hints: bool
+
+
+VARIANTS = {
+    "bf16": Variant("bf16", "bf16", False),  # BF16 rollout + BF16 train
+    "fp4_naive": Variant("fp4_rollout", "bf16", False),  # FP4 rollout, BF16 trainer
+    "fp4_qat_rtn": Variant("fp4_rollout", "fp4_qat", False),  # vanilla W4A4 QAT
+    "fp4_qat_w4a16": Variant("fp4_rollout", "fp4_qat_w4a16", False),  # QUADS-style trainer
+    "trace": Variant("fp4_rollout", "fp4_qat", True),  # hint-guided W4A4 QAT
+}
+
+
+def get_variant(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; expected one of {sorted(VARIANTS)}")
+    return VARIANTS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    cfg: M.ModelConfig
+    tokenizer: object
+    task: object
+    train_data: tasks.Dataset
+    eval_data: tasks.Dataset
+    sampling: R.SamplingConfig
+    prompt_width: int
+    rollout_numerics: nx.Numerics
+    train_numerics: nx.Numerics
+    variant: Variant
+    group_size: int
+
+
+def build(config, variant: str | None = None) -> Experiment:
+    cfg = M.ModelConfig.from_config(config.model)
+    tokenizer = tok_lib.get_tokenizer(config)
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise ValueError(f"model.vocab_size={cfg.vocab_size} is smaller than the tokenizer's "
+                         f"{tokenizer.vocab_size}")
+    task = tasks.get_task(config.task.name, **dict(config.task.kwargs))
+    rc = config.rollout
+    train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, split="train")
+    eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, split="eval")
+    sampling = R.SamplingConfig(
+        max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_k=rc.top_k,
+        top_p=rc.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+    width = task.max_prompt_len + 1  # + BOS
+    v = get_variant(variant or config.variant)
+    base = nx.numerics_from_config(config.numerics, "bf16", cfg.n_layers)
+    if v.rollout_mode != "bf16":
+        cfg.check_fp4(base.fmt)
+    rollout_num = base.with_mode(v.rollout_mode)
+    train_num = base.with_mode(v.train_mode)
+    if not v.hints:
+        train_num = dataclasses.replace(train_num, hinted=frozenset())
+    if width + rc.max_new_tokens > cfg.max_seq_len:
+        raise ValueError(f"task prompts ({width} tokens) + rollout.max_new_tokens "
+                         f"({rc.max_new_tokens}) exceed model.max_seq_len={cfg.max_seq_len}")
+    return Experiment(cfg, tokenizer, task, train_data, eval_data, sampling, width, rollout_num,
+                      train_num, v, rc.group_size)
+
+
+def encode_prompts(exp: Experiment, examples) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Right-padded [B, P] prompt tokens (BOS + prompt) and their lengths."""
+    toks, lens = exp.tokenizer.encode_batch([e.prompt for e in examples], exp.prompt_width,
+                                            pad="right", add_bos=True)
+    return jnp.asarray(toks, jnp.int32), jnp.asarray(lens, jnp.int32)
+
+
+def completions(exp: Experiment, ro: R.Rollout) -> list[str]:
+    toks = np.asarray(ro.tokens)
+    starts, lens = np.asarray(ro.prompt_lens), np.asarray(ro.response_lens)
+    return [exp.tokenizer.decode(toks[b, starts[b]:starts[b] + lens[b]]) for b in range(len(toks))]
