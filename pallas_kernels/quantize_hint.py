@@ -5,13 +5,18 @@
 
 Bit-identical to ``q = trace_jax.quant.quantize(x, fmt, axis=-1, global_scope=global_scope)`` and
 ``extract_hint(q)`` (codes, block scales, global scale and packed mantissa bits), NaN/Inf
-behaviour included. How the kernel keeps that on the GPU:
+behaviour included. The kernel follows quant.py's multiply-by-reciprocal spec step by step:
 
-* every division (``g = amax / 2688``, ``amax_b / (6 g)``, ``z = x / (s g)``) is the IEEE
-  correctly rounded ``div.rn.f32`` (inline PTX): Triton's own f32 ``/`` lowers to the
-  approximate ``div.full.f32``;
-* maxima are taken on the integer bit patterns of ``|x|``: NaN-propagating like XLA's ``max``
-  (Triton's float max ignores NaN), and exact;
+* nvfp4 ``g = amax * GLOBAL_FACTOR`` (f32(1/2688), a multiply), 1 for an all-zero row, NaN when
+  the row (per-tensor: the tensor) holds a NaN/Inf; ``inv = 1 / (6 g)`` once per row;
+  ``scale = e4m3(min(amax_b * inv, 448))``, NaN for a block holding a NaN/Inf;
+* ``r = 1 / (scale * g)`` once per block (0 where that is 0, NaN where NaN) and ``z = x * r``;
+  the code is RNE E2M1 of ``z`` (sign bit from ``z``: ``x * 0`` keeps the sign of ``x``);
+* every reciprocal is the IEEE correctly rounded ``div.rn.f32`` (inline PTX): Triton's own f32
+  ``/`` lowers to the approximate ``div.full.f32``; no step is an add, so no FMA contraction;
+* maxima are taken on the integer bit patterns of ``|x|`` (exact), and non-finite input is
+  flagged from the same bits (``max |x| bits >= 0x7f800000``) -- never through a float max,
+  which may drop NaN (Triton's float max ignores it);
 * ``min(raw, 448)`` is written as a select that keeps NaN; E4M3 rounding is the hardware
   round-to-nearest-even convert; the E8M0 exponent is read from the float's exponent field.
 
@@ -21,7 +26,8 @@ Backends: ``"reference"`` (trace_jax.quant; the CPU fallback), ``"triton"`` (Pal
 Kernel: grid over row blocks of BM rows; the row is walked in power-of-two chunks of KC columns
 (a static loop): for ``global_scope="row"`` nvfp4 a first walk takes the row amax (the second
 walk reads the same rows again, from L2), the second writes codes (two per byte), scales and
-hint bits (eight per byte). ``global_scope="tensor"`` computes the one global scale in XLA first.
+hint bits (eight per byte). ``global_scope="tensor"`` computes the one global scale in XLA first
+(``quant._default_global_scale``, the reference's own code).
 """
 
 from __future__ import annotations
@@ -61,10 +67,19 @@ def _div(a, b, interpret):
     return out
 
 
-def _absmax_last(a):
-    """max |a| over the last axis, NaN-propagating and exact (integer max of the bit patterns)."""
-    bits = jax.lax.bitcast_convert_type(a, jnp.uint32) & _ABS
-    return jax.lax.bitcast_convert_type(jnp.max(bits, axis=-1), jnp.float32)
+def _recip(v, interpret):
+    """Correctly rounded f32 reciprocal ``1 / v`` (quant._recip)."""
+    return _div(jnp.ones_like(v), v, interpret)
+
+
+def _bits(a):
+    return jax.lax.bitcast_convert_type(a, jnp.uint32)
+
+
+def _absmax_bits_last(a):
+    """Bit pattern of max |a| over the last axis (integer max: exact, and >= 0x7f800000 iff a
+    NaN or Inf is present)."""
+    return jnp.max(_bits(a) & _ABS, axis=-1)
 
 
 def _round_magnitude(a):
@@ -87,55 +102,52 @@ def _pack_last(v_u32, group, width):
 
 
 def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, kc, nk,
-               row_scope, interpret, division):
+               row_scope, interpret):
     bm = x_ref.shape[0]
     nvfp4 = fmt == "nvfp4"
+    inf_bits = jnp.uint32(0x7F800000)
     if nvfp4:
         if row_scope:
-            amax = jnp.zeros((bm,), jnp.float32)
+            amax_bits = jnp.zeros((bm,), jnp.uint32)
             for c in range(nk):
                 xa = x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32)
-                am_c = _absmax_last(xa)
-                amax = jax.lax.bitcast_convert_type(
-                    jnp.maximum(jax.lax.bitcast_convert_type(amax, jnp.uint32),
-                                jax.lax.bitcast_convert_type(am_c, jnp.uint32)), jnp.float32)
-            g = _div(amax, jnp.full((bm,), 2688.0, jnp.float32), interpret)
+                amax_bits = jnp.maximum(amax_bits, _absmax_bits_last(xa))
+            amax = jax.lax.bitcast_convert_type(amax_bits, jnp.float32)
+            g = amax * jnp.float32(quant.GLOBAL_FACTOR)
             g = jnp.where(g == 0, 1.0, g)
+            g = jnp.where(amax_bits >= inf_bits, jnp.nan, g)  # NaN/Inf in the row
             gs_ref[...] = g[:, None]
         else:
             g = jnp.broadcast_to(g_ref[...].reshape(1), (bm,))
+        inv6g = _recip(jnp.float32(6.0) * g, interpret)  # once per row
     for c in range(nk):
         x = x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32)
         nbc = kc // bs
         xb = x.reshape(bm, nbc, bs)
-        amax_b = _absmax_last(xb)  # [bm, nbc]
-        finite = jnp.abs(amax_b) < jnp.inf
+        amax_b_bits = _absmax_bits_last(xb)  # [bm, nbc]
+        amax_b = jax.lax.bitcast_convert_type(amax_b_bits, jnp.float32)
+        bad_b = amax_b_bits >= inf_bits
         if nvfp4:
             g2 = jnp.broadcast_to(g[:, None], (bm, nbc))
-            raw = _div(amax_b, 6.0 * g2, interpret)
-            raw = jnp.where(finite, raw, jnp.nan)
-            raw = jnp.where(raw > 448.0, 448.0, raw)
+            raw = amax_b * jnp.broadcast_to(inv6g[:, None], (bm, nbc))
+            raw = jnp.where(bad_b, jnp.nan, raw)
+            raw = jnp.where(raw > 448.0, 448.0, raw)  # min(raw, 448), NaN kept
             s8 = raw.astype(jnp.float8_e4m3fn)
             sbyte = jax.lax.bitcast_convert_type(s8, jnp.uint8)
-            eff = s8.astype(jnp.float32) * g2
+            s = s8.astype(jnp.float32) * g2
         else:
-            ebits = (jax.lax.bitcast_convert_type(amax_b, jnp.uint32) >> 23) & 0xFF
-            e = ebits.astype(jnp.int32) - 129
-            e = jnp.where(amax_b > 0, e, -127)
+            e = (amax_b_bits >> 23).astype(jnp.int32) - 129  # floor(log2 amax) - 2 (normal)
+            e = jnp.where(amax_b_bits > 0, e, -127)
             e = jnp.clip(e, -127, 127)
-            b32 = jnp.where(finite, e + 127, 255).astype(jnp.uint32)
+            b32 = jnp.where(bad_b, 255, e + 127).astype(jnp.uint32)
             sbyte = b32.astype(jnp.uint8)
             sf = jax.lax.bitcast_convert_type(b32 << 23, jnp.float32)
-            eff = jnp.where(b32 == 255, jnp.nan, sf) * 1.0
-        eff3 = jnp.broadcast_to(eff[:, :, None], (bm, nbc, bs))
-        safe = jnp.where(eff3 > 0, eff3, 1.0)
-        if division == "ieee":
-            zq = _div(xb, safe, interpret)
-        else:  # "recip": x * (1 / s), what XLA's CPU fusion computes for the reference
-            zq = xb * _div(jnp.ones_like(safe), safe, interpret)
-        z = jnp.where(eff3 > 0, zq,
-                      jnp.where(eff3 != eff3, jnp.nan, 0.0))
-        zbits = jax.lax.bitcast_convert_type(z, jnp.uint32)
+            s = jnp.where(b32 == 255, jnp.nan, sf) * 1.0  # e8m0_to_f32(scale) * g (g = 1)
+        pos = s > 0
+        r = jnp.where(pos, _recip(jnp.where(pos, s, 1.0), interpret),
+                      jnp.where(s != s, jnp.nan, 0.0))  # once per block
+        z = xb * jnp.broadcast_to(r[:, :, None], (bm, nbc, bs))
+        zbits = _bits(z)
         mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
         code = (mag | ((zbits >> 31) << 3)).reshape(bm, kc)
         codes_ref[:, pl.ds(c * (kc // 2), kc // 2)] = _pack_last(code, 2, 4)
@@ -152,10 +164,9 @@ def _pow2_divisor(n, cap):
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "block_m",
-                                             "chunk_k", "num_warps", "interpret", "division"))
+                                             "chunk_k", "num_warps", "interpret"))
 def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
-                              block_m=8, chunk_k=256, num_warps=4, interpret=False,
-                              division="ieee"):
+                              block_m=8, chunk_k=256, num_warps=4, interpret=False):
     f = quant.get_format(fmt)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")
@@ -172,9 +183,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     if global_scope not in ("row", "tensor"):
         raise ValueError(f"global_scope must be 'row' or 'tensor', got {global_scope!r}")
     if f.has_global_scale and not row_scope:
-        amax = jnp.max(jnp.abs(x.astype(jnp.float32)), keepdims=True)
-        g_in = amax / (6.0 * 448.0)
-        g_in = jnp.where(g_in == 0, 1.0, g_in)
+        g_in = quant._default_global_scale(x.astype(jnp.float32), "tensor")  # (1, 1)
     else:
         g_in = jnp.ones((1, 1), jnp.float32)
     row = lambda w: pl.BlockSpec((bm, w), lambda i: (i, 0))  # noqa: E731
@@ -186,8 +195,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
         out_shape.append(jax.ShapeDtypeStruct((m, k // 8), jnp.uint8))
         out_specs.append(row(k // 8))
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
-                               row_scope=row_scope and f.has_global_scale, interpret=interpret,
-                               division=division)
+                               row_scope=row_scope and f.has_global_scale, interpret=interpret)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),
