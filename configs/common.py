@@ -10,7 +10,7 @@ def base_config():
 
     # The policy network (trace_jax.model.ModelConfig fields).
     c.model = ml_collections.ConfigDict(dict(
-        vocab_size=64, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32,
+        vocab_size=60, d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=32,
         n_experts=8, top_k=2, d_expert=64,
         d_shared=0,  # shared-expert width (0 = none)
         norm_topk_prob=True,  # renormalise the top-k routing weights
@@ -48,4 +48,25 @@ def base_config():
         temperature=1.0, top_k=0, top_p=1.0,
         record_codes=True,  # also record exact codes at every site (code-agreement metrics)
     ))
+
+    # Supervised warm start on the task's worked solutions, before RL.
+    c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=32, lr=3e-3, warmup_steps=10))
+
+    # GRPO trainer (trace_jax.train.TrainConfig + trace_jax.grpo.GRPOConfig fields).
+    c.train = ml_collections.ConfigDict(dict(
+        steps=20,  # RL steps
+        lr=1e-4, warmup_steps=2, weight_decay=0.0, grad_clip=1.0,
+        micro_batches=1,  # gradient accumulation
+        routing_replay=True,  # R3
+        router_aux_coef=1e-3, router_z_coef=1e-4,
+        max_version_diff=0,  # asynchronous rollouts: up to this many versions stale
+        max_nonfinite_steps=3,
+        clip_eps_low=0.2, clip_eps_high=0.28,
+        is_mode="token_tis",  # token_tis | seq_mask | none
+        is_cap=5.0,
+        adv_std_norm=True,  # False = Dr.GRPO
+        loss_agg="token_mean",  # token_mean | seq_mean | dr_grpo
+        kl_coef=0.0,
+    ))
+    c.checkpoint = ml_collections.ConfigDict(dict(every=10, keep=3))
     return c

@@ -6,7 +6,7 @@ from configs import common
 def get_config():
     c = common.base_config()
     c.model.update(
-        vocab_size=64,
+        vocab_size=60,
         d_model=512,
         n_layers=8,
         n_heads=8,

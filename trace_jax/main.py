@@ -1,6 +1,6 @@
 """Entry point: ``python -m trace_jax.main --config=configs/tiny.py [--config.<field>=...]``."""
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
@@ -9,6 +9,7 @@ flags.mark_flags_as_required(["config"])
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.WARNING)  # orbax/jax INFO chatter
     from trace_jax import run
 
     run.run(_CONFIG.value)

@@ -1,26 +1,283 @@
-"""What ``trace_jax.main`` runs for a config. Until the RL loop lands: a numerics demo that
-quantizes a "rollout" activation, perturbs it as a trainer's recomputation would, and compares
-round-to-nearest with hint-guided rounding."""
+"""The main job: supervised warm start, then GRPO with FP4 rollouts and (for ``trace``) hint-guided
+FP4 QAT. ``python -m trace_jax.main --config=configs/tiny.py [--config.workdir=DIR]``.
+
+Writes ``DIR/metrics.jsonl`` (one object per RL step), TensorBoard events under ``DIR/tb`` and
+orbax checkpoints under ``DIR/checkpoints``; rerunning the same command resumes from the newest
+complete checkpoint and continues the trajectory an uninterrupted run would have taken (data
+position and PRNG keys are functions of the step number).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from trace_jax import quant as Q
+from trace_jax import checkpoint as C
+from trace_jax import experiment as X
+from trace_jax import grpo
+from trace_jax import model as M
+from trace_jax import rollout as R
+from trace_jax import tasks
+from trace_jax import train as TR
+
+METRIC_KEYS = ("step", "reward_mean", "accuracy", "response_len_mean", "entropy",
+               "logprob_gap_max", "logprob_gap_mean", "kl_k3", "is_clip_frac",
+               "code_agreement_hinted", "code_agreement_unhinted", "routing_agreement",
+               "hint_bytes_per_token", "time_rollout_s", "time_train_s", "time_sync_s")
 
 
-def run(config):
-    key_r, key_t = jax.random.split(jax.random.key(config.seed))
-    shape = (config.demo.tokens, config.demo.hidden)
-    print(f"trace_jax numerics demo: activations {shape}, trainer noise {config.demo.noise:g}")
-    print(f"| format | RTN code agreement | TRACE (1-bit hint) agreement | hint bytes/token |")
-    print(f"|---|---|---|---|")
-    for fmt in ("nvfp4", "mxfp4"):
-        x_r = jax.random.normal(key_r, shape)
-        x_t = x_r * (1 + config.demo.noise * jax.random.normal(key_t, shape))
-        scope = "row" if fmt == "nvfp4" else "tensor"
-        q_r = Q.quantize(x_r, fmt, global_scope=scope)
-        hint = Q.extract_hint(q_r)
-        rtn = Q.quantize(x_t, fmt, global_scope=scope)
-        guided = Q.guided_quantize(x_t, hint)
-        print(f"| {fmt} | {float(Q.code_agreement(rtn, q_r)):.4%} | "
-              f"{float(Q.code_agreement(guided, q_r)):.4%} | {hint.nbytes / shape[0]:.0f} |")
+def train_config(config) -> TR.TrainConfig:
+    t = dict(config.train)
+    g = {f.name: t.pop(f.name) for f in dataclasses.fields(grpo.GRPOConfig) if f.name in t}
+    known = {f.name for f in dataclasses.fields(TR.TrainConfig)}
+    unknown = sorted(set(t) - known)
+    if unknown:
+        raise ValueError(f"unknown train config fields {unknown}")
+    return TR.TrainConfig(grpo=grpo.GRPOConfig(**g), **t)
+
+
+def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
+    """Impossible combinations fail before any compute, naming the field."""
+    if exp.variant.hints and not exp.train_numerics.hinted:
+        raise ValueError("variant='trace' needs hinted sites, but numerics.hint_sites/"
+                         "numerics.hint_layers select none")
+    if exp.variant.rollout_mode != "bf16" and not exp.rollout_numerics.quantized:
+        raise ValueError(f"variant={config.variant!r} needs FP4 rollout, but numerics.sites is empty")
+    if exp.group_size < 2:
+        raise ValueError(f"rollout.group_size must be >= 2 for group-normalised advantages, "
+                         f"got {exp.group_size}")
+    n_traj = config.rollout.batch_prompts * exp.group_size
+    if n_traj % tc.micro_batches:
+        raise ValueError(f"rollout.batch_prompts * rollout.group_size = {n_traj} is not divisible "
+                         f"by train.micro_batches={tc.micro_batches}")
+    if config.sft.steps < 0 or tc.steps < 0:
+        raise ValueError("sft.steps and train.steps must be >= 0")
+    if tc.max_version_diff < 0:
+        raise ValueError("train.max_version_diff must be >= 0")
+
+
+def workdir_of(config) -> str:
+    return config.workdir or os.path.join("runs", "default")
+
+
+def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig):
+    key = jax.random.key(config.seed)
+    params = M.init_params(exp.cfg, key)
+    opt = rl_optimizer(tc)
+    state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0),
+             "stale": [params] * tc.max_version_diff}
+    if tc.grpo.kl_coef:
+        state["ref"] = params
+    return state
+
+
+def rl_optimizer(tc: TR.TrainConfig):
+    return TR.make_optimizer(tc.lr, tc.warmup_steps, tc.steps, tc.weight_decay, tc.grad_clip)
+
+
+def sft_optimizer(config):
+    s = config.sft
+    return TR.make_optimizer(s.lr, s.warmup_steps, max(s.steps, 1), 0.0, 1.0)
+
+
+def sft_batch(exp: X.Experiment, step: int, batch_size: int):
+    """BOS + prompt + solution + EOS, right-padded; the loss covers solution and EOS."""
+    examples = tasks.Dataset(exp.task, batch_size, exp.train_data.seed + 7919, "train").batch(step)
+    T = exp.prompt_width + exp.sampling.max_new_tokens
+    toks = np.full((len(examples), T), exp.tokenizer.pad_id, np.int32)
+    mask = np.zeros((len(examples), T), bool)
+    for i, e in enumerate(examples):
+        p = exp.tokenizer.encode(e.prompt, add_bos=True)
+        s = exp.tokenizer.encode(e.solution, add_eos=True)[: T - len(p)]
+        toks[i, : len(p) + len(s)] = p + s
+        mask[i, len(p): len(p) + len(s)] = True
+    return jnp.asarray(toks), jnp.asarray(mask)
+
+
+class Logger:
+    """metrics.jsonl + TensorBoard; on resume, drops lines past the restored step."""
+
+    def __init__(self, workdir: str, resume_step: int):
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        if os.path.exists(self.path):
+            keep = []
+            with open(self.path) as f:
+                for line in f:
+                    try:
+                        if json.loads(line)["step"] < resume_step:
+                            keep.append(line)
+                    except (json.JSONDecodeError, KeyError):
+                        break  # a torn last line from a crash
+            with open(self.path, "w") as f:
+                f.writelines(keep)
+        from tensorboardX import SummaryWriter
+        self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+
+    def write(self, m: dict, prefix="rl"):
+        if prefix == "rl":
+            with open(self.path, "a") as f:
+                f.write(json.dumps(m) + "\n")
+        for k, v in m.items():
+            if k != "step" and isinstance(v, (int, float)) and np.isfinite(v):
+                self.tb.add_scalar(f"{prefix}/{k}", v, m["step"])
+        self.tb.flush()
+
+    def close(self):
+        self.tb.close()
+
+
+def run(config) -> dict:
+    """Run (or resume) the configured job; returns the last RL metrics."""
+    tc = train_config(config)
+    exp = X.build(config)
+    validate(config, exp, tc)
+    workdir = workdir_of(config)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=1))
+
+    ckpt = C.Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.checkpoint.keep)
+    fresh = initial_state(exp, config, tc)
+    step0, state = ckpt.restore_latest(C.abstract_like(fresh))
+    if state is None:
+        state, step0 = fresh, 0
+        print(f"starting {config.variant} run in {workdir}", flush=True)
+    else:
+        print(f"resumed from checkpoint step {step0} in {workdir}", flush=True)
+    del fresh
+    logger = Logger(workdir, resume_step=step0 - config.sft.steps)
+    total = config.sft.steps + tc.steps
+    from tqdm import tqdm
+    bar = tqdm(total=total, initial=step0, desc=config.variant, unit="step", dynamic_ncols=True)
+    base_key = jax.random.key(config.seed + 1)
+    nonfinite = 0
+    last = {}
+    ts = TR.TrainState(state["params"], state["opt_state"])
+    stale = list(state["stale"])
+    ref = state.get("ref")
+    sft_opt, rl_opt = sft_optimizer(config), rl_optimizer(tc)
+    sft_num = dataclasses.replace(exp.train_numerics, hinted=frozenset())
+
+    for g_step in range(step0, total):
+        if g_step < config.sft.steps:  # ---------------------------------------- SFT warm start
+            toks, mask = sft_batch(exp, g_step, config.sft.batch_size)
+            ts, loss, finite = TR.sft_step(ts, toks, mask, cfg=exp.cfg, numerics=sft_num,
+                                           opt=sft_opt)
+            loss = float(loss)
+            nonfinite = 0 if bool(finite) else nonfinite + 1
+            logger.write({"step": g_step, "sft_loss": loss}, prefix="sft")
+            bar.set_postfix(sft_loss=f"{loss:.3f}")
+            if g_step + 1 == config.sft.steps:  # hand over to RL with a fresh optimizer
+                ts = TR.TrainState(ts.params, rl_opt.init(ts.params))
+                stale = [_copy(ts.params) for _ in range(tc.max_version_diff)]
+                if tc.grpo.kl_coef:
+                    ref = _copy(ts.params)
+        else:  # ------------------------------------------------------------------ GRPO step
+            step = g_step - config.sft.steps
+            m = rl_iteration(exp, tc, ts, stale, ref, step, base_key, rl_opt, config)
+            ts, finite = m.pop("_state"), m.pop("_finite")
+            # train steps donate their params: keep copies of the versions rollouts may use
+            stale = (stale + [_copy(ts.params)])[1:] if tc.max_version_diff else stale
+            nonfinite = 0 if finite else nonfinite + 1
+            logger.write(m)
+            last = m
+            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", acc=f"{m['accuracy']:.2f}",
+                            gap=f"{m['logprob_gap_max']:.3f}")
+            bar.write(f"step {step:4d} reward {m['reward_mean']:.3f} acc {m['accuracy']:.3f} "
+                      f"len {m['response_len_mean']:.1f} H {m['entropy']:.3f} "
+                      f"gap {m['logprob_gap_max']:.4f}/{m['logprob_gap_mean']:.5f} "
+                      f"codes {m['code_agreement_hinted']:.4f}/{m['code_agreement_unhinted']:.4f} "
+                      f"t {m['time_rollout_s']:.2f}+{m['time_train_s']:.2f}s")
+        if nonfinite:
+            print(f"WARNING: non-finite loss or gradients at step {g_step}; update skipped "
+                  f"({nonfinite} in a row)", flush=True)
+            if nonfinite >= tc.max_nonfinite_steps:
+                ckpt.close()
+                raise FloatingPointError(
+                    f"{nonfinite} consecutive non-finite steps (train.max_nonfinite_steps="
+                    f"{tc.max_nonfinite_steps}); stopping. The last checkpoint in "
+                    f"{ckpt.directory} holds the last good state.")
+        bar.update(1)
+        done = g_step + 1
+        if done % config.checkpoint.every == 0 or done == total:
+            st = {"params": ts.params, "opt_state": ts.opt_state, "step": jnp.int32(done),
+                  "stale": stale}
+            if tc.grpo.kl_coef:
+                st["ref"] = ref if ref is not None else ts.params
+            ckpt.save(done, st)
+    bar.close()
+    logger.close()
+    ckpt.close()
+    return last
+
+
+def _copy(tree):
+    return jax.tree.map(jnp.copy, tree)
+
+
+def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale, ref, step: int,
+                 base_key, opt, config) -> dict:
+    key = jax.random.fold_in(base_key, step)
+    rec_codes = bool(config.rollout.record_codes) and exp.rollout_numerics.is_fp4
+    roll_num = exp.rollout_numerics
+    record_num = roll_num.recording_all_codes() if rec_codes else dataclasses.replace(
+        roll_num, hinted=exp.train_numerics.hinted, hint_kind=roll_num.hint_kind)
+
+    t0 = time.perf_counter()
+    source = stale[0] if tc.max_version_diff else ts.params  # async: oldest allowed version
+    rparams = jax.block_until_ready(R.sync_weights(source, roll_num))
+    t1 = time.perf_counter()
+
+    examples = exp.train_data.batch(step)
+    prompts, lens = X.encode_prompts(exp, examples)
+    prompts, lens = R.repeat_prompts(prompts, lens, exp.group_size)
+    ro = R.generate(rparams, prompts, lens, key, cfg=exp.cfg, numerics=record_num,
+                    sampling=exp.sampling, capture_hints=bool(record_num.hinted))
+    jax.block_until_ready(ro.tokens)
+    t2 = time.perf_counter()
+
+    reps = [e for e in examples for _ in range(exp.group_size)]
+    comps = X.completions(exp, ro)
+    rewards = exp.task.rewards(reps, comps)
+    correct = np.asarray([exp.task.is_correct(e, tasks.extract_answer(c))
+                          for e, c in zip(reps, comps)], np.float32)
+    adv = grpo.group_advantages(jnp.asarray(rewards), exp.group_size, tc.grpo.adv_std_norm)
+    batch = TR.make_batch(ro, adv, exp.train_numerics, rec_codes)
+    new_ts, m, finite = TR.rl_step(ts, batch, ref, cfg=exp.cfg, numerics=exp.train_numerics,
+                                   tc=tc, opt=opt, max_len=exp.sampling.max_new_tokens)
+    m = {k: np.asarray(v) for k, v in m.items()}
+    t3 = time.perf_counter()
+
+    nan = float("nan")
+    out = {
+        "step": step,
+        "reward_mean": float(np.mean(rewards)),
+        "accuracy": float(np.mean(correct)),
+        "response_len_mean": float(np.mean(np.asarray(ro.response_lens))),
+        "entropy": float(m["entropy"]),
+        "logprob_gap_max": float(m["logprob_gap_max"]),
+        "logprob_gap_mean": float(m["logprob_gap_mean"]),
+        "kl_k3": float(m["kl_k3"]),
+        "is_clip_frac": float(m["is_clip_frac"]),
+        "code_agreement_hinted": float(m.get("code_agreement_hinted", nan)),
+        "code_agreement_unhinted": float(m.get("code_agreement_unhinted", nan)),
+        "routing_agreement": float(m["routing_agreement"]),
+        "hint_bytes_per_token": R.expected_hint_bytes_per_token(exp.cfg, dataclasses.replace(
+            roll_num, hinted=exp.train_numerics.hinted)) if exp.variant.hints else 0.0,
+        "time_rollout_s": t2 - t1,
+        "time_train_s": t3 - t2,
+        "time_sync_s": t1 - t0,
+        "loss": float(m["loss"]),
+        "grad_norm": float(m["grad_norm"]),
+        "prob_gap_max": float(m["prob_gap_max"]),
+        "mismatch_one_step_frac": float(m.get("mismatch_one_step_frac", nan)),
+        "finished_frac": float(np.mean(np.asarray(ro.finished))),
+    }
+    out["_state"], out["_finite"] = new_ts, bool(finite)
+    return out

@@ -1,0 +1,189 @@
+"""GRPO objective, TIS, advantages, hint alignment, and the main loop: learning, resume,
+corruption, non-finite handling, config errors."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import tiny
+from trace_jax import grpo
+from trace_jax import run as RUN
+from trace_jax import train as TR
+
+
+# ------------------------------------------------------------------------- objective by hand
+
+def test_policy_loss_and_gradient_hand_case():
+    cfg = grpo.GRPOConfig(is_mode="token_tis", is_cap=5.0, loss_agg="token_mean")
+    logp = jnp.asarray([[-1.0, -2.0, -0.5], [-0.3, -0.7, -1.1]])
+    roll = jnp.asarray([[-1.0, -4.0, -0.5], [-0.3, -0.2, -1.1]])  # ratios: 1, e^2, 1 | 1, e^-.5, 1
+    adv = jnp.asarray([2.0, -1.0])
+    mask = jnp.asarray([[True, True, False], [False, True, True]])
+    loss, parts = grpo.policy_loss(logp, roll, adv, mask, cfg, max_len=3)
+    w = np.array([[1, 5.0, 1], [1, np.exp(-0.5), 1]])  # e^2 > cap 5: truncated
+    m = np.asarray(mask, float)
+    a = np.array([[2.0], [-1.0]])
+    want = np.sum(-w * a * m) / m.sum()  # ratio is 1 in value: pg = -A per token
+    assert float(loss) == pytest.approx(want, rel=1e-6)
+    g = jax.grad(lambda lp: grpo.policy_loss(lp, roll, adv, mask, cfg, 3)[0])(logp)
+    np.testing.assert_allclose(np.asarray(g), -w * a * m / m.sum(), rtol=1e-6)
+    # Dr.GRPO aggregation divides by B * max_len instead of the token count
+    dr, _ = grpo.policy_loss(logp, roll, adv, mask, grpo.GRPOConfig(loss_agg="dr_grpo"), 3)
+    assert float(dr) == pytest.approx(np.sum(-w * a * m) / 6, rel=1e-6)
+
+
+def test_tis_cap_and_sequence_masking():
+    old = jnp.log(jnp.asarray([[10.0, 0.1, 2.0]]))
+    roll = jnp.zeros((1, 3))
+    mask = jnp.ones((1, 3), bool)
+    w = grpo.is_weights(old, roll, mask, grpo.GRPOConfig(is_cap=5.0))
+    np.testing.assert_allclose(np.asarray(w), [[5.0, 0.1, 2.0]], rtol=1e-6)  # truncated above only
+    seq = grpo.GRPOConfig(is_mode="seq_mask", is_cap=5.0)
+    far = jnp.log(jnp.asarray([[6.0, 6.0, 6.0], [1.2, 0.9, 1.0]]))
+    w = grpo.is_weights(far, jnp.zeros((2, 3)), jnp.ones((2, 3), bool), seq)
+    np.testing.assert_array_equal(np.asarray(w), [[0, 0, 0], [1, 1, 1]])
+    assert np.all(np.asarray(grpo.is_weights(old, roll, mask, grpo.GRPOConfig(is_mode="none"))) == 1)
+
+
+def test_group_advantages():
+    r = jnp.asarray([1.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    a = np.asarray(grpo.group_advantages(r, 3))
+    g1 = np.array([1.0, 0, 0])
+    np.testing.assert_allclose(a[:3], (g1 - g1.mean()) / (g1.std() + 1e-6), rtol=1e-5)
+    np.testing.assert_allclose(a[3:], 0.0)  # all-equal group: no signal
+    np.testing.assert_allclose(np.asarray(grpo.group_advantages(r, 3, std_norm=False))[:3],
+                               g1 - g1.mean(), rtol=1e-6)
+    with pytest.raises(ValueError, match="groups of 4"):
+        grpo.group_advantages(r, 4)
+
+
+def test_nonfinite_update_is_skipped():
+    opt = TR.make_optimizer(1e-2, 1, 10, 0.0, 1.0)
+    p = {"w": jnp.ones(3)}
+    st = TR.TrainState(p, opt.init(p))
+    new, finite = TR._apply_if_finite(opt, st, jnp.float32(jnp.nan), {"w": jnp.ones(3)})
+    assert not bool(finite)
+    np.testing.assert_array_equal(np.asarray(new.params["w"]), 1.0)
+    for _ in range(2):  # the schedule warms up from 0 at step 0
+        st, finite = TR._apply_if_finite(opt, st, jnp.float32(1.0), {"w": jnp.ones(3)})
+    assert bool(finite) and float(st.params["w"][0]) < 1.0
+
+
+# ------------------------------------------------------------------------- the loop
+
+def small(workdir, **over):
+    c = tiny.get_config()
+    c.workdir = str(workdir)
+    c.model.update(n_layers=2, d_model=32, n_heads=2, n_kv_heads=1, head_dim=16, d_expert=32)
+    c.rollout.update(batch_prompts=4, group_size=2, max_new_tokens=4)
+    c.sft.update(steps=2, batch_size=8)
+    c.train.update(steps=4)
+    c.checkpoint.update(every=2, keep=3)
+    for k, v in over.items():
+        node, leaf = k.rsplit(".", 1) if "." in k else (None, k)
+        (c if node is None else c[node])[leaf] = v
+    return c
+
+
+def read_metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(l) for l in f]
+
+
+STABLE = [k for k in RUN.METRIC_KEYS if not k.startswith("time_")]
+
+
+def test_metrics_file_has_every_field_and_tensorboard(tmp_path):
+    RUN.run(small(tmp_path))
+    ms = read_metrics(tmp_path)
+    assert [m["step"] for m in ms] == [0, 1, 2, 3]
+    for m in ms:
+        assert set(RUN.METRIC_KEYS) <= set(m)
+        assert 0.99 <= m["code_agreement_hinted"] <= 1.0
+        assert m["routing_agreement"] == 1.0  # routing replay
+    assert any(f.startswith("events") for f in os.listdir(tmp_path / "tb"))
+
+
+def test_resume_after_crash_equals_uninterrupted_run(tmp_path, monkeypatch):
+    RUN.run(small(tmp_path / "a"))
+    ref = read_metrics(tmp_path / "a")
+
+    real = RUN.rl_iteration
+
+    def crash_at_3(exp, tc, ts, stale, ref_p, step, *a, **k):
+        if step == 3:
+            raise KeyboardInterrupt("simulated crash")
+        return real(exp, tc, ts, stale, ref_p, step, *a, **k)
+
+    monkeypatch.setattr(RUN, "rl_iteration", crash_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        RUN.run(small(tmp_path / "b"))
+    monkeypatch.setattr(RUN, "rl_iteration", real)
+    RUN.run(small(tmp_path / "b"))  # resumes from the checkpoint after global step 4 (RL step 1)
+    got = read_metrics(tmp_path / "b")
+    assert [m["step"] for m in got] == [0, 1, 2, 3]
+    for a, b in zip(ref, got):
+        assert {k: a[k] for k in STABLE} == {k: b[k] for k in STABLE}
+
+
+def test_corrupted_latest_checkpoint_is_skipped(tmp_path, capsys):
+    c = small(tmp_path)
+    RUN.run(c)
+    ck = tmp_path / "checkpoints"
+    steps = sorted(int(d) for d in os.listdir(ck) if d.isdigit())
+    assert steps[-1] == 6
+    for root, _, files in os.walk(ck / str(steps[-1])):  # corrupt every file of the newest
+        for f in files:
+            with open(os.path.join(root, f), "wb") as fh:
+                fh.write(b"garbage")
+    c.train.steps = 5  # one more step after resuming from the previous good checkpoint (4)
+    RUN.run(c)
+    out = capsys.readouterr().out
+    assert "skipping unreadable checkpoint step 6" in out and "resumed from checkpoint step 4" in out
+    assert [m["step"] for m in read_metrics(tmp_path)] == [0, 1, 2, 3, 4]
+
+
+def test_repeated_nonfinite_steps_stop_with_message(tmp_path, monkeypatch):
+    real = TR.rl_step
+
+    def nan_step(*a, **k):
+        st, m, _ = real(*a, **k)
+        return st, m, jnp.bool_(False)
+
+    monkeypatch.setattr(TR, "rl_step", nan_step)
+    with pytest.raises(FloatingPointError, match="max_nonfinite_steps=3"):
+        RUN.run(small(tmp_path, **{"train.steps": 6}))
+
+
+def test_config_errors_before_compute(tmp_path):
+    with pytest.raises(ValueError, match="unknown train config fields"):
+        c = small(tmp_path)
+        c.train.unlock()
+        c.train.lrr = 1.0
+        RUN.run(c)
+    with pytest.raises(ValueError, match="hint_sites"):
+        RUN.run(small(tmp_path, **{"numerics.hint_layers": "none"}))
+    with pytest.raises(ValueError, match="group_size"):
+        RUN.run(small(tmp_path, **{"rollout.group_size": 1}))
+    with pytest.raises(ValueError, match="unknown variant"):
+        RUN.run(small(tmp_path, variant="fp4"))
+    assert not os.path.exists(tmp_path / "metrics.jsonl")
+
+
+def test_shifted_hint_batch_is_detected(tmp_path):
+    from trace_jax import experiment as X
+    from trace_jax import model as M
+    from trace_jax import rollout as R
+    exp = X.build(small(tmp_path))
+    params = M.init_params(exp.cfg, jax.random.key(0))
+    prompts, lens = X.encode_prompts(exp, exp.train_data.batch(0))
+    ro = R.generate(R.sync_weights(params, exp.rollout_numerics), prompts, lens, jax.random.key(1),
+                    cfg=exp.cfg, numerics=exp.rollout_numerics, sampling=exp.sampling)
+    TR.make_batch(ro, jnp.zeros(4), exp.train_numerics, False)  # aligned: fine
+    shifted = ro._replace(tokens=jnp.roll(ro.tokens, 1, axis=0))
+    with pytest.raises(ValueError, match="fingerprint mismatch"):
+        TR.make_batch(shifted, jnp.zeros(4), exp.train_numerics, False)

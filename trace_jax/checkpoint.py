@@ -1,0 +1,78 @@
+"""Orbax checkpoints of the whole run state: saved atomically every N steps, keeping the last K;
+restore takes the newest checkpoint that reads back completely and skips (with a warning) any
+that is incomplete or corrupted."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+import orbax.checkpoint as ocp
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    def __init__(self, directory: str, keep: int = 3):
+        self.directory = os.path.abspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self.mngr = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                 enable_async_checkpointing=False))
+
+    def save(self, step: int, state) -> None:
+        """Save synchronously; the step directory appears only once complete (atomic rename).
+        A checkpoint already at ``step`` (one that failed to restore and is being redone) is
+        replaced."""
+        self.mngr.reload()
+        if step in self.mngr.all_steps():
+            self.mngr.delete(step)
+        self.mngr.save(step, args=ocp.args.StandardSave(state), force=True)
+        self.mngr.wait_until_finished()
+
+    def restore_latest(self, abstract_state):
+        """(step, state) from the newest readable checkpoint, or (None, None) if there is none."""
+        self.mngr.reload()
+        for step in sorted(self.mngr.all_steps(), reverse=True):
+            try:
+                state = self.mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
+            except Exception as e:  # noqa: BLE001 - any read failure means unusable
+                log.warning("checkpoint %s/%d is incomplete or corrupted (%s: %s); skipping it",
+                            self.directory, step, type(e).__name__, str(e)[:200])
+                print(f"WARNING: skipping unreadable checkpoint step {step} "
+                      f"({type(e).__name__}: {str(e)[:120]})", flush=True)
+                continue
+            return step, state
+        return None, None
+
+    def close(self):
+        self.mngr.close()
+
+
+def abstract_like(tree):
+    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+def load_params(path: str, config):
+    """Params from a run directory (its checkpoints/) or a checkpoints directory."""
+    from trace_jax import model as M
+
+    d = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+    if not os.path.isdir(d):
+        raise FileNotFoundError(f"no checkpoint directory at {path!r}")
+    cfg = M.ModelConfig.from_config(config.model)
+    params = jax.eval_shape(lambda k: M.init_params(cfg, k), jax.random.key(0))
+    mngr = ocp.CheckpointManager(os.path.abspath(d))
+    steps = sorted(mngr.all_steps(), reverse=True)
+    if not steps:
+        raise FileNotFoundError(f"no complete checkpoint under {d!r}")
+    for step in steps:
+        try:
+            restored = mngr.restore(step, args=ocp.args.StandardRestore(
+                {"params": params}), )
+            return restored["params"]
+        except Exception as e:  # noqa: BLE001
+            print(f"WARNING: skipping unreadable checkpoint step {step} ({type(e).__name__})")
+    raise FileNotFoundError(f"no readable checkpoint under {d!r}")

@@ -1,0 +1,188 @@
+"""The trainer: optimizer, the supervised warm-start step and the GRPO step with hint-guided FP4
+QAT, routing replay and IS correction. Steps are jit-compiled with donated state; a step whose
+loss or gradients are non-finite leaves params and optimizer state untouched and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from trace_jax import grpo
+from trace_jax import metrics as MT
+from trace_jax import model as M
+from trace_jax import numerics as nx
+from trace_jax import rollout as R
+
+
+class TrainState(NamedTuple):
+    params: dict
+    opt_state: optax.OptState
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 100  # RL steps
+    lr: float = 1e-4
+    warmup_steps: int = 5
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    micro_batches: int = 1  # gradient accumulation over this many slices of the batch
+    routing_replay: bool = True  # R3: replay the rollout's experts in the training forward
+    router_aux_coef: float = 1e-3
+    router_z_coef: float = 1e-4
+    max_version_diff: int = 0  # rollouts from params up to this many updates stale
+    max_nonfinite_steps: int = 3  # stop after this many consecutive non-finite steps
+    grpo: grpo.GRPOConfig = grpo.GRPOConfig()
+
+
+def make_optimizer(lr: float, warmup: int, steps: int, weight_decay: float, grad_clip: float):
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(steps, warmup + 1),
+                                               end_value=lr * 0.1)
+    return optax.chain(optax.clip_by_global_norm(grad_clip),
+                       optax.adamw(sched, b1=0.9, b2=0.95, weight_decay=weight_decay))
+
+
+class Batch(NamedTuple):
+    """One RL batch, trajectory-major (every leaf with a leading B axis is split for micro-batches)."""
+
+    tokens: jax.Array  # [B, T]
+    response_mask: jax.Array  # [B, T]
+    valid: jax.Array  # [B, T] positions inside the trajectory
+    rollout_logprobs: jax.Array  # [B, T]
+    advantages: jax.Array  # [B]
+    hints: dict  # trainer hints (site name -> Hint [B, T, ...])
+    experts: jax.Array  # [B, L, T, k]
+    recorded: jax.Array  # [B, T]
+    rollout_codes: dict  # exact codes at every site (for metrics) or {}
+
+
+def check_alignment(tokens_BxT, guidance: R.HintBatch):
+    """Raise if the hint batch was not recorded for these tokens (shifted or foreign batch)."""
+    want = np.asarray(R.fingerprint(tokens_BxT))
+    got = np.asarray(guidance.fingerprint)
+    bad = np.nonzero(want != got)[0]
+    if bad.size:
+        raise ValueError(f"hint batch does not belong to these trajectories: fingerprint mismatch "
+                         f"for {bad.size} of {len(want)} rows (first: {bad[:5].tolist()})")
+
+
+def make_batch(ro: R.Rollout, advantages, train_numerics: nx.Numerics, record_codes: bool) -> Batch:
+    check_alignment(ro.tokens, ro.guidance)
+    g = ro.guidance
+    t = jnp.arange(ro.tokens.shape[1])[None]
+    valid = t < (ro.prompt_lens + ro.response_lens)[:, None]
+    hints = train_numerics.trainer_hints(g.hints) if train_numerics.hinted else {}
+    return Batch(ro.tokens, ro.response_mask, valid, ro.logprobs, advantages, hints,
+                 jnp.swapaxes(g.experts, 0, 1), g.recorded, g.hints if record_codes else {})
+
+
+def _split_micro(batch, n: int):
+    """Stack batch-leading leaves into [n, B/n, ...]; other leaves are shared constants."""
+    B = batch.tokens.shape[0]
+    if B % n:
+        raise ValueError(f"batch of {B} trajectories is not divisible by train.micro_batches={n}")
+    leaves, treedef = jax.tree.flatten(batch)
+    is_b = [l.ndim > 0 and l.shape[0] == B for l in leaves]
+    xs = [l.reshape((n, B // n) + l.shape[1:]) for l, b in zip(leaves, is_b) if b]
+
+    def rebuild(xs_i):
+        it = iter(xs_i)
+        return treedef.unflatten([next(it) if b else l for l, b in zip(leaves, is_b)])
+
+    return xs, rebuild
+
+
+def _apply_if_finite(opt, state: TrainState, loss, grads):
+    finite = jnp.isfinite(loss) & jnp.all(jnp.stack(
+        [jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
+    grads = jax.tree.map(lambda g: jnp.where(finite, g, 0), grads)
+    updates, new_opt = opt.update(grads, state.opt_state, state.params)
+    new_params = optax.apply_updates(state.params, updates)
+    keep = lambda n, o: jnp.where(finite, n, o)  # noqa: E731
+    return TrainState(jax.tree.map(keep, new_params, state.params),
+                      jax.tree.map(keep, new_opt, state.opt_state)), finite
+
+
+def _reduce_metrics(ms: dict) -> dict:
+    """Average over micro-batches; *_max keys take the max; histograms add."""
+    out = {}
+    for k, v in ms.items():
+        if k.endswith("_max"):
+            out[k] = jnp.max(v)
+        elif k.endswith("_hist"):
+            out[k] = jnp.sum(v, axis=0)
+        else:
+            out[k] = jnp.nanmean(v)
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "tc", "opt", "max_len"),
+                   donate_argnums=0)
+def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
+            numerics: nx.Numerics, tc: TrainConfig, opt, max_len: int):
+    """One GRPO update on a rollout batch. Returns (state, metrics, finite)."""
+    use_hints = bool(numerics.hinted)
+
+    def loss_fn(params, mb: Batch):
+        experts = jnp.swapaxes(mb.experts, 0, 1)
+        logits, aux, _ = M.forward(
+            params, mb.tokens, cfg=cfg, numerics=numerics, valid_BxT=mb.valid,
+            hints=mb.hints if use_hints else None,
+            forced_experts_LxBxTxK=experts if tc.routing_replay else None,
+            hint_experts_LxBxTxK=experts if use_hints else None,
+            hint_valid_BxT=mb.recorded if use_hints else None,
+            capture_codes=bool(mb.rollout_codes))
+        logp = R.token_logprobs(logits, mb.tokens)
+        ref_lp = None
+        if tc.grpo.kl_coef:
+            ref_logits, _, _ = M.forward(ref_params, mb.tokens, cfg=cfg, numerics=numerics,
+                                         forced_experts_LxBxTxK=experts)
+            ref_lp = jax.lax.stop_gradient(R.token_logprobs(ref_logits, mb.tokens))
+        pl, parts = grpo.policy_loss(logp, mb.rollout_logprobs, mb.advantages, mb.response_mask,
+                                     tc.grpo, max_len, ref_lp)
+        loss = pl + tc.router_aux_coef * aux.lb_loss + tc.router_z_coef * aux.z_loss
+        m = dict(MT.logprob_metrics(logp, mb.rollout_logprobs, mb.response_mask, tc.grpo.is_cap))
+        m.update(parts, loss=loss, pg_loss=pl, lb_loss=aux.lb_loss, z_loss=aux.z_loss,
+                 entropy=grpo.entropy(logits, mb.response_mask),
+                 routing_agreement=MT.routing_agreement(aux.experts, experts, mb.valid))
+        if mb.rollout_codes:
+            cm = MT.code_metrics(aux.codes, mb.rollout_codes, mb.recorded, numerics.hinted)
+            m.update({k: v for k, v in cm.items()})
+        return loss, m
+
+    xs, rebuild = _split_micro(batch, tc.micro_batches)
+    n = tc.micro_batches
+    zeros = jax.tree.map(jnp.zeros_like, state.params)
+
+    def body(acc, xs_i):
+        (loss, m), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params, rebuild(xs_i))
+        return jax.tree.map(lambda a, b: a + b / n, acc, g), (loss, m)
+
+    grads, (losses, ms) = jax.lax.scan(body, zeros, xs)
+    loss = jnp.mean(losses)
+    state, finite = _apply_if_finite(opt, state, loss, grads)
+    m = _reduce_metrics(ms)
+    m["grad_norm"] = optax.global_norm(grads)
+    return state, m, finite
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "opt"), donate_argnums=0)
+def sft_step(state: TrainState, tokens_BxT, loss_mask_BxT, *, cfg, numerics, opt):
+    """Cross-entropy on the masked (solution) tokens. Returns (state, loss, finite)."""
+
+    def loss_fn(params):
+        logits, aux, _ = M.forward(params, tokens_BxT, cfg=cfg, numerics=numerics)
+        lp = R.token_logprobs(logits, tokens_BxT)
+        m = loss_mask_BxT.astype(jnp.float32)
+        return -jnp.sum(lp * m) / jnp.maximum(jnp.sum(m), 1.0) + 1e-3 * aux.lb_loss
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    state, finite = _apply_if_finite(opt, state, loss, grads)
+    return state, loss, finite
