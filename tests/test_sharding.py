@@ -1,0 +1,229 @@
+"""Sharding on 8 faked CPU devices: sharded forward / gradient / rollout equal the single-device
+results, hints and routing come out sharded by trajectory, the rule table's specs, clear errors."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from trace_jax import model as M
+from trace_jax import numerics as nx
+from trace_jax import quant as Q
+from trace_jax import rollout as R
+from trace_jax import sharding as S
+
+CFG = M.ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
+                    n_experts=8, top_k=2, d_expert=32, d_shared=16, max_seq_len=32,
+                    rope_theta=10_000.0, dtype="float32")
+AXES = ("data", "fsdp", "expert", "tensor")
+
+
+def mesh_of(shape, devices=None):
+    return S.make_mesh(ml_collections.ConfigDict(dict(axes=AXES, shape=shape)), devices)
+
+
+@pytest.fixture(scope="module")
+def params():
+    """init_params-shaped params drawn with numpy (compiling threefry costs ~7 s on CPU)."""
+    rng = np.random.default_rng(0)
+    like = jax.eval_shape(lambda: M.init_params(CFG, jax.random.key(0)))
+    flat, treedef = jax.tree_util.tree_flatten_with_path(like)
+    leaves = [np.ones(x.shape, np.float32) if "norm" in jax.tree_util.keystr(path)
+              else (0.05 * rng.standard_normal(x.shape)).astype(np.float32) for path, x in flat]
+    return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in leaves])
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return jnp.asarray(np.random.default_rng(1).integers(1, CFG.vocab_size, (4, 8)), jnp.int32)
+
+
+def _spec_axes(spec, dim):
+    entry = spec[dim] if dim < len(spec) else None
+    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def _assert_sharded_like(tree, shardings):
+    for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)):
+        assert x.sharding.is_equivalent_to(s, x.ndim), (x.sharding, s)
+
+
+# --------------------------------------------------------------------------------------------
+# Specs
+
+
+def test_make_mesh_resolves_minus_one_and_device_subsets():
+    m = mesh_of((-1, 2, 1, 1))
+    assert dict(m.shape) == dict(data=4, fsdp=2, expert=1, tensor=1)
+    sub = mesh_of((2, -1, 1, 1), devices=jax.devices()[4:])
+    assert dict(sub.shape)["fsdp"] == 2 and set(sub.devices.flat) == set(jax.devices()[4:])
+
+
+def test_rule_sets_training_fsdp_sampling_replicated():
+    m = mesh_of((2, 2, 2, 1))
+    train = S.param_shardings(CFG, m, S.make_rules("training"))
+    samp = S.param_shardings(CFG, m, S.make_rules("sampling"))
+    # FSDP: embed dim over fsdp+data; experts over expert; tensor axis of size 1 left out
+    assert train["layers"]["attn"]["wq"].spec == P(None, ("fsdp", "data"))
+    assert train["layers"]["moe"]["w_gate"].spec == P(None, "expert", ("fsdp", "data"))
+    assert train["lm_head"].spec == P(("fsdp", "data"))
+    # sampling: replicated over the batch axes, experts still split
+    assert samp["layers"]["attn"]["wq"].spec == P()
+    assert samp["layers"]["moe"]["w_down"].spec == P(None, "expert")
+    # config overrides apply to both rule sets; activations constrained by logical names
+    mc = ml_collections.ConfigDict(dict(axes=AXES, shape=(2, 2, 2, 1), rules={"vocab": "expert"}))
+    assert S.param_shardings(CFG, m, S.rules_from_config(mc, "sampling"))["embed"].spec == P(
+        "expert")
+    x = jax.jit(lambda a: S.constrain(a, (S.BATCH, "activation_length", "activation_embed"),
+                                      m, S.make_rules("training")))(jnp.zeros((4, 3, 8)))
+    assert x.sharding.spec == P(("data", "fsdp"))
+
+
+def test_logical_to_spec_drops_axes_that_do_not_divide_and_reuses_none():
+    m = mesh_of((2, 4, 1, 1))
+    r = {"a": ("fsdp", "data"), "b": "data", "c": "fsdp"}
+    assert S.logical_to_spec(("a", "b"), r, m, (8, 6)) == P(("fsdp", "data"))  # data used
+    assert S.logical_to_spec(("a",), r, m, (12,)) == P("fsdp")  # 4 | 12, 8 does not
+    assert S.logical_to_spec(("a",), r, m, (6,)) == P("data")  # 4 does not divide 6, 2 does
+    assert S.logical_to_spec(("b", "c"), r, m, (3, 4)) == P(None, "fsdp")
+    assert S.logical_to_spec((None, "b"), r, m, (5, 1)) == P()
+
+
+def test_fp4_qtensor_fields_sharded_where_divisible():
+    m = mesh_of((1, 2, 2, 2))
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    rules = S.make_rules("training")
+    sh = S.rollout_param_shardings(CFG, m, rules, num)
+    w = sh["layers"]["moe"]["w_gate"]  # [L, E, M, F] packed along M: codes M/2, scales M/16
+    assert isinstance(w, Q.QTensor)
+    assert w.codes.spec == P(None, "expert", "fsdp", "tensor")
+    assert w.scales.spec == P(None, "expert", "fsdp", "tensor")
+    assert w.global_scale.spec == P(None, "expert")  # [L, E, 1, 1]: size-1 axes unsharded
+    # the FP4 KV cache: batch strictly, KV heads on tensor, per-row global scale [B, K, S, 1]
+    from trace_jax import attention
+
+    cache = jax.eval_shape(lambda: attention.init_cache(CFG, num, 4, 16))
+    cs = S.cache_shardings(cache, m, rules)
+    assert cs[0]["k"].codes.spec == P("fsdp", "tensor")
+    assert cs[0]["k"].global_scale.spec == P("fsdp", "tensor")
+    mx = jax.eval_shape(lambda: attention.init_cache(CFG, dataclasses.replace(num, fmt="mxfp4"),
+                                                     4, 16))
+    assert S.cache_shardings(mx, m, rules)[1]["v"].global_scale.spec == P()
+
+
+def test_bad_mesh_rules_and_batch_raise_clear_errors():
+    with pytest.raises(ValueError, match="more than one -1"):
+        mesh_of((-1, -1, 1, 1))
+    with pytest.raises(ValueError, match="has 4 devices but 8 are available"):
+        mesh_of((2, 2, 1, 1))
+    with pytest.raises(ValueError, match="not divisible by the fixed axes"):
+        mesh_of((-1, 3, 1, 1))
+    with pytest.raises(ValueError, match="different lengths"):
+        S.make_mesh(dict(axes=("data",), shape=(2, 4)))
+    m = mesh_of((2, 2, 2, 1))
+    with pytest.raises(ValueError, match="mesh axes \\['model'\\] that the mesh does not have"):
+        S.param_shardings(CFG, m, S.make_rules("training", {"vocab": "model"}))
+    with pytest.raises(ValueError, match="no sharding rule for logical axis 'experts'"):
+        S.logical_to_spec(("experts",), {}, m, (8,))
+    with pytest.raises(ValueError, match="rule set must be one of"):
+        S.make_rules("serving")
+    with pytest.raises(ValueError, match=r"batch of 6 trajectories is not divisible by the 4 "
+                                         r"devices of mesh axes \('data','fsdp'\)"):
+        S.check_batch_divisible(6, m, S.make_rules("sampling"))
+    assert S.check_batch_divisible(jnp.zeros((8, 3)), m, S.make_rules("sampling")) == 4
+    ro = jax.eval_shape(lambda: R.Rollout(*(jnp.zeros((6, 4)),) * 5, R.HintBatch(
+        {}, jnp.zeros((2, 6, 4, 2)), jnp.zeros((6, 4)), jnp.zeros(6)), jnp.zeros(6)))
+    with pytest.raises(ValueError, match="batch of 6 trajectories"):
+        S.rollout_shardings(ro, m, S.make_rules("sampling"))
+
+
+# --------------------------------------------------------------------------------------------
+# Sharded == single device
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp4_qat"])
+def test_sharded_forward_matches_single_device(params, tokens, mode):
+    num = nx.make_numerics(mode, CFG.n_layers)
+    m = mesh_of((2, 2, 1, 2))
+    rules = S.make_rules("training")
+    psh = S.param_shardings(CFG, m, rules, params)
+    fwd = jax.jit(lambda p, t: M.forward(p, t, cfg=CFG, numerics=num)[:2])
+    ref, ref_aux = fwd(params, tokens)
+    sp, st = S.reshard(params, psh), S.reshard(tokens, S.data_sharding(m, rules))
+    _assert_sharded_like(sp, psh)
+    assert st.addressable_shards[0].data.shape == (1, 8)  # 4 rows over data*fsdp = 4
+    out, aux = fwd(sp, st)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=2e-5, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(aux.experts), np.asarray(ref_aux.experts))
+
+
+def test_sharded_fp4_qat_gradient_matches_single_device(params, tokens):
+    num = nx.make_numerics("fp4_qat", CFG.n_layers)
+    m = mesh_of((2, 2, 2, 1))
+    rules = S.make_rules("training")
+    psh = S.param_shardings(CFG, m, rules, params)
+
+    def loss(p, t):
+        logits, _, _ = M.forward(p, t, cfg=CFG, numerics=num)
+        return jnp.mean(jax.nn.log_softmax(logits, axis=-1)[..., 0])
+
+    ref = jax.jit(jax.grad(loss))(params, tokens)
+    step = jax.jit(jax.grad(loss), in_shardings=(psh, S.data_sharding(m, rules)),
+                   out_shardings=psh)
+    g = step(S.reshard(params, psh), tokens)
+    _assert_sharded_like(g, psh)
+    assert g["layers"]["moe"]["w_up"].addressable_shards[0].data.shape == (2, 4, 16, 32)
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(g)[0], jax.tree.leaves(ref)):
+        scale = float(np.max(np.abs(np.asarray(b)))) + 1e-12
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5 * scale, rtol=1e-4,
+                                   err_msg=jax.tree_util.keystr(path))
+
+
+def test_sharded_rollout_matches_single_device_and_keeps_hints_sharded(params):
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)  # hints on the last layer
+    m = mesh_of((4, 1, 2, 1))
+    rules = S.make_rules("sampling")
+    samp = R.SamplingConfig(max_new_tokens=5, temperature=0.0, eos_id=-1)
+    prompts = jnp.asarray(np.random.default_rng(2).integers(1, CFG.vocab_size, (8, 5)), jnp.int32)
+    lens = jnp.asarray([5, 2, 4, 3, 5, 1, 2, 5], jnp.int32)
+    kw = dict(cfg=CFG, numerics=num, sampling=samp)
+    ref = R.generate(R.sync_weights(params, num, dtype="float32"), prompts, lens,
+                     jax.random.key(0), **kw)
+
+    psh = S.rollout_param_shardings(CFG, m, rules, num, dtype="float32")
+    assert psh["layers"]["moe"]["w_gate"].codes.spec == P(None, "expert")
+    rp = R.sync_weights(S.reshard(params, S.param_shardings(CFG, mesh_of((2, 2, 2, 1)),
+                                                            S.make_rules("training"), params)),
+                        num, shardings=psh, dtype="float32")  # trainer mesh -> rollout mesh
+    _assert_sharded_like(rp, psh)
+    out = R.generate(rp, S.reshard(prompts, S.data_sharding(m, rules)),
+                     S.reshard(lens, S.data_sharding(m, rules, 1)), jax.random.key(0), **kw)
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
+    np.testing.assert_array_equal(np.asarray(out.guidance.experts),
+                                  np.asarray(ref.guidance.experts))
+    # hints: batch-split matmuls may round float32 differently (1 ulp), so the recorded grids
+    # agree to float tolerance and the bits almost everywhere
+    for name, h in out.guidance.hints.items():
+        hr = ref.guidance.hints[name]
+        np.testing.assert_allclose(np.asarray(h.global_scale), np.asarray(hr.global_scale),
+                                   rtol=1e-6, err_msg=name)
+        for f in ("bits", "scales"):
+            a, b = (np.asarray(getattr(x, f)).view(np.uint8) for x in (h, hr))
+            assert np.mean(a == b) > 0.99, (name, f, np.mean(a == b))
+
+    # hints and routing stay sharded by trajectory (4 data shards of 2 rows), no gather
+    g = out.guidance
+    assert g.hints, "fp4_rollout must record hints on the last half of the layers"
+    for leaf in jax.tree.leaves(g.hints) + [g.recorded, g.fingerprint]:
+        assert _spec_axes(leaf.sharding.spec, 0) == ("data",), leaf.sharding
+        assert {s.data.shape[0] for s in leaf.addressable_shards} == {2}
+    assert _spec_axes(g.experts.sharding.spec, 1) == ("data",)
+    # and rollout_shardings describes that layout (only logprobs may still need a reshard)
+    want = S.rollout_shardings(out, m, rules)
+    _assert_sharded_like(out.guidance, want.guidance)
+    moved = S.reshard(out, want)
+    _assert_sharded_like(moved, want)
