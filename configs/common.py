@@ -69,4 +69,8 @@ def base_config():
         kl_coef=0.0,
     ))
     c.checkpoint = ml_collections.ConfigDict(dict(every=10, keep=3))
+
+    # Device mesh (trace_jax.sharding): axis names and sizes, -1 = the rest; rule overrides.
+    c.mesh = ml_collections.ConfigDict(dict(
+        axes=("data", "fsdp", "expert", "tensor"), shape=(-1, 1, 1, 1), rules={}))
     return c
