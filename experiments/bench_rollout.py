@@ -1,0 +1,748 @@
+#!/usr/bin/env python3
+"""Rollout decode throughput: FP4 vs BF16 engines at the same HBM budget (issue 8).
+
+What is timed: the rollout engine's decode step -- one jitted ``trace_jax.model.forward`` call with
+``cache=`` and T = 1 (the body of ``rollout._generate``'s while loop minus the sampler and the
+record scatters), KV cache donated, random weights built on the device in their target dtype
+(bf16 arrays; FP4 experts as random packed codes / block scales / global scales, never an f32
+30B tensor), and a random, valid, pre-filled cache (every slot < context holds random bf16 values
+or random FP4 codes with finite scales). Every sequence sits at ``lengths = context``.
+
+Engines (rows):
+  bf16          bf16 weights, bf16 KV, Pallas decode attention (what ops.decode_attention picks on GPU)
+  bf16_xla      the same forward with ops.decode_attention swapped for decode_attention_reference
+                (plain XLA: what a JAX user has without the kernels); batch of the bf16 engine
+  fp4           fp4_rollout numerics, the paper's site set (W4A4 routed experts + FP4 KV),
+                hint capture on (what the TRACE rollout runs)
+  fp4_nohints   the same, hint capture off (hint-capture overhead = fp4 vs fp4_nohints, same batch)
+  fp4w_bf16kv   FP4 expert weights/activations, bf16 KV (sites without attn/kv), hints on
+
+Batch: for each engine's (weight precision, KV precision) the largest B with
+  weights + B * (context * KV bytes/token + per-sequence activations) + workspace <= --hbm_gb,
+from shapes alone (``params.count`` and the cache layout), capped by --max_batch. With --layers
+(a reduced-depth run) the batch is still sized for the config's full depth, so every layer holds
+exactly the state it would in the full model; step times then cover --layers layers plus the
+embedding / lm_head, which are not scaled.
+
+Per step: bytes moved = dense weights (all of them) + routed-expert weights of the experts the
+step actually touched (counted from the step's routing output; at B >= 64 this is ~100%, at the
+small BF16 batches of long contexts it is not, and the table says the fraction) + the embedding
+rows + KV read (B * context * KV bytes/token); achieved bandwidth vs a device copy bandwidth
+(read + write of a >= 2 GiB f32 array) measured in the same run; memory (bytes in use with the
+engine's state resident, the compiled step's temp bytes, process peak so far).
+
+If a target is missed the step is broken down on the same shapes and data: attention (all layers'
+``ops.decode_attention`` calls), routed-expert matmuls (all layers' three ``ops.grouped_matmul``
+calls + SwiGLU, with the step's routing) and the rest (step minus both). For FP4 the expert time
+is also given with the Pallas ``fp4_grouped_matmul`` kernel in place of dequantize + ragged_dot.
+
+Prefill: tokens/s of one ``--prefill_len`` prompt (batch 1) for bf16 and fp4 (hints on).
+
+    python experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --contexts 8192,32768,131072
+    python experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4   # reduced depth
+    python experiments/bench_rollout.py --smoke      # CPU: 2 steps of every engine on a tiny shape
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from trace_jax import attention, ops  # noqa: E402
+from trace_jax import model as M  # noqa: E402
+from trace_jax import numerics as nx  # noqa: E402
+from trace_jax import quant as Q  # noqa: E402
+
+GB = 1e9
+EXPERT_LEAVES = ("w_gate", "w_up", "w_down")
+
+ENGINES = {
+    # name: (numerics mode, sites, hint sites, capture hints, attention backend)
+    "bf16": ("bf16", nx.DEFAULT_SITES, nx.DEFAULT_HINT_SITES, False, "kernel"),
+    "bf16_xla": ("bf16", nx.DEFAULT_SITES, nx.DEFAULT_HINT_SITES, False, "reference"),
+    "fp4": ("fp4_rollout", nx.DEFAULT_SITES, nx.DEFAULT_HINT_SITES, True, "kernel"),
+    "fp4_nohints": ("fp4_rollout", nx.DEFAULT_SITES, nx.DEFAULT_HINT_SITES, False, "kernel"),
+    "fp4w_bf16kv": ("fp4_rollout", ("moe/expert_in", "moe/expert_hidden", "moe/expert_weights"),
+                    ("moe/expert_in", "moe/expert_hidden"), True, "kernel"),
+}
+TARGETS = {"fp4_vs_bf16_128k": 5.4, "fp4_vs_bf16_32k": 3.5, "bf16_pct_copy": 70.0,
+           "hint_overhead_pct": 5.0}
+
+
+# --------------------------------------------------------------------------------------------
+# Config and sizing
+
+
+def load_model_config(path: str, layers: int | None, max_len: int) -> tuple[M.ModelConfig, M.ModelConfig]:
+    """(full-depth config, run config) from a get_config() file."""
+    spec = importlib.util.spec_from_file_location("_bench_cfg", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    d = dict(mod.get_config().model)
+    d.update(param_dtype="bfloat16", dtype="bfloat16", max_seq_len=max(int(d["max_seq_len"]), max_len))
+    full = M.ModelConfig.from_config(d)
+    run = dataclasses.replace(full, n_layers=layers) if layers else full
+    return full, run
+
+
+def param_count(cfg: M.ModelConfig, fmt: str) -> dict:
+    """``trace_jax.params.count`` (imports ml_collections); the same formula if that is missing."""
+    try:
+        from trace_jax import params as P
+
+        return P.count(cfg, fmt)
+    except ImportError:  # pragma: no cover - GPU host without ml_collections
+        total = expert = 0
+        for path, (shape, _) in _leaves(M.param_shapes(cfg)):
+            n = math.prod(shape)
+            total += n
+            if "moe" in path and path[-1] in EXPERT_LEAVES and "shared" not in path:
+                expert += n
+        f = Q.get_format(fmt)
+        fp4_e = expert * f.bits_per_element / 8 + (4 * 3 * cfg.n_layers * cfg.n_experts
+                                                   if f.has_global_scale else 0)
+        return {"total_params": total, "routed_expert_params": expert, "bf16_bytes": 2 * total,
+                "fp4_bytes": int(2 * (total - expert) + fp4_e), "fp4_format": fmt}
+
+
+def _leaves(tree, prefix=()):
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, prefix + (k,))
+        else:
+            yield prefix + (k,), v
+
+
+def kv_bytes_per_token(cfg: M.ModelConfig, fp4_kv: bool, fmt: str) -> float:
+    """Cache bytes per token over all layers (K and V)."""
+    per_row = cfg.head_dim * 2  # bf16
+    if fp4_kv:
+        f = Q.get_format(fmt)
+        per_row = cfg.head_dim / 2 + cfg.head_dim / f.block_size + (4 if f.has_global_scale else 0)
+    return cfg.n_layers * 2 * cfg.n_kv_heads * per_row
+
+
+def engine_precisions(name: str) -> tuple[bool, bool]:
+    """(fp4 weights, fp4 kv)."""
+    mode, sites = ENGINES[name][0], ENGINES[name][1]
+    fp4 = mode == "fp4_rollout"
+    return fp4, fp4 and "attn/kv" in sites
+
+
+def weight_bytes(cfg, fp4_w: bool, fmt: str) -> float:
+    c = param_count(cfg, fmt)
+    return float(c["fp4_bytes"] if fp4_w else c["bf16_bytes"])
+
+
+def size_batch(cfg_full, fp4_w, fp4_kv, context, args) -> tuple[int, dict]:
+    """Largest batch whose weights + KV + workspace fit ``--hbm_gb`` (full-depth shapes)."""
+    W = weight_bytes(cfg_full, fp4_w, args.fmt)
+    kv_tok = kv_bytes_per_token(cfg_full, fp4_kv, args.fmt)
+    E, Md, F = cfg_full.n_experts, cfg_full.d_model, cfg_full.d_expert
+    # transient: one layer's routed experts dequantized to bf16 (the FP4 path through ragged_dot)
+    layer_tmp = 3 * E * Md * F * 2 if fp4_w else 0
+    fixed = args.workspace_gb * GB + layer_tmp
+    per_seq = context * kv_tok + cfg_full.vocab_size * 4 * 2 + 64 * Md * 4  # KV + f32 logits + acts
+    b = int((args.hbm_gb * GB - W - fixed) // per_seq)
+    b = max(0, min(b, args.max_batch))
+    return b, {"weights_bytes": W, "kv_bytes_per_token": kv_tok, "workspace_bytes": fixed,
+               "per_seq_bytes": per_seq}
+
+
+# --------------------------------------------------------------------------------------------
+# Random state on the device
+
+
+_SCALE_BYTES = {  # random block-scale bytes: finite, moderate
+    jnp.dtype(jnp.float8_e4m3fn): (0x28, 0x39),  # 0.25 .. 1.125
+    jnp.dtype(jnp.float8_e8m0fnu): (120, 128),  # 2^-7 .. 2^0
+}
+
+
+def _gen_leaf(k, shape, dt, role):
+    """Random contents for one leaf, generated in its target dtype (no f32 copy of a weight)."""
+    if role == "ones":
+        return jnp.ones(shape, dt)
+    if dt == jnp.uint8:  # packed FP4 codes: any byte is two valid codes
+        return jax.random.bits(k, shape, jnp.uint8)
+    if dt in _SCALE_BYTES:
+        lo, hi = _SCALE_BYTES[dt]
+        return jax.lax.bitcast_convert_type(
+            jax.random.randint(k, shape, lo, hi, jnp.int32).astype(jnp.uint8), dt)
+    if dt == jnp.float32:  # global scales
+        lo, hi = (0.002, 0.006) if role == "weight" else (0.05, 0.15)
+        return jax.random.uniform(k, shape, jnp.float32, lo, hi)
+    std = 0.02 if role == "weight" else 1.0
+    return (jax.random.normal(k, shape, dt) * jnp.asarray(std, dt)).astype(dt)
+
+
+@functools.lru_cache(maxsize=None)
+def _leaf_generator(shape, dt, role):
+    return jax.jit(lambda k: _gen_leaf(k, shape, dt, role))
+
+
+@functools.lru_cache(maxsize=None)
+def _tree_generator(specs):
+    return jax.jit(lambda k: [_gen_leaf(jax.random.fold_in(k, i), *sp) for i, sp in enumerate(specs)])
+
+
+def random_tree(structs, key, role_of):
+    """A pytree of random device arrays shaped like ``structs`` (ShapeDtypeStruct leaves).
+
+    Small trees are generated by one jitted call (few compiles: the CPU smoke run), large ones
+    leaf by leaf (one generator per distinct shape, so no more than one leaf's transients live)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(structs)
+    specs = tuple((tuple(s.shape), jnp.dtype(s.dtype), role_of(jax.tree_util.keystr(p)))
+                  for p, s in leaves)
+    total = sum(math.prod(sp[0]) * sp[1].itemsize for sp in specs)
+    if total < (1 << 30):
+        arrs = _tree_generator(specs)(key)
+    else:
+        arrs = [_leaf_generator(*sp)(jax.random.fold_in(key, i)) for i, sp in enumerate(specs)]
+    out = jax.tree_util.tree_unflatten(treedef, arrs)
+    jax.block_until_ready(out)
+    return out
+
+
+def _global_role(fmt, role):
+    return role if Q.get_format(fmt).has_global_scale else "ones"  # MXFP4: global scale is 1
+
+
+def param_structs(cfg: M.ModelConfig, numerics: nx.Numerics) -> dict:
+    """Rollout params as ``pack_params`` lays them out (bf16; FP4 QTensor routed experts)."""
+    fp4_experts = numerics.mode == "fp4_rollout" and numerics.quantizes(
+        nx.site_name(0, "moe/expert_weights"))
+
+    def build(tree, path):
+        res = {}
+        for k, v in tree.items():
+            if isinstance(v, dict):
+                res[k] = build(v, path + (k,))
+            elif fp4_experts and path[-1:] == ("moe",) and k in EXPERT_LEAVES:
+                res[k] = jax.eval_shape(lambda s=v[0]: nx.quantize_weight(
+                    jnp.zeros(s, jnp.float32), numerics.fmt))
+            else:
+                res[k] = jax.ShapeDtypeStruct(v[0], jnp.bfloat16)
+        return res
+
+    return build(M.param_shapes(cfg), ())
+
+
+def random_params(cfg: M.ModelConfig, numerics: nx.Numerics, key) -> dict:
+    def role(path):
+        if "norm" in path:
+            return "ones"
+        if path.endswith("global_scale"):
+            return _global_role(numerics.fmt, "weight")
+        return "weight"
+
+    return random_tree(param_structs(cfg, numerics), key, role)
+
+
+def random_cache(cfg, numerics, batch, slots, key):
+    """A full cache with random, valid contents (every slot written)."""
+    structs = jax.eval_shape(lambda: attention.init_cache(cfg, numerics, batch, slots))
+    return random_tree(structs, key, lambda p: _global_role(numerics.fmt, "cache")
+                       if p.endswith("global_scale") else "cache")
+
+
+def tree_nbytes(tree) -> int:
+    """Device bytes (FP4 codes are uint8 here, so nbytes is exact)."""
+    return int(sum(a.nbytes for a in jax.tree.leaves(tree)))
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+
+
+@contextlib.contextmanager
+def attention_backend(kind: str):
+    """Swap ops.decode_attention for the plain-XLA reference while tracing (``reference``)."""
+    if kind != "reference":
+        yield
+        return
+    orig = ops.decode_attention
+    ops.decode_attention = ops.decode_attention_reference
+    try:
+        yield
+    finally:
+        ops.decode_attention = orig
+
+
+@contextlib.contextmanager
+def fp4_kernel_matmul():
+    """Route QTensor expert weights through pallas_kernels.fp4_matmul.fp4_grouped_matmul."""
+    from pallas_kernels import fp4_matmul as FM
+
+    orig = ops.grouped_matmul
+
+    def gm(x, w, gs):
+        if isinstance(w, Q.QTensor):
+            return FM.fp4_grouped_matmul(x, FM.prepare_weights(w), gs)
+        return orig(x, w, gs)
+
+    ops.grouped_matmul = gm
+    try:
+        yield
+    finally:
+        ops.grouped_matmul = orig
+
+
+def sync(x):
+    return jax.block_until_ready(x)
+
+
+def time_calls(fn, n, warmup=2):
+    for _ in range(warmup):
+        sync(fn())
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        sync(fn())
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def copy_bandwidth(nbytes: int, reps: int) -> float:
+    """Read+write bandwidth of an elementwise pass over an f32 array (bytes/s)."""
+    n = nbytes // 4
+    x = jax.jit(lambda k: jax.random.uniform(k, (n,), jnp.float32))(jax.random.PRNGKey(1))
+    f = jax.jit(lambda a: a * 1.0001 + 1.0)
+    t = time_calls(lambda: f(x), reps, warmup=3)
+    del x
+    return 2 * n * 4 / t
+
+
+def mem_stats() -> dict:
+    try:
+        s = jax.devices()[0].memory_stats() or {}
+    except Exception:  # noqa: BLE001
+        s = {}
+    return {"bytes_in_use": s.get("bytes_in_use"), "peak_bytes_in_use": s.get("peak_bytes_in_use"),
+            "bytes_limit": s.get("bytes_limit")}
+
+
+def make_step(cfg, numerics, capture):
+    def step(params, cache, tok_B, pos_B):
+        logits, aux, cache = M.forward(params, tok_B[:, None], cfg=cfg, numerics=numerics,
+                                       cache=cache, positions_BxT=pos_B[:, None],
+                                       capture_hints=capture)
+        nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+        return nxt, aux.experts, aux.hints, cache
+
+    return jax.jit(step, donate_argnums=(1,))
+
+
+def touched_fraction(experts_LxBx1xK, n_experts) -> float:
+    e = np.asarray(experts_LxBx1xK).reshape(experts_LxBx1xK.shape[0], -1)
+    return float(np.mean([len(np.unique(r)) / n_experts for r in e]))
+
+
+def step_bytes(cfg, params, batch, context, touched, kv_tok, fp4_w) -> dict:
+    """Bytes one decode step must move (run-depth shapes)."""
+    dense = expert = 0
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        names = [getattr(p, "key", getattr(p, "name", None)) for p in path]
+        n = leaf.nbytes
+        if "embed" in names:
+            continue
+        if "moe" in names and any(k in names for k in EXPERT_LEAVES) and "shared" not in names:
+            expert += n
+        else:
+            dense += n
+    embed_rows = batch * cfg.d_model * 2
+    w = dense + expert * touched + embed_rows
+    kv = batch * context * kv_tok
+    return {"dense_weight_bytes": dense, "expert_weight_bytes_all": expert,
+            "weight_bytes_touched": w, "kv_read_bytes": kv, "total_bytes": w + kv}
+
+
+def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want_breakdown):
+    mode, sites, hsites, capture, attn = ENGINES[name]
+    numerics = nx.make_numerics(mode, cfg_run.n_layers, fmt=args.fmt, sites=sites, hint_sites=hsites)
+    fp4_w, fp4_kv = engine_precisions(name)
+    row = {"engine": name, "context": context, "batch": batch, "capture_hints": capture,
+           "attention": attn, "fp4_weights": fp4_w, "fp4_kv": fp4_kv}
+    params = random_params(cfg_run, numerics, jax.random.fold_in(key, 1))
+    cache = random_cache(cfg_run, numerics, batch, context, jax.random.fold_in(key, 2))
+    row["params_bytes_run"] = tree_nbytes(params)
+    row["cache_bytes_run"] = tree_nbytes(cache)
+    tok = jax.random.randint(jax.random.fold_in(key, 3), (batch,), 0, cfg_run.vocab_size, jnp.int32)
+    pos = jnp.full((batch,), context - 1, jnp.int32)  # lengths after the write = context
+    step = make_step(cfg_run, numerics, capture)
+    t0 = time.perf_counter()
+    with attention_backend(attn):
+        compiled = step.lower(params, cache, tok, pos).compile()
+    row["compile_s"] = time.perf_counter() - t0
+    try:
+        ma = compiled.memory_analysis()
+        row["step_temp_bytes"] = int(ma.temp_size_in_bytes)
+    except Exception:  # noqa: BLE001
+        row["step_temp_bytes"] = None
+
+    state = {"cache": cache, "tok": tok}
+    experts = None
+
+    def one():
+        nonlocal experts
+        nxt, ex, hints, c = compiled(params, state["cache"], state["tok"], pos)
+        state["cache"], state["tok"] = c, nxt
+        experts = ex
+        return nxt, c, hints
+
+    for _ in range(args.warmup):
+        sync(one())
+    ts = []
+    for _ in range(args.steps):
+        t1 = time.perf_counter()
+        sync(one())
+        ts.append(time.perf_counter() - t1)
+    t = statistics.median(ts)
+    touched = touched_fraction(experts, cfg_run.n_experts)
+    kv_tok = kv_bytes_per_token(cfg_run, fp4_kv, args.fmt)
+    by = step_bytes(cfg_run, params, batch, context, touched, kv_tok, fp4_w)
+    row.update(step_s=t, step_s_min=min(ts), steps_timed=len(ts), tokens_per_s=batch / t,
+               experts_touched_frac=touched, **by,
+               achieved_Bps=by["total_bytes"] / t, pct_copy=100 * by["total_bytes"] / t / copy_bw)
+    ms = mem_stats()
+    row["mem_bytes_in_use"] = ms["bytes_in_use"]
+    row["mem_peak_process"] = ms["peak_bytes_in_use"]
+    if ms["bytes_in_use"] is not None and row["step_temp_bytes"] is not None:
+        row["mem_peak_est"] = ms["bytes_in_use"] + row["step_temp_bytes"]
+
+    if want_breakdown:
+        row["breakdown"] = breakdown(cfg_run, numerics, params, state["cache"], experts, batch,
+                                     context, attn, args, t, key)
+    del params, cache, state, compiled
+    return row
+
+
+def breakdown(cfg, numerics, params, cache, experts, batch, context, attn, args, t_step, key):
+    """Attention / routed-expert matmuls / rest of the step, on the step's shapes and data."""
+    L, H, D, k, Md = cfg.n_layers, cfg.n_heads, cfg.head_dim, cfg.top_k, cfg.d_model
+    q = jax.random.normal(jax.random.fold_in(key, 7), (L, batch, H, D), jnp.bfloat16)
+    lengths = jnp.full((batch,), context, jnp.int32)
+
+    def attn_all(q, cache, lengths):
+        return jnp.stack([ops.decode_attention(q[l], cache[l]["k"], cache[l]["v"], lengths)
+                          for l in range(L)])
+
+    with attention_backend(attn):
+        fa = jax.jit(attn_all).lower(q, cache, lengths).compile()
+    t_attn = time_calls(lambda: fa(q, cache, lengths), args.steps)
+
+    ex = jnp.asarray(experts).astype(jnp.int32).reshape(L, batch * k)
+    gs = jax.vmap(lambda e: jnp.bincount(e, length=cfg.n_experts))(ex).astype(jnp.int32)
+    xs = jax.random.normal(jax.random.fold_in(key, 8), (L, batch * k, Md), jnp.bfloat16)
+    moe_w = {w: params["layers"]["moe"][w] for w in EXPERT_LEAVES}
+
+    def experts_all(xs, w, gs):
+        outs = []
+        for l in range(L):
+            wl = jax.tree.map(lambda a, l=l: a[l], w)
+            g = ops.grouped_matmul(xs[l], wl["w_gate"], gs[l]).astype(jnp.float32)
+            u = ops.grouped_matmul(xs[l], wl["w_up"], gs[l]).astype(jnp.float32)
+            h = (jax.nn.silu(g) * u).astype(jnp.bfloat16)
+            outs.append(ops.grouped_matmul(h, wl["w_down"], gs[l]))
+        return jnp.stack(outs)
+
+    fe = jax.jit(experts_all).lower(xs, moe_w, gs).compile()
+    t_exp = time_calls(lambda: fe(xs, moe_w, gs), args.steps)
+    out = {"attention_s": t_attn, "experts_s": t_exp, "rest_s": t_step - t_attn - t_exp,
+           "step_s": t_step}
+    if isinstance(moe_w["w_gate"], Q.QTensor) and jax.default_backend() == "gpu":
+        try:
+            with fp4_kernel_matmul():
+                fk = jax.jit(experts_all).lower(xs, moe_w, gs).compile()
+            out["experts_fp4_kernel_s"] = time_calls(lambda: fk(xs, moe_w, gs), args.steps)
+        except Exception as e:  # noqa: BLE001
+            out["experts_fp4_kernel_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return out
+
+
+def prefill(cfg, name, length, args, key):
+    mode, sites, hsites, capture, _ = ENGINES[name]
+    numerics = nx.make_numerics(mode, cfg.n_layers, fmt=args.fmt, sites=sites, hint_sites=hsites)
+    params = random_params(cfg, numerics, jax.random.fold_in(key, 11))
+    toks = jax.random.randint(jax.random.fold_in(key, 12), (1, length), 0, cfg.vocab_size, jnp.int32)
+
+    @jax.jit
+    def f(params, toks):
+        cache = attention.init_cache(cfg, numerics, 1, length)
+        logits, aux, cache = M.forward(params, toks, cfg=cfg, numerics=numerics, cache=cache,
+                                       capture_hints=capture)
+        return logits[:, -1], aux.hints, cache
+
+    c = f.lower(params, toks).compile()
+    t = time_calls(lambda: c(params, toks), max(3, args.steps // 5), warmup=1)
+    return {"engine": name, "prompt_len": length, "batch": 1, "step_s": t, "tokens_per_s": length / t}
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def fmt_bytes(b):
+    return "-" if b is None else f"{b / GB:.2f}"
+
+
+def table(rows, copy_bw):
+    lines = ["| engine | context | batch | step ms | tokens/s | x bf16 | experts touched | "
+             "GB/step (w + kv) | TB/s | % copy | mem in use GB | step temp GB | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    base = {r["context"]: r for r in rows if r["engine"] == "bf16" and "step_s" in r}
+    for r in rows:
+        if "step_s" not in r:
+            lines.append(f"| {r['engine']} | {r['context']} | {r.get('batch', '-')} | "
+                         f"{r.get('error', 'skipped')} |||||||||")
+            continue
+        b = base.get(r["context"])
+        x = f"{r['tokens_per_s'] / b['tokens_per_s']:.2f}" if b else "-"
+        lines.append(
+            f"| {r['engine']} | {r['context']} | {r['batch']} | {1e3 * r['step_s']:.2f} | "
+            f"{r['tokens_per_s']:.1f} | {x} | {100 * r['experts_touched_frac']:.0f}% | "
+            f"{r['weight_bytes_touched'] / GB:.2f} + {r['kv_read_bytes'] / GB:.2f} | "
+            f"{r['achieved_Bps'] / 1e12:.2f} | {r['pct_copy']:.1f} | {fmt_bytes(r['mem_bytes_in_use'])} | "
+            f"{fmt_bytes(r['step_temp_bytes'])} | {r['compile_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def evaluate_targets(rows, contexts):
+    by = {(r["engine"], r["context"]): r for r in rows if "step_s" in r}
+    res = []
+
+    def ratio(c):
+        a, b = by.get(("fp4", c)), by.get(("bf16", c))
+        return None if not (a and b) else a["tokens_per_s"] / b["tokens_per_s"]
+
+    for c, key in ((131072, "fp4_vs_bf16_128k"), (32768, "fp4_vs_bf16_32k")):
+        want = TARGETS[key]
+        got = ratio(c) if c in contexts else None
+        res.append({"target": f"fp4 tokens/s >= {want}x bf16 at {c}", "value": got,
+                    "met": None if got is None else got >= want,
+                    "shortfall": None if got is None else f"{got / want:.2f} of target ({want - got:+.2f}x missing)"
+                    if got < want else "met"})
+    for c in contexts:
+        b = by.get(("bf16", c))
+        if b:
+            v = b["pct_copy"]
+            res.append({"target": f"bf16 engine >= 70% of copy bandwidth at {c}", "value": v,
+                        "met": v >= TARGETS["bf16_pct_copy"],
+                        "shortfall": "met" if v >= 70 else f"{70 - v:.1f} points below"})
+        h, n = by.get(("fp4", c)), by.get(("fp4_nohints", c))
+        if h and n:
+            v = 100 * (h["step_s"] - n["step_s"]) / h["step_s"]
+            res.append({"target": f"hint capture <= 5% of the fp4 step at {c}", "value": v,
+                        "met": v <= TARGETS["hint_overhead_pct"],
+                        "shortfall": "met" if v <= 5 else f"{v - 5:.1f} points over"})
+    return res
+
+
+def breakdown_table(rows):
+    lines = ["| engine | context | batch | step ms | attention ms (%) | expert matmuls ms (%) | "
+             "rest ms (%) | experts via Pallas fp4 kernel ms |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        b = r.get("breakdown")
+        if not b:
+            continue
+        s = b["step_s"]
+        pc = lambda v: f"{1e3 * v:.2f} ({100 * v / s:.0f}%)"  # noqa: E731
+        k = b.get("experts_fp4_kernel_s")
+        kk = f"{1e3 * k:.2f}" if k is not None else b.get("experts_fp4_kernel_error", "-")
+        lines.append(f"| {r['engine']} | {r['context']} | {r['batch']} | {1e3 * s:.2f} | "
+                     f"{pc(b['attention_s'])} | {pc(b['experts_s'])} | {pc(b['rest_s'])} | {kk} |")
+    return "\n".join(lines)
+
+
+def write_outputs(out_dir: Path, res: dict, md: str, plot: bool):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "rollout_throughput.json").write_text(json.dumps(res, indent=1, default=str))
+    (out_dir / "rollout_throughput.md").write_text(md)
+    if not plot:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no PNG written")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for eng in ENGINES:
+        pts = sorted((r["context"], r["tokens_per_s"]) for r in res["rows"]
+                     if r["engine"] == eng and "tokens_per_s" in r)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=eng)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("decode tokens/s")
+    ax.set_title(f"{res['device']}: {res['model']}, {res['hbm_gb']} GB budget", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / "rollout_throughput.png", dpi=120)
+    plt.close(fig)
+
+
+def render_md(res, copy_bw):
+    md = [f"# Rollout decode throughput: {res['device']} (jax {res['jax_version']})", "",
+          f"command: `{res['command']}`", "",
+          f"model: {res['model']}; HBM budget {res['hbm_gb']} GB for every engine (weights + KV + "
+          f"workspace {res['workspace_gb']} GB + per-sequence logits/activations); batch sized for "
+          f"{res['size_layers']} layers, run with {res['run_layers']} layers "
+          + ("(reduced depth: per-layer state as in the full model; embedding/lm_head not scaled)"
+             if res["size_layers"] != res["run_layers"] else "(full depth)") + ".", "",
+          f"copy bandwidth (read+write, same run): {copy_bw / 1e12:.3f} TB/s at start"
+          + (f", {res['copy_bw_end_Bps'] / 1e12:.3f} TB/s at end" if res.get("copy_bw_end_Bps") else ""),
+          "", f"{res['steps']} timed steps (median) after {res['warmup']} warm-up steps; "
+          "bytes = dense weights + touched routed experts (measured from the step's routing) + "
+          "KV read.", "", table(res["rows"], copy_bw), ""]
+    if res.get("prefill"):
+        md += ["Prefill (one prompt, batch 1, full forward into an empty cache):", "",
+               "| engine | prompt | ms | tokens/s |", "|---|---|---|---|"]
+        md += [f"| {p['engine']} | {p['prompt_len']} | {1e3 * p['step_s']:.1f} | {p['tokens_per_s']:.0f} |"
+               if "step_s" in p else f"| {p['engine']} | {p['prompt_len']} | {p.get('error')} | |"
+               for p in res["prefill"]]
+        md.append("")
+    md += ["## Targets", "", "| target | value | met | by how much |", "|---|---|---|---|"]
+    for t in res["targets"]:
+        v = "-" if t["value"] is None else f"{t['value']:.2f}"
+        md.append(f"| {t['target']} | {v} | {t['met']} | {t['shortfall'] or 'not measured'} |")
+    bt = breakdown_table(res["rows"])
+    if bt.count("\n") > 1:
+        md += ["", "## Per-kernel breakdown of the step (same shapes and data)", "", bt, "",
+               "attention = all layers' ops.decode_attention; expert matmuls = all layers' three "
+               "ops.grouped_matmul calls + SwiGLU with the step's routing (FP4: dequantize + "
+               "ragged_dot, as ops.py does today); rest = step - both (projections, router, sort, "
+               "activation quantization, hint capture, cache write, lm_head)."]
+    return "\n".join(md) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default=str(REPO / "configs/qwen3_30b_a3b.py"))
+    ap.add_argument("--layers", type=int, default=0, help="run depth (0 = the config's)")
+    ap.add_argument("--contexts", default="8192,32768,131072")
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--hbm_gb", type=float, default=130.0)
+    ap.add_argument("--workspace_gb", type=float, default=3.0)
+    ap.add_argument("--max_batch", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--fmt", default="nvfp4")
+    ap.add_argument("--prefill_len", type=int, default=8192, help="0 = skip prefill")
+    ap.add_argument("--copy_gb", type=float, default=2.0)
+    ap.add_argument("--breakdown", default="auto", choices=["auto", "always", "never"])
+    ap.add_argument("--time_budget_s", type=float, default=0, help="skip what is left after this")
+    ap.add_argument("--out", default=str(REPO / "experiments/results"))
+    ap.add_argument("--smoke", action="store_true", help="CPU: tiny shapes, 2 steps per engine")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.config = str(REPO / "configs/tiny.py")
+        args.contexts, args.steps, args.warmup = "64", 2, 1
+        args.layers = args.layers or 1
+        args.max_batch, args.prefill_len, args.copy_gb = min(args.max_batch, 4), 32, 0.004
+    t_start = time.perf_counter()
+    contexts = [int(c) for c in args.contexts.split(",") if c]
+    engines = [e for e in args.engines.split(",") if e]
+    for e in engines:
+        if e not in ENGINES:
+            raise SystemExit(f"unknown engine {e!r}; known: {list(ENGINES)}")
+    cfg_full, cfg_run = load_model_config(args.config, args.layers or None,
+                                          max(contexts + [args.prefill_len]) + 1)
+    dev = jax.devices()[0]
+    device = f"{dev.platform}:{getattr(dev, 'device_kind', '?')}"
+    key = jax.random.PRNGKey(0)
+    print(f"device {device}, jax {jax.__version__}, model {Path(args.config).stem} "
+          f"({cfg_full.n_layers} layers sized, {cfg_run.n_layers} run)", flush=True)
+
+    copy_bw = copy_bandwidth(int(args.copy_gb * (1 << 30)), max(5, args.steps))
+    print(f"copy bandwidth {copy_bw / 1e12:.3f} TB/s", flush=True)
+    res = {"command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
+           "jax_version": jax.__version__, "device": device, "platform": dev.platform,
+           "model": Path(args.config).stem, "model_config": dataclasses.asdict(cfg_run),
+           "size_layers": cfg_full.n_layers, "run_layers": cfg_run.n_layers,
+           "hbm_gb": args.hbm_gb, "workspace_gb": args.workspace_gb, "fmt": args.fmt,
+           "steps": args.steps, "warmup": args.warmup, "copy_bw_Bps": copy_bw,
+           "param_count": param_count(cfg_full, args.fmt), "sizing": {}, "rows": [], "prefill": [],
+           "targets": [], "notes": []}
+    out_dir = Path(args.out)
+
+    def flush():
+        res["targets"] = evaluate_targets(res["rows"], contexts)
+        md = render_md(res, copy_bw)
+        write_outputs(out_dir, res, md, plot=True)
+        return md
+
+    def over_budget():
+        return args.time_budget_s and time.perf_counter() - t_start > args.time_budget_s
+
+    for ctx in contexts:
+        for eng in engines:
+            fp4_w, fp4_kv = engine_precisions(eng)
+            src = "bf16" if eng == "bf16_xla" else eng
+            b, sz = size_batch(cfg_full, *engine_precisions(src), ctx, args)
+            res["sizing"][f"{eng}@{ctx}"] = dict(sz, batch=b)
+            if b < 1 or over_budget():
+                res["rows"].append({"engine": eng, "context": ctx, "batch": b,
+                                    "error": "does not fit" if b < 1 else "skipped (time budget)"})
+                continue
+            bd = args.breakdown == "always" or (args.breakdown == "auto" and eng in ("bf16", "fp4"))
+            t0 = time.perf_counter()
+            try:
+                row = run_engine(eng, cfg_run, cfg_full, ctx, b, args, jax.random.fold_in(key, ctx),
+                                 copy_bw, bd)
+            except Exception as e:  # noqa: BLE001 - an OOM or kernel failure is a result row
+                row = {"engine": eng, "context": ctx, "batch": b,
+                       "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+            row["wall_s"] = time.perf_counter() - t0
+            res["rows"].append(row)
+            msg = (f"{eng:12s} ctx {ctx:7d} B {b:5d}: " + (
+                f"{1e3 * row['step_s']:.2f} ms/step, {row['tokens_per_s']:.1f} tok/s, "
+                f"{row['pct_copy']:.1f}% copy bw, compile {row['compile_s']:.1f}s"
+                if "step_s" in row else row["error"]))
+            print(msg, flush=True)
+        flush()
+    if args.prefill_len:
+        for eng in ("bf16", "fp4"):
+            if over_budget():
+                res["prefill"].append({"engine": eng, "prompt_len": args.prefill_len,
+                                       "error": "skipped (time budget)"})
+                continue
+            try:
+                p = prefill(cfg_run, eng, args.prefill_len, args, key)
+            except Exception as e:  # noqa: BLE001
+                p = {"engine": eng, "prompt_len": args.prefill_len,
+                     "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+            res["prefill"].append(p)
+            print(f"prefill {eng}: {p}", flush=True)
+    if not over_budget():
+        res["copy_bw_end_Bps"] = copy_bandwidth(int(args.copy_gb * (1 << 30)), max(5, args.steps))
+    res["wall_s"] = time.perf_counter() - t_start
+    md = flush()
+    print(md)
+    return res
+
+
+if __name__ == "__main__":
+    main()

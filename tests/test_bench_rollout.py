@@ -1,0 +1,48 @@
+"""experiments/bench_rollout.py --smoke: every engine runs 2 decode steps on a tiny shape (CPU)."""
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "experiments"))
+
+import bench_rollout  # noqa: E402
+
+
+def test_smoke_runs_every_engine(tmp_path, capsys):
+    res = bench_rollout.main(["--smoke", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = {r["engine"]: r for r in res["rows"]}
+    assert set(rows) == set(bench_rollout.ENGINES)
+    for name, r in rows.items():
+        assert "step_s" in r, (name, r.get("error"))
+        assert r["steps_timed"] == 2 and r["tokens_per_s"] > 0 and r["batch"] >= 1
+        assert r["kv_read_bytes"] > 0 and 0 < r["experts_touched_frac"] <= 1
+    # FP4 KV: 0.69 B/element at head_dim 32 (0.59 at 128) vs 2 for bf16
+    assert rows["fp4"]["cache_bytes_run"] * 2.5 < rows["bf16"]["cache_bytes_run"]
+    assert rows["fp4w_bf16kv"]["cache_bytes_run"] == rows["bf16"]["cache_bytes_run"]
+    assert "breakdown" in rows["bf16"] and "breakdown" in rows["fp4"]
+    assert {p["engine"] for p in res["prefill"]} == {"bf16", "fp4"}
+    assert all(p["tokens_per_s"] > 0 for p in res["prefill"])
+    saved = json.loads((tmp_path / "rollout_throughput.json").read_text())
+    assert saved["jax_version"] and saved["device"] and "--smoke" in saved["command"]
+    md = (tmp_path / "rollout_throughput.md").read_text()
+    assert "| engine | context | batch |" in md and "## Targets" in md
+    assert out.rstrip().endswith(md.rstrip().splitlines()[-1])  # the markdown is printed last
+
+
+def test_batch_sizing_same_budget():
+    """At equal HBM the FP4 engine fits more sequences; the budget is respected."""
+    import argparse
+
+    cfg, _ = bench_rollout.load_model_config(str(REPO / "configs/qwen3_30b_a3b.py"), None, 131073)
+    args = argparse.Namespace(hbm_gb=130.0, workspace_gb=3.0, max_batch=4096, fmt="nvfp4")
+    for ctx in (8192, 32768, 131072):
+        bb, sb = bench_rollout.size_batch(cfg, False, False, ctx, args)
+        bf, sf = bench_rollout.size_batch(cfg, True, True, ctx, args)
+        assert 1 <= bb < bf
+        for b, s in ((bb, sb), (bf, sf)):
+            used = s["weights_bytes"] + s["workspace_bytes"] + b * s["per_seq_bytes"]
+            assert used <= 130e9 < used + s["per_seq_bytes"]
+    assert 60e9 < sb["weights_bytes"] < 63e9  # ~61 GB of bf16 weights
