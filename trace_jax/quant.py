@@ -176,8 +176,9 @@ GLOBAL_FACTOR = np.float32(1.0 / (e2m1.MAX * E4M3_MAX))
 
 
 def _recip(v):
-    """Correctly rounded float32 reciprocal (a real division of 1; never a rewritten one)."""
-    return jnp.float32(1.0) / v
+    """Correctly rounded float32 reciprocal. The barrier keeps XLA's algebraic simplifier from
+    folding it into a neighbouring multiply (``a * (1/b) -> a / b``) or division."""
+    return jax.lax.optimization_barrier(jnp.float32(1.0) / jax.lax.optimization_barrier(v))
 
 
 def _nvfp4_block_scale(amax_b, bad_b, g, target):
