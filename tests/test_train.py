@@ -106,6 +106,14 @@ def test_metrics_file_has_every_field_and_tensorboard(tmp_path):
         assert 0.99 <= m["code_agreement_hinted"] <= 1.0
         assert m["routing_agreement"] == 1.0  # routing replay
     assert any(f.startswith("events") for f in os.listdir(tmp_path / "tb"))
+    from trace_jax import checkpoint, model as M
+    c = small(tmp_path)
+    p = checkpoint.load_params(str(tmp_path), c)
+    init = M.init_params(M.ModelConfig.from_config(c.model), jax.random.key(c.seed))
+    assert jax.tree.structure(p) == jax.tree.structure(init)
+    assert not np.allclose(np.asarray(p["embed"]), np.asarray(init["embed"]))  # trained
+    with pytest.raises(FileNotFoundError):
+        checkpoint.load_params(str(tmp_path / "nowhere"), c)
 
 
 def test_resume_after_crash_equals_uninterrupted_run(tmp_path, monkeypatch):

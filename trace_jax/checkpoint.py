@@ -56,23 +56,19 @@ def abstract_like(tree):
 
 
 def load_params(path: str, config):
-    """Params from a run directory (its checkpoints/) or a checkpoints directory."""
-    from trace_jax import model as M
+    """Trainer params from a run directory (its checkpoints/) or a checkpoints directory, from the
+    newest checkpoint that reads back completely."""
+    from trace_jax import experiment as X
+    from trace_jax import run as RUN
 
     d = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
     if not os.path.isdir(d):
         raise FileNotFoundError(f"no checkpoint directory at {path!r}")
-    cfg = M.ModelConfig.from_config(config.model)
-    params = jax.eval_shape(lambda k: M.init_params(cfg, k), jax.random.key(0))
-    mngr = ocp.CheckpointManager(os.path.abspath(d))
-    steps = sorted(mngr.all_steps(), reverse=True)
-    if not steps:
-        raise FileNotFoundError(f"no complete checkpoint under {d!r}")
-    for step in steps:
-        try:
-            restored = mngr.restore(step, args=ocp.args.StandardRestore(
-                {"params": params}), )
-            return restored["params"]
-        except Exception as e:  # noqa: BLE001
-            print(f"WARNING: skipping unreadable checkpoint step {step} ({type(e).__name__})")
-    raise FileNotFoundError(f"no readable checkpoint under {d!r}")
+    exp, tc = X.build(config), RUN.train_config(config)
+    abstract = jax.eval_shape(lambda: RUN.initial_state(exp, config, tc))
+    ck = Checkpointer(d)
+    step, state = ck.restore_latest(abstract)
+    ck.close()
+    if state is None:
+        raise FileNotFoundError(f"no complete, readable checkpoint under {d!r}")
+    return state["params"]

@@ -28,9 +28,6 @@ from trace_jax import metrics as MT
 from trace_jax import model as M
 from trace_jax import rollout as R
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "A run directory or checkpoint to load.")
-_JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.")
 
 
 def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: bool, replay: bool):
@@ -150,6 +147,16 @@ def main(argv):
     print(json.dumps(res) if _JSON.value else format_table(res))
 
 
-if __name__ == "__main__":
+def _define_flags():
+    """Flags are defined only when run as a program, so importing this module (tests, notebooks,
+    other commands) never collides with another module's --config."""
+    global _CONFIG, _JSON, _CHECKPOINT
+    _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
+    _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "A run directory or checkpoint to load.")
+    _JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.")
     flags.mark_flags_as_required(["config"])
+
+
+if __name__ == "__main__":
+    _define_flags()
     app.run(main)

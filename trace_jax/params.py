@@ -15,8 +15,6 @@ from trace_jax import model as M
 from trace_jax import numerics as nx
 from trace_jax import quant as Q
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
-_JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.")
 
 EXPERT_LEAVES = ("w_gate", "w_up", "w_down")
 
@@ -76,6 +74,15 @@ def _si(n: float) -> str:
     return f"{n:.0f} "
 
 
-if __name__ == "__main__":
+def _define_flags():
+    """Flags are defined only when run as a program, so importing this module (tests, notebooks,
+    other commands) never collides with another module's --config."""
+    global _CONFIG, _JSON
+    _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
+    _JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.")
     flags.mark_flags_as_required(["config"])
+
+
+if __name__ == "__main__":
+    _define_flags()
     app.run(main)
