@@ -1,0 +1,552 @@
+"""Reproduction studies for issue 9: run every (variant, seed) of a study, resumably, then aggregate.
+
+    python experiments/repro.py --config=configs/small.py --study=headline --seeds=0,1,2 \
+        --out=experiments/results/repro [--steps N] [--dry_run] [--aggregate_only]
+
+Studies (METHOD.md section 7):
+
+* ``headline``: bf16 / fp4_naive / fp4_qat_rtn / fp4_qat_w4a16 / trace.
+* ``hint_layers``: trace with numerics.hint_layers 0.25 / 0.5 / 1.0 x hint_kind mantissa / exact.
+* ``replay_is``: trace with / without train.routing_replay x train.is_mode token_tis / none.
+* ``deployment``: a BF16-trained and a TRACE-trained policy (the headline study's runs, trained
+  here if missing), evaluated greedily on held-out prompts with the FP4 rollout engine: BF16 policy
+  unquantized (reference), PTQ with plain RTN, PTQ with four-over-six scales; TRACE policy as
+  trained (RTN-packed weights, what the trainer's fake-quant saw). See ``experiments/evaluate.py``.
+
+Layout. Each (variant, seed) is one ``trace_jax.run.run(config)`` in ``OUT/<study>/<variant>/seed<k>``
+(deployment reuses ``OUT/headline/{bf16,trace}/seed<k>``). A run counts as finished when its
+``metrics.jsonl`` holds every RL step and its final checkpoint exists; finished runs are skipped,
+unfinished ones resume from their newest checkpoint (run.run does that). A workdir that holds a
+*different* config is an error, not a silent reuse.
+
+Aggregation writes ``RESULTS_<tag>_<study>.{md,json,png}`` (``--results`` defaults to ``--out``;
+``<tag>`` is the config file's stem, e.g. ``tiny``): a table of mean +- sample std (ddof=1) over
+seeds of per-run summaries, where per run
+
+* final accuracy / reward = mean over the last 10% of RL steps (at least one step);
+* log-prob gap max = the largest per-step ``logprob_gap_max`` of the run; gap mean, k3 KL, code
+  and routing agreement, hint bytes per token = means over steps (NaN-free steps);
+* step time = median over steps of rollout + train + sync seconds (the median drops the compile
+  steps at the start and after a resume);
+
+plus reward and log-prob gap curves (seed means) per variant and the code-distance histogram of
+``diagnose`` on the final trace checkpoint (seed 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# A private FlagValues: trace_jax.diagnose (imported for the histogram) defines its own global
+# --config flag, which would clash with ours in absl's global registry.
+FV = flags.FlagValues()
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.",
+                                          flag_values=FV)
+_STUDY = flags.DEFINE_string("study", "headline", "headline | hint_layers | replay_is | deployment",
+                             flag_values=FV)
+_SEEDS = flags.DEFINE_string("seeds", "0,1,2", "Comma-separated seeds.", flag_values=FV)
+_OUT = flags.DEFINE_string("out", "experiments/results/repro", "Root of the run directories.",
+                           flag_values=FV)
+_RESULTS = flags.DEFINE_string("results", None, "Prefix of the result files (default: --out).",
+                               flag_values=FV)
+_TAG = flags.DEFINE_string("tag", None, "Tag in the result file names (default: config stem).",
+                           flag_values=FV)
+_STEPS = flags.DEFINE_integer("steps", None, "Override train.steps (RL steps) for every run.",
+                              flag_values=FV)
+_VARIANTS = flags.DEFINE_list("variants", None, "Only these variants of the study.", flag_values=FV)
+_EVAL_BATCHES = flags.DEFINE_integer("eval_batches", 8, "Held-out batches for deployment eval.",
+                                     flag_values=FV)
+_DRY = flags.DEFINE_bool("dry_run", False, "Print the planned runs and exit.", flag_values=FV)
+_AGG_ONLY = flags.DEFINE_bool("aggregate_only", False, "Only rebuild tables from existing runs.",
+                              flag_values=FV)
+_NOTE = flags.DEFINE_string("note", "", "Markdown paragraph placed under the table header "
+                            "(scale caveats, what is missing).", flag_values=FV)
+_NO_DIAG = flags.DEFINE_bool("skip_diagnose", False, "Skip the code-distance histogram.",
+                             flag_values=FV)
+
+HEADLINE = ("bf16", "fp4_naive", "fp4_qat_rtn", "fp4_qat_w4a16", "trace")
+STUDIES = ("headline", "hint_layers", "replay_is", "deployment")
+# DEPLOYMENT rows: (name, trained variant, numerics mode, PTQ scale rule)
+DEPLOY_ROWS = (
+    ("bf16_policy/bf16_engine", "bf16", "bf16", "max"),
+    ("bf16_policy/fp4_ptq_rtn", "bf16", "fp4_rollout", "max"),
+    ("bf16_policy/fp4_ptq_4over6", "bf16", "fp4_rollout", "four_over_six"),
+    ("trace_policy/fp4_engine", "trace", "fp4_rollout", "max"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    study: str
+    variant: str  # the row name in the study's table
+    seed: int
+    overrides: tuple  # ((dotted config path, value), ...)
+    workdir: str
+
+
+def study_variants(study: str) -> list[tuple[str, dict]]:
+    """(row name, config overrides) of a study's training runs."""
+    if study == "headline":
+        return [(v, {"variant": v}) for v in HEADLINE]
+    if study == "hint_layers":
+        return [(f"trace_hl{f}_{k}", {"variant": "trace", "numerics.hint_layers": f,
+                                      "numerics.hint_kind": k})
+                for k in ("mantissa", "exact") for f in (0.25, 0.5, 1.0)]
+    if study == "replay_is":
+        return [(f"trace_r3{'on' if r3 else 'off'}_is{is_mode}",
+                 {"variant": "trace", "train.routing_replay": r3, "train.is_mode": is_mode})
+                for r3 in (True, False) for is_mode in ("token_tis", "none")]
+    if study == "deployment":
+        return [(v, {"variant": v}) for v in ("bf16", "trace")]
+    raise ValueError(f"unknown study {study!r}; expected one of {STUDIES}")
+
+
+def plan(study: str, seeds, out: str, steps=None, only=None) -> list[RunSpec]:
+    runs = []
+    run_study = "headline" if study == "deployment" else study  # deployment reuses headline runs
+    for name, ov in study_variants(study):
+        if only and name not in only:
+            continue
+        ov = dict(ov)
+        if steps is not None:
+            ov["train.steps"] = int(steps)
+        for s in seeds:
+            wd = os.path.join(out, run_study, name, f"seed{s}")
+            runs.append(RunSpec(study, name, int(s), tuple(sorted(ov.items())), wd))
+    return runs
+
+
+def make_config(base, spec: RunSpec):
+    c = base.copy_and_resolve_references()
+    for path, value in spec.overrides:
+        node = c
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node[p]
+        if leaf not in node:
+            raise ValueError(f"config has no field {path!r}")
+        if type(node[leaf]) is not type(value) and not (
+                isinstance(value, int) and isinstance(node[leaf], float)):
+            with node.ignore_type():  # e.g. hint_layers: "last_half" -> 0.25
+                node[leaf] = value
+        else:
+            node[leaf] = value
+    c.seed = spec.seed
+    c.workdir = spec.workdir
+    return c
+
+
+# --------------------------------------------------------------------------------------------
+# Completion / resumption
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    path = os.path.join(workdir, "metrics.jsonl")
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return rows
+
+
+def is_complete(workdir: str, n_steps: int, total_steps: int | None = None) -> bool:
+    """All RL steps 0..n_steps-1 logged and (if ``total_steps`` given) the final checkpoint there."""
+    steps = {r.get("step") for r in read_metrics(workdir)}
+    if not set(range(n_steps)) <= steps:
+        return False
+    if total_steps is not None:
+        return os.path.isdir(os.path.join(workdir, "checkpoints", str(total_steps)))
+    return True
+
+
+def check_same_config(workdir: str, config) -> None:
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        old = json.load(f)
+    new = json.loads(config.to_json_best_effort())
+    if old != new:
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise ValueError(f"{workdir} holds a run of a different config (fields {diff}); "
+                         f"use another --out or delete it")
+
+
+def execute(base, runs: list[RunSpec]) -> dict:
+    """Run (or resume, or skip) every planned run in this process (compiled steps are shared
+    between seeds). Returns {workdir: "done" | "skipped" | "failed: ..."}."""
+    from trace_jax import run as RUN
+
+    status = {}
+    for i, spec in enumerate(runs):
+        config = make_config(base, spec)
+        total = config.sft.steps + config.train.steps
+        if is_complete(spec.workdir, config.train.steps, total):
+            check_same_config(spec.workdir, config)
+            print(f"[{i + 1}/{len(runs)}] {spec.variant} seed {spec.seed}: finished, skipping",
+                  flush=True)
+            status[spec.workdir] = "skipped"
+            continue
+        check_same_config(spec.workdir, config)
+        print(f"[{i + 1}/{len(runs)}] {spec.variant} seed {spec.seed} -> {spec.workdir}", flush=True)
+        t0 = time.time()
+        try:
+            RUN.run(config)
+            status[spec.workdir] = "done"
+        except Exception as e:  # noqa: BLE001 - keep going; the table marks it
+            traceback.print_exc()
+            status[spec.workdir] = f"failed: {type(e).__name__}: {e}"[:300]
+        with open(os.path.join(spec.workdir, "wall_time_s.txt"), "a") as f:
+            f.write(f"{time.time() - t0:.1f}\n")
+    return status
+
+
+# --------------------------------------------------------------------------------------------
+# Aggregation
+
+
+def _nanmean(xs):
+    xs = np.asarray([x for x in xs if x is not None], np.float64)
+    xs = xs[np.isfinite(xs)]
+    return float(xs.mean()) if xs.size else float("nan")
+
+
+def summarize_run(rows: list[dict]) -> dict:
+    """One run's numbers (see the module docstring for the definitions)."""
+    rows = sorted(rows, key=lambda r: r["step"])
+    n = len(rows)
+    k = max(1, math.ceil(0.1 * n))
+    last = rows[-k:]
+    col = lambda key, rs=rows: [r.get(key) for r in rs]  # noqa: E731
+    step_t = [r.get("time_rollout_s", 0) + r.get("time_train_s", 0) + r.get("time_sync_s", 0)
+              for r in rows]
+    gmax = [x for x in col("logprob_gap_max") if x is not None and np.isfinite(x)]
+    return {
+        "n_steps": n,
+        "final_accuracy": _nanmean(col("accuracy", last)),
+        "final_reward": _nanmean(col("reward_mean", last)),
+        "logprob_gap_max": float(max(gmax)) if gmax else float("nan"),
+        "logprob_gap_mean": _nanmean(col("logprob_gap_mean")),
+        "kl_k3": _nanmean(col("kl_k3")),
+        "code_agreement_hinted": _nanmean(col("code_agreement_hinted")),
+        "code_agreement_unhinted": _nanmean(col("code_agreement_unhinted")),
+        "routing_agreement": _nanmean(col("routing_agreement")),
+        "hint_bytes_per_token": _nanmean(col("hint_bytes_per_token")),
+        "step_time_s": float(np.median(step_t)) if step_t else float("nan"),
+    }
+
+
+SUMMARY_KEYS = ("final_accuracy", "final_reward", "logprob_gap_max", "logprob_gap_mean", "kl_k3",
+                "code_agreement_hinted", "code_agreement_unhinted", "routing_agreement",
+                "hint_bytes_per_token", "step_time_s")
+HEADERS = ("final acc", "final reward", "gap max", "gap mean", "k3 KL", "codes hinted",
+           "codes unhinted", "routing agr", "hint B/tok", "step s")
+
+
+def mean_std(xs) -> tuple[float, float, int]:
+    """Mean and sample std (ddof=1; NaN for one value) over the finite values."""
+    a = np.asarray([x for x in xs if x is not None], np.float64)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return float("nan"), float("nan"), 0
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else float("nan"), int(a.size)
+
+
+def fmt_ms(m: float, s: float, digits: int) -> str:
+    if not np.isfinite(m):
+        return "–"
+    if not np.isfinite(s):
+        return f"{m:.{digits}f}"
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+_DIGITS = {"final_accuracy": 3, "final_reward": 3, "logprob_gap_max": 3, "logprob_gap_mean": 4,
+           "kl_k3": 5, "code_agreement_hinted": 4, "code_agreement_unhinted": 4,
+           "routing_agreement": 4, "hint_bytes_per_token": 0, "step_time_s": 3}
+
+
+def aggregate_runs(runs: list[RunSpec]) -> dict:
+    """{variant: {"seeds": [...], "per_seed": {seed: summary}, "mean": {...}, "std": {...},
+    "curves": {metric: [seed-mean per step]}}} for the runs that have metrics."""
+    by_var: dict[str, dict] = {}
+    for spec in runs:
+        rows = read_metrics(spec.workdir)
+        if not rows:
+            continue
+        v = by_var.setdefault(spec.variant, {"seeds": [], "per_seed": {}, "rows": {}})
+        v["seeds"].append(spec.seed)
+        v["per_seed"][str(spec.seed)] = summarize_run(rows)
+        v["rows"][spec.seed] = sorted(rows, key=lambda r: r["step"])
+    out = {}
+    for name, v in by_var.items():
+        per = list(v["per_seed"].values())
+        ms = {k: mean_std([p[k] for p in per]) for k in SUMMARY_KEYS}
+        curves = {}
+        for key in ("reward_mean", "accuracy", "logprob_gap_max", "logprob_gap_mean"):
+            n = min(len(r) for r in v["rows"].values())
+            curves[key] = [_nanmean([v["rows"][s][i].get(key) for s in v["rows"]])
+                           for i in range(n)]
+        out[name] = {"seeds": v["seeds"], "per_seed": v["per_seed"],
+                     "mean": {k: ms[k][0] for k in SUMMARY_KEYS},
+                     "std": {k: ms[k][1] for k in SUMMARY_KEYS},
+                     "n": {k: ms[k][2] for k in SUMMARY_KEYS},
+                     "curves": curves}
+    return out
+
+
+LEGEND = ("Per run: final acc / reward = mean over the last 10% of RL steps (training rollouts, "
+          "temperature 1); gap max = the run's largest per-step max |log pi_train - log "
+          "pi_rollout|; gap mean, k3 KL, code agreement (trainer vs rollout FP4 codes at hinted / "
+          "unhinted sites), routing agreement and hint bytes per token = means over steps; step s = "
+          "median rollout + train + sync seconds. Then mean ± sample std over seeds; – = not "
+          "applicable (no FP4 codes / no hinted sites).")
+
+
+def markdown_table(agg: dict, order=None) -> str:
+    names = [n for n in (order or agg) if n in agg]
+    lines = ["| variant | seeds | " + " | ".join(HEADERS) + " |",
+             "|---" * (len(HEADERS) + 2) + "|"]
+    for n in names:
+        a = agg[n]
+        cells = [fmt_ms(a["mean"][k], a["std"][k], _DIGITS[k]) for k in SUMMARY_KEYS]
+        lines.append(f"| {n} | {len(a['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(agg: dict, diag: dict | None, path: str, title: str) -> bool:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not importable; no PNG written", flush=True)
+        return False
+    n_panels = 3 if diag else 2
+    fig, axes = plt.subplots(1, n_panels, figsize=(5.2 * n_panels, 4))
+    for name, a in agg.items():
+        c = a["curves"]
+        axes[0].plot(c["reward_mean"], label=name)
+        axes[1].plot(c["logprob_gap_max"], label=name)
+    axes[0].set(title="reward (mean over seeds)", xlabel="RL step", ylabel="reward")
+    axes[1].set(title="max |log-prob gap| (mean over seeds)", xlabel="RL step", yscale="log")
+    axes[0].legend(fontsize=7)
+    if diag:
+        width = 0.8 / max(len(diag), 1)
+        for i, (name, h) in enumerate(diag.items()):
+            h = np.asarray(h, np.float64)
+            frac = h / max(h.sum(), 1)
+            axes[2].bar(np.arange(len(h)) + i * width, np.where(frac > 0, frac, np.nan), width, label=name)
+        axes[2].set(title="code distance trainer vs rollout", xlabel="code steps",
+                    ylabel="fraction", yscale="log", xlim=(-0.5, 6.5))
+        axes[2].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def run_config(workdir: str):
+    """The config a run actually used (its ``config.json``), or None: aggregation, diagnosis and
+    evaluation follow what was run, not the config file as it is now."""
+    import ml_collections
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def run_finished(workdir: str):
+    """The run's recorded config if the run finished (all RL steps + final checkpoint), else None."""
+    config = run_config(workdir)
+    if config is None or not is_complete(workdir, config.train.steps,
+                                         config.sft.steps + config.train.steps):
+        return None
+    return config
+
+
+def diagnose_final(base, spec: RunSpec) -> dict | None:
+    """diagnose() on the run's final checkpoint, cached in the workdir."""
+    del base
+    cache = os.path.join(spec.workdir, "diagnose.json")
+    if os.path.exists(cache):
+        with open(cache) as f:
+            return json.load(f)
+    config = run_finished(spec.workdir)
+    if config is None:
+        return None
+    from trace_jax import checkpoint as CK
+    from trace_jax import diagnose as D
+    res = D.diagnose(config, CK.load_params(spec.workdir, config))
+    with open(cache, "w") as f:
+        json.dump(res, f)
+    return res
+
+
+def deployment_eval(base, runs: list[RunSpec], n_batches: int) -> dict:
+    """{row: {"per_seed": {seed: acc}, "mean", "std"}} for DEPLOY_ROWS, cached per workdir."""
+    from experiments import evaluate as EV
+    from trace_jax import checkpoint as CK
+    from trace_jax import experiment as X
+
+    by = {(s.variant, s.seed): s for s in runs}
+    out = {}
+    for row, trained, mode, rule in DEPLOY_ROWS:
+        per = {}
+        for (v, seed), spec in sorted(by.items()):
+            if v != trained:
+                continue
+            config = run_finished(spec.workdir)
+            if config is None:
+                continue
+            cache = os.path.join(spec.workdir, f"deploy_eval_{n_batches}.json")
+            done = json.load(open(cache)) if os.path.exists(cache) else {}
+            if row not in done:
+                params = CK.load_params(spec.workdir, config)
+                exp = X.build(config)
+                num = exp.rollout_numerics.with_mode(mode)
+                done[row] = EV.evaluate(config, params, num, n_batches, scale_rule=rule)
+                with open(cache, "w") as f:
+                    json.dump(done, f)
+            per[str(seed)] = done[row]
+        m, s, _ = mean_std(list(per.values()))
+        out[row] = {"per_seed": per, "mean": m, "std": s}
+    return out
+
+
+def write_results(base, study: str, runs: list[RunSpec], prefix: str, header: str,
+                  n_eval_batches: int, skip_diag: bool) -> dict:
+    agg = aggregate_runs(runs)
+    order = [n for n, _ in study_variants(study)]
+    diag_hist = None
+    diag_res = None
+    trace_specs = [s for s in runs if s.overrides and dict(s.overrides).get("variant") == "trace"]
+    if not skip_diag and trace_specs:
+        spec = sorted(trace_specs, key=lambda s: (s.variant != "trace", s.variant, s.seed))[0]
+        try:
+            diag_res = diagnose_final(base, spec)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        if diag_res:
+            diag_hist = {k: diag_res[k]["code_distance_hist"] for k in
+                         ("fp4_qat_rtn", "trace", "trace+r3")
+                         if k in diag_res and "code_distance_hist" in diag_res[k]}
+            diag_res["_checkpoint"] = spec.workdir
+    md = [header, "", markdown_table(agg, order), "", LEGEND]
+    result = {"study": study, "header": header, "variants": agg, "diagnose": diag_res}
+    if study == "deployment":
+        dep = deployment_eval(base, runs, n_eval_batches)
+        result["deployment"] = dep
+        md += ["", f"Held-out greedy accuracy ({n_eval_batches} eval batches), FP4 rollout engine:",
+               "", "| policy / engine | seeds | accuracy |", "|---|---|---|"]
+        for row, d in dep.items():
+            md.append(f"| {row} | {len(d['per_seed'])} | {fmt_ms(d['mean'], d['std'], 3)} |")
+    if diag_res:
+        md += ["", f"Code-distance histogram (diagnose on `{diag_res['_checkpoint']}` final "
+                   "checkpoint, one held-out batch; counts at distance 0..6):", ""]
+        for k, h in (diag_hist or {}).items():
+            h = [int(x) for x in h]
+            mism = sum(h[1:])
+            one = h[1] / mism if mism else float("nan")
+            md.append(f"- {k}: {h[:7]}; mismatches one step apart: {one:.4f}")
+    png = prefix + ".png"
+    if agg and plot(agg, diag_hist, png, header.splitlines()[0].lstrip("# ")):
+        md += ["", f"![curves]({os.path.basename(png)})"]
+    with open(prefix + ".md", "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(prefix + ".json", "w") as f:
+        json.dump(result, f, indent=1, default=float)
+    print("\n".join(md), flush=True)
+    return result
+
+
+def main(argv):
+    del argv
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)  # orbax/jax INFO chatter
+    base = _CONFIG.value
+    if base is None:
+        raise app.UsageError("--config is required")
+    study = _STUDY.value
+    if study not in STUDIES:
+        raise app.UsageError(f"--study must be one of {STUDIES}")
+    seeds = [int(s) for s in _SEEDS.value.split(",") if s.strip()]
+    runs = plan(study, seeds, _OUT.value, _STEPS.value, _VARIANTS.value)
+    tag = _TAG.value or os.path.splitext(os.path.basename(_config_path()))[0]
+    prefix = f"{_RESULTS.value or _OUT.value}_{tag}_{study}"
+
+    if _DRY.value:
+        from trace_jax import experiment as X
+        from trace_jax import run as RUN
+        print(f"study {study}: {len(runs)} runs, results -> {prefix}.{{md,json,png}}")
+        for spec in runs:
+            config = make_config(base, spec)
+            RUN.validate(config, X.build(config), RUN.train_config(config))  # fail before compute
+            total = config.sft.steps + config.train.steps
+            state = "finished" if is_complete(spec.workdir, config.train.steps, total) else (
+                "resume" if read_metrics(spec.workdir) else "new")
+            ov = " ".join(f"{k}={v}" for k, v in spec.overrides)
+            print(f"  {spec.variant:28s} seed {spec.seed}  sft {config.sft.steps} + rl "
+                  f"{config.train.steps} steps  [{state}]  {spec.workdir}  ({ov})")
+        if study == "deployment":
+            print("  then evaluate: " + ", ".join(r[0] for r in DEPLOY_ROWS))
+        return
+
+    if not _AGG_ONLY.value:
+        status = execute(base, runs)
+        failed = {k: v for k, v in status.items() if v.startswith("failed")}
+        for k, v in failed.items():
+            print(f"FAILED {k}: {v}", flush=True)
+    header = (f"# Reproduction study `{study}` on `{tag}` config\n\n"
+              f"config `{_config_path()}`, seeds {seeds}, "
+              f"device {_device()}; mean ± sample std (ddof=1) over seeds.")
+    rc = next((c for c in (run_config(r.workdir) for r in runs) if c is not None), None)
+    if rc is not None:
+        header += (f"\n\nRecorded run config (`config.json` of the runs): task {rc.task.name} "
+                   f"{dict(rc.task.kwargs)}, model {rc.model.n_layers} layers d_model "
+                   f"{rc.model.d_model} {rc.model.n_experts} experts top-{rc.model.top_k}, "
+                   f"SFT {rc.sft.steps} + RL {rc.train.steps} steps, {rc.rollout.batch_prompts} "
+                   f"prompts x {rc.rollout.group_size} samples per step.")
+    if _NOTE.value:
+        header += "\n\n" + _NOTE.value
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    write_results(base, study, runs, prefix, header, _EVAL_BATCHES.value, _NO_DIAG.value)
+
+
+def _config_path() -> str:
+    return config_flags.get_config_filename(FV["config"])
+
+
+def _device() -> str:
+    import jax
+    d = jax.devices()[0]
+    return f"{d.platform}:{d.device_kind}"
+
+
+if __name__ == "__main__":
+    def _parse(argv):
+        flags.FLAGS.mark_as_parsed()  # absl/logging read the global registry; ours is FV
+        if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
+            print(__doc__ + "\nFlags:\n" + FV.get_help())
+            sys.exit(0)
+        return FV(argv)
+
+    app.run(main, flags_parser=_parse)

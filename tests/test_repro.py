@@ -1,0 +1,129 @@
+"""experiments/repro.py: the run plan (--dry_run) and the aggregation, on a hand-made results dir."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "experiments", "repro.py")
+N_STEPS = 20  # --steps for the fake runs: the last 10% is the last 2 steps
+
+
+def _repro(*args):
+    out = subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+def _fake_run(workdir, acc, gap_max, hinted=None, finished=True, sft_steps=None):
+    if sft_steps is None:
+        from configs import tiny
+        sft_steps = tiny.get_config().sft.steps
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+        for step, (a, g) in enumerate(zip(acc, gap_max)):
+            f.write(json.dumps({
+                "step": step, "reward_mean": a, "accuracy": a, "logprob_gap_max": g,
+                "logprob_gap_mean": g / 10, "kl_k3": 1e-3, "routing_agreement": 1.0,
+                "code_agreement_hinted": float("nan") if hinted is None else hinted,
+                "code_agreement_unhinted": 0.95, "hint_bytes_per_token": 0.0,
+                "time_rollout_s": 0.1, "time_train_s": 0.2, "time_sync_s": 0.0}) + "\n")
+    if finished:
+        os.makedirs(os.path.join(workdir, "checkpoints", str(sft_steps + len(acc))))
+
+
+def test_dry_run_and_aggregate(tmp_path):
+    out = str(tmp_path / "runs")
+    # seed 0: accuracy 0.1 then 0.5, 0.7 in the last 10% -> 0.6; seed 1: ... 0.2, 0.4 -> 0.3
+    acc0 = [0.1] * (N_STEPS - 2) + [0.5, 0.7]
+    acc1 = [0.1] * (N_STEPS - 2) + [0.2, 0.4]
+    gap0 = [0.5] * N_STEPS
+    gap0[3] = 2.0
+    gap1 = [0.25] * N_STEPS
+    gap1[7] = 1.0
+    _fake_run(os.path.join(out, "headline", "bf16", "seed0"), acc0, gap0)
+    _fake_run(os.path.join(out, "headline", "bf16", "seed1"), acc1, gap1, finished=False)
+
+    plan = _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1,2", f"--out={out}",
+                  f"--steps={N_STEPS}", "--dry_run")
+    lines = [l for l in plan.splitlines() if "seed" in l and "/headline/" in l]
+    assert len(lines) == 5 * 3
+    by = {(l.split()[0], int(l.split()[2])): l for l in lines}
+    assert "[finished]" in by[("bf16", 0)]  # all steps + final checkpoint
+    assert "[resume]" in by[("bf16", 1)]  # metrics but no final checkpoint
+    assert "[new]" in by[("trace", 2)]
+    assert f"rl {N_STEPS} steps" in by[("trace", 2)]
+    for study in ("hint_layers", "replay_is", "deployment"):
+        p = _repro("--config=configs/small.py", f"--study={study}", "--seeds=0", f"--out={out}",
+                   "--dry_run")
+        assert {"hint_layers": 6, "replay_is": 4, "deployment": 2}[study] == sum(
+            1 for l in p.splitlines() if " seed 0 " in l)
+    assert "hint_layers=0.25" in _repro("--config=configs/small.py", "--study=hint_layers",
+                                        "--seeds=0", f"--out={out}", "--dry_run")
+
+    res_prefix = str(tmp_path / "res")
+    _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1", f"--out={out}",
+           f"--results={res_prefix}", f"--steps={N_STEPS}", "--aggregate_only", "--skip_diagnose")
+    with open(res_prefix + "_tiny_headline.json") as f:
+        res = json.load(f)
+    bf = res["variants"]["bf16"]
+    assert sorted(bf["seeds"]) == [0, 1]
+    assert set(res["variants"]) == {"bf16"}  # runs without metrics are left out
+    # by hand: final accuracy per seed 0.6 and 0.3 -> mean 0.45, sample std sqrt(2 * 0.15^2 / 1)
+    assert math.isclose(bf["per_seed"]["0"]["final_accuracy"], 0.6)
+    assert math.isclose(bf["per_seed"]["1"]["final_accuracy"], 0.3)
+    assert math.isclose(bf["mean"]["final_accuracy"], 0.45)
+    assert math.isclose(bf["std"]["final_accuracy"], math.sqrt(2 * 0.15 ** 2))
+    # gap max = the run's peak step: 2.0 and 1.0 -> 1.5 +- sqrt(0.5)
+    assert math.isclose(bf["mean"]["logprob_gap_max"], 1.5)
+    assert math.isclose(bf["std"]["logprob_gap_max"], math.sqrt(0.5))
+    # gap mean = mean over steps of logprob_gap_mean
+    g0 = sum(gap0) / N_STEPS / 10
+    g1 = sum(gap1) / N_STEPS / 10
+    assert math.isclose(bf["mean"]["logprob_gap_mean"], (g0 + g1) / 2)
+    assert math.isclose(bf["mean"]["step_time_s"], 0.3)
+    assert bf["mean"]["code_agreement_hinted"] != bf["mean"]["code_agreement_hinted"]  # NaN
+    md = open(res_prefix + "_tiny_headline.md").read()
+    row = [l for l in md.splitlines() if l.startswith("| bf16 |")][0]
+    assert "| 2 | 0.450 ± 0.212 |" in row
+    assert "1.500 ± 0.707" in row and "–" in row
+
+
+def test_evaluate_ptq_packing_and_greedy_eval():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from configs import tiny
+    from experiments import evaluate as EV
+    from trace_jax import experiment as X
+    from trace_jax import model as M
+    from trace_jax import quant as Q
+
+    c = tiny.get_config()
+    c.model.n_layers = 2
+    c.rollout.update(batch_prompts=4, max_new_tokens=4)
+    exp = X.build(c, "bf16")
+    params = M.init_params(exp.cfg, jax.random.key(0))
+    fp4 = exp.rollout_numerics.with_mode("fp4_rollout")
+    ref = M.pack_params(params, fp4)
+    rtn = EV.pack_params_ptq(params, fp4, "max")
+    # plain RTN PTQ is bit-identical to the library's packing (what sync_weights produces)
+    for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(rtn)):
+        np.testing.assert_array_equal(np.asarray(a.view(jnp.uint8) if a.dtype.itemsize == 1
+                                                 else a),
+                                      np.asarray(b.view(jnp.uint8) if b.dtype.itemsize == 1
+                                                 else b))
+    f46 = EV.pack_params_ptq(params, fp4, "four_over_six")
+    w = params["layers"]["moe"]["w_up"].astype(jnp.float32)
+    err = lambda q: float(jnp.sum(jnp.square(Q.dequantize(q, jnp.float32) - w)))  # noqa: E731
+    e_rtn, e_46 = err(rtn["layers"]["moe"]["w_up"]), err(f46["layers"]["moe"]["w_up"])
+    assert e_46 < e_rtn  # per block the lower-error scale of the two
+    acc, det = EV.evaluate(c, params, fp4, 1, scale_rule="four_over_six", return_details=True)
+    assert 0.0 <= acc <= 1.0 and det["n"] == 4 and len(det["completions"]) == 4
+    import pytest
+    with pytest.raises(ValueError, match="fp4_rollout"):
+        EV.evaluate(c, params, exp.rollout_numerics, 1, scale_rule="four_over_six")
