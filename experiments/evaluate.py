@@ -5,9 +5,8 @@
 0..n_batches-1 (one sample per prompt), scored with the task's ``is_correct``.
 
 Post-training quantization. For ``numerics.mode == "fp4_rollout"`` the expert weights are packed
-here with :func:`pack_params_ptq`, a copy of ``trace_jax.model.pack_params`` that passes a
-``scale_rule`` to ``trace_jax.quant.quantize``: ``"max"`` is plain RTN (bit-identical to
-``pack_params``, i.e. what ``rollout.sync_weights`` produces), ``"four_over_six"`` picks per block
+here with :func:`pack_params_ptq` (``trace_jax.model.pack_params`` with a ``scale_rule``):
+``"max"`` is plain RTN (what ``rollout.sync_weights`` produces), ``"four_over_six"`` picks per block
 the amax->6 or amax->4 scale with the lower squared error. Activations and K/V are quantized by the
 engine itself (RTN, per-token scales) in both cases.
 """
@@ -22,41 +21,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax import experiment as X
+from trace_jax import model as M
 from trace_jax import numerics as nx
-from trace_jax import quant as Q
 from trace_jax import rollout as R
 from trace_jax import tasks
-
-
-def quantize_weight(w: jax.Array, fmt: str, scale_rule: str = "max") -> Q.QTensor:
-    """``numerics.quantize_weight`` with a scale rule: [..., E, K, N] along K, one global scale
-    per expert."""
-    fn = lambda a: Q.quantize(a, fmt, axis=-2, scale_rule=scale_rule)  # noqa: E731
-    for _ in range(w.ndim - 2):
-        fn = jax.vmap(fn)
-    return fn(w)
 
 
 @functools.partial(jax.jit, static_argnames=("numerics", "scale_rule", "dtype"))
 def pack_params_ptq(params: dict, numerics: nx.Numerics, scale_rule: str = "max",
                     dtype=jnp.bfloat16) -> dict:
-    """``model.pack_params`` with the expert weights quantized under ``scale_rule``."""
-    out = jax.tree.map(lambda a: a.astype(dtype), params)
-    if numerics.mode != "fp4_rollout":
-        return out
-    L = params["layers"]["moe"]["w_gate"].shape[0]
-    flags = [numerics.quantizes(nx.site_name(l, "moe/expert_weights")) for l in range(L)]
-    if not any(flags):
-        return out
-    if not all(flags):
-        raise ValueError("fp4_rollout with expert weights quantized on only some layers is not "
-                         "supported (stacked params need one type per leaf)")
-    moe_p = dict(out["layers"]["moe"])
-    for w in ("w_gate", "w_up", "w_down"):
-        moe_p[w] = quantize_weight(params["layers"]["moe"][w].astype(jnp.float32), numerics.fmt,
-                                   scale_rule)
-    out["layers"] = dict(out["layers"], moe=moe_p)
-    return out
+    """Rollout params with the expert weights quantized under ``scale_rule`` (PTQ baselines)."""
+    return M.pack_params(params, numerics, dtype, scale_rule)
 
 
 def evaluate(config, params, numerics: nx.Numerics, n_batches: int, *,

@@ -195,3 +195,16 @@ def test_shifted_hint_batch_is_detected(tmp_path):
     shifted = ro._replace(tokens=jnp.roll(ro.tokens, 1, axis=0))
     with pytest.raises(ValueError, match="fingerprint mismatch"):
         TR.make_batch(shifted, jnp.zeros(4), exp.train_numerics, False)
+
+
+def test_tiny_run_raises_reward_on_addition(tmp_path):
+    """The README's main job, shortened: SFT warm start then GRPO with FP4 rollouts and TRACE
+    hints must raise the reward on one-digit addition from a fixed seed."""
+    c = tiny.get_config()
+    c.workdir = str(tmp_path)
+    c.train.steps = 160
+    c.checkpoint.every = 1000
+    RUN.run(c)
+    r = [m["reward_mean"] for m in read_metrics(tmp_path)]
+    early, late = np.mean(r[:40]), np.mean(r[-40:])
+    assert late > early + 0.05, (early, late)

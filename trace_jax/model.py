@@ -162,10 +162,11 @@ def init_params(cfg: ModelConfig, key: jax.Array, dtype=None) -> dict:
     return jax.tree.unflatten(treedef, out)
 
 
-def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16) -> dict:
+def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16, scale_rule="max") -> dict:
     """Rollout params: every weight cast to ``dtype`` and, for ``fp4_rollout``, the quantized
     expert weights packed to FP4 QTensors (quantized once, the same way the QAT trainer
-    fake-quantizes them, so identical masters give identical codes)."""
+    fake-quantizes them, so identical masters give identical codes). ``scale_rule`` selects
+    the block-scale rule (``"four_over_six"`` for that PTQ baseline)."""
     out = jax.tree.map(lambda a: a.astype(dtype), params)
     if numerics.mode != "fp4_rollout":
         return out
@@ -179,7 +180,8 @@ def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16) -> dict
                          "supported (stacked params need one type per leaf)")
     moe_p = dict(out["layers"]["moe"])
     for w in ("w_gate", "w_up", "w_down"):
-        moe_p[w] = nx.quantize_weight(params["layers"]["moe"][w].astype(jnp.float32), numerics.fmt)
+        moe_p[w] = nx.quantize_weight(params["layers"]["moe"][w].astype(jnp.float32), numerics.fmt,
+                                      scale_rule)
     out["layers"] = dict(out["layers"], moe=moe_p)
     return out
 

@@ -264,9 +264,10 @@ class SiteIO:
         return Q.straight_through_dequant(w, q)
 
 
-def quantize_weight(w: jax.Array, fmt: str) -> Q.QTensor:
-    """Quantize expert weights [..., E, K, N] along K with one global scale per expert."""
-    fn = lambda a: Q.quantize(a, fmt, axis=-2)  # noqa: E731
+def quantize_weight(w: jax.Array, fmt: str, scale_rule: str = "max") -> Q.QTensor:
+    """Quantize expert weights [..., E, K, N] along K with one global scale per expert
+    (``scale_rule="four_over_six"`` for the four-over-six PTQ baseline)."""
+    fn = lambda a: Q.quantize(a, fmt, axis=-2, scale_rule=scale_rule)  # noqa: E731
     for _ in range(w.ndim - 2):
         fn = jax.vmap(fn)
     return fn(w)
