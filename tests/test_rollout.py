@@ -166,5 +166,11 @@ def test_bad_requests_raise(params, fp4):
     with pytest.raises(ValueError, match="prompt_lens"):
         R.generate(rp, PROMPTS, jnp.asarray([7, 1, 1]), jax.random.key(0), cfg=CFG, numerics=fp4,
                    sampling=S)
+    from trace_jax import sharding as SH
+    mesh = SH.make_mesh(dict(axes=("data", "fsdp", "expert", "tensor"), shape=(4, 1, 1, 1)),
+                        devices=jax.devices()[:4])
+    with pytest.raises(ValueError, match="batch of 3 trajectories is not divisible by the 4"):
+        R.generate(rp, PROMPTS, LENS, jax.random.key(0), cfg=CFG, numerics=fp4, sampling=S,
+                   mesh=mesh)
     with pytest.raises(ValueError, match="top_p"):
         R.SamplingConfig(max_new_tokens=4, top_p=0.0)

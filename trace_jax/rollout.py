@@ -158,9 +158,20 @@ def _put_hints(bufs, new, pos_B, write_B):
 
 
 def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, numerics: nx.Numerics,
-             sampling: SamplingConfig, capture_hints: bool = True) -> Rollout:
-    """Sample one response per prompt row. See the module docstring for the layout."""
+             sampling: SamplingConfig, capture_hints: bool = True, mesh=None,
+             rules=None) -> Rollout:
+    """Sample one response per prompt row. See the module docstring for the layout.
+
+    With a ``mesh`` (and sampling ``rules``, default ``sharding.make_rules("sampling")``) the
+    prompts are split by trajectory over the batch mesh axes; ``params`` should already carry
+    the sampling shardings (``sync_weights(..., shardings=...)``)."""
     B, P = prompts_BxP.shape
+    if mesh is not None:
+        from trace_jax import sharding as SH
+        rules = rules or SH.make_rules("sampling")
+        SH.check_batch_divisible(B, mesh, rules)
+        prompts_BxP = jax.device_put(prompts_BxP, SH.data_sharding(mesh, rules, 2))
+        prompt_lens_B = jax.device_put(prompt_lens_B, SH.data_sharding(mesh, rules, 1))
     T = P + sampling.max_new_tokens
     if T > cfg.max_seq_len:
         raise ValueError(f"prompt width {P} + max_new_tokens {sampling.max_new_tokens} = {T} exceeds "
