@@ -23,6 +23,7 @@ from trace_jax import experiment as X
 from trace_jax import grpo
 from trace_jax import model as M
 from trace_jax import rollout as R
+from trace_jax import sharding as SH
 from trace_jax import tasks
 from trace_jax import train as TR
 
@@ -60,6 +61,71 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
         raise ValueError("sft.steps and train.steps must be >= 0")
     if tc.max_version_diff < 0:
         raise ValueError("train.max_version_diff must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where state lives on a multi-device mesh: trainer params/optimizer by the training rules
+    (FSDP), rollout params by the sampling rules, trajectories by batch."""
+
+    mesh: object
+    train_rules: dict
+    sample_rules: dict
+    params: object  # NamedShardings of the trainer params
+    rollout_params: object  # NamedShardings of sync_weights' output
+
+    def put_params(self, tree):
+        return jax.device_put(tree, self.params)
+
+    def put_batch(self, tree, batch: int):
+        return jax.device_put(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
+
+
+def make_placement(config, exp: X.Experiment) -> Placement | None:
+    """None on a one-device mesh (everything stays on the default device)."""
+    shape = tuple(config.mesh.shape)
+    if -1 not in shape and int(np.prod(shape)) == 1:
+        return None
+    # an explicit shape uses the first devices; -1 takes all of them
+    devices = None if -1 in shape else jax.devices()[: int(np.prod(shape))]
+    mesh = SH.make_mesh(config.mesh, devices=devices)
+    if mesh.size == 1:
+        return None
+    tr, sa = SH.rules_from_config(config.mesh, "training"), SH.rules_from_config(config.mesh, "sampling")
+    n = config.rollout.batch_prompts * exp.group_size
+    SH.check_batch_divisible(n, mesh, tr)
+    SH.check_batch_divisible(config.sft.batch_size, mesh, tr)
+    return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
+                     SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics))
+
+
+def opt_init(opt, params, pl: Placement | None):
+    """Optimizer state for ``params``: moments follow the params' shardings, scalars (step
+    counts) are replicated over the mesh."""
+    state = opt.init(params)
+    if pl is None:
+        return state
+    rep = jax.sharding.NamedSharding(pl.mesh, jax.sharding.PartitionSpec())
+
+    def fix(x):
+        sh = getattr(x, "sharding", None)
+        on_mesh = isinstance(sh, jax.sharding.NamedSharding) and sh.mesh == pl.mesh
+        return x if on_mesh else jax.device_put(x, rep)
+
+    return jax.tree.map(fix, state)
+
+
+def place_state(state: dict, pl: Placement | None, opt) -> dict:
+    """Put a fresh run state on the mesh (a restored one takes the fresh state's shardings)."""
+    if pl is None:
+        return state
+    out = dict(state)
+    out["params"] = pl.put_params(state["params"])
+    out["opt_state"] = opt_init(opt, out["params"], pl)
+    out["stale"] = [pl.put_params(p) for p in state["stale"]]
+    if "ref" in state:
+        out["ref"] = pl.put_params(state["ref"])
+    return out
 
 
 def workdir_of(config) -> str:
@@ -143,7 +209,9 @@ def run(config) -> dict:
         f.write(config.to_json_best_effort(indent=1))
 
     ckpt = C.Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.checkpoint.keep)
-    fresh = initial_state(exp, config, tc)
+    placement = make_placement(config, exp)
+    fresh = place_state(initial_state(exp, config, tc), placement, rl_optimizer(tc))
+    # restoring into the fresh state's shardings also reshards a checkpoint from another mesh
     step0, state = ckpt.restore_latest(C.abstract_like(fresh))
     if state is None:
         state, step0 = fresh, 0
@@ -167,6 +235,8 @@ def run(config) -> dict:
     for g_step in range(step0, total):
         if g_step < config.sft.steps:  # ---------------------------------------- SFT warm start
             toks, mask = sft_batch(exp, g_step, config.sft.batch_size)
+            if placement is not None:
+                toks, mask = placement.put_batch((toks, mask), toks.shape[0])
             ts, loss, finite = TR.sft_step(ts, toks, mask, cfg=exp.cfg, numerics=sft_num,
                                            opt=sft_opt)
             loss = float(loss)
@@ -174,13 +244,13 @@ def run(config) -> dict:
             logger.write({"step": g_step, "sft_loss": loss}, prefix="sft")
             bar.set_postfix(sft_loss=f"{loss:.3f}")
             if g_step + 1 == config.sft.steps:  # hand over to RL with a fresh optimizer
-                ts = TR.TrainState(ts.params, rl_opt.init(ts.params))
+                ts = TR.TrainState(ts.params, opt_init(rl_opt, ts.params, placement))
                 stale = [_copy(ts.params) for _ in range(tc.max_version_diff)]
                 if tc.grpo.kl_coef:
                     ref = _copy(ts.params)
         else:  # ------------------------------------------------------------------ GRPO step
             step = g_step - config.sft.steps
-            m = rl_iteration(exp, tc, ts, stale, ref, step, base_key, rl_opt, config)
+            m = rl_iteration(exp, tc, ts, stale, ref, step, base_key, rl_opt, config, placement)
             ts, finite = m.pop("_state"), m.pop("_finite")
             # train steps donate their params: keep copies of the versions rollouts may use
             stale = (stale + [_copy(ts.params)])[1:] if tc.max_version_diff else stale
@@ -222,7 +292,7 @@ def _copy(tree):
 
 
 def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale, ref, step: int,
-                 base_key, opt, config) -> dict:
+                 base_key, opt, config, placement: Placement | None = None) -> dict:
     key = jax.random.fold_in(base_key, step)
     rec_codes = bool(config.rollout.record_codes) and exp.rollout_numerics.is_fp4
     roll_num = exp.rollout_numerics
@@ -231,14 +301,16 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
 
     t0 = time.perf_counter()
     source = stale[0] if tc.max_version_diff else ts.params  # async: oldest allowed version
-    rparams = jax.block_until_ready(R.sync_weights(source, roll_num))
+    rparams = jax.block_until_ready(R.sync_weights(
+        source, roll_num, shardings=None if placement is None else placement.rollout_params))
     t1 = time.perf_counter()
 
     examples = exp.train_data.batch(step)
     prompts, lens = X.encode_prompts(exp, examples)
     prompts, lens = R.repeat_prompts(prompts, lens, exp.group_size)
+    mesh_kw = {} if placement is None else dict(mesh=placement.mesh, rules=placement.sample_rules)
     ro = R.generate(rparams, prompts, lens, key, cfg=exp.cfg, numerics=record_num,
-                    sampling=exp.sampling, capture_hints=bool(record_num.hinted))
+                    sampling=exp.sampling, capture_hints=bool(record_num.hinted), **mesh_kw)
     jax.block_until_ready(ro.tokens)
     t2 = time.perf_counter()
 
@@ -249,6 +321,8 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
                           for e, c in zip(reps, comps)], np.float32)
     adv = grpo.group_advantages(jnp.asarray(rewards), exp.group_size, tc.grpo.adv_std_norm)
     batch = TR.make_batch(ro, adv, exp.train_numerics, rec_codes)
+    if placement is not None:  # trajectories stay split by trajectory from rollout to train
+        batch = placement.put_batch(batch, batch.tokens.shape[0])
     new_ts, m, finite = TR.rl_step(ts, batch, ref, cfg=exp.cfg, numerics=exp.train_numerics,
                                    tc=tc, opt=opt, max_len=exp.sampling.max_new_tokens)
     m = {k: np.asarray(v) for k, v in m.items()}
