@@ -79,8 +79,13 @@ def test_quickstart_notebook_runs():
     assert s["diag_naive_gap_max"] > s["diag_trace_r3_gap_max"]
 
 
-@pytest.mark.skipif(not _has_nbclient(), reason="nbclient path already covered by exec fallback")
-def test_notebook_is_valid_nbformat():
-    import nbformat
+def test_notebook_is_a_clean_nbformat4_file():
+    """Structure checked without nbformat (not a requirement): v4, code/markdown cells only,
+    committed without outputs so the repository stays small and reviewable."""
+    import json
 
-    nbformat.validate(nbformat.read(NB, as_version=4))
+    with open(NB) as f:
+        nb = json.load(f)
+    assert nb["nbformat"] == 4 and nb["cells"]
+    assert {c["cell_type"] for c in nb["cells"]} <= {"code", "markdown"}
+    assert all(not c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
