@@ -210,27 +210,53 @@ def test_tiny_run_raises_reward_on_addition(tmp_path):
     assert late > early + 0.05, (early, late)
 
 
+SHARDED_SCENARIO = """
+import json, os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["JAX_PLATFORMS"] = "cpu"
+sys.path.insert(0, os.getcwd())
+from tests.test_train import small, read_metrics
+from trace_jax import run as RUN
+root = sys.argv[1]
+one = small(os.path.join(root, "one"), **{"train.steps": 2})
+RUN.run(one)
+sharded = small(os.path.join(root, "mesh"), **{"train.steps": 2})
+sharded.mesh.shape = (2, 4, 1, 1)
+RUN.run(sharded)
+again = small(os.path.join(root, "mesh"), **{"train.steps": 3})
+again.mesh.shape = (4, 1, 1, 1)  # resume the (2, 4) checkpoint on another mesh
+RUN.run(again)
+err = ""
+try:
+    bad = small(os.path.join(root, "bad"))
+    bad.mesh.shape = (1, 8, 1, 1)
+    bad.rollout.batch_prompts = 3  # 6 trajectories on 8 devices
+    RUN.run(bad)
+except ValueError as e:
+    err = str(e)
+print("RESULT " + json.dumps(err))
+"""
+
+
 def test_sharded_run_matches_single_device_and_restores_onto_another_mesh(tmp_path):
     """8 fake CPU devices: the loop with trajectories over data x fsdp and FSDP params gives the
-    single-device metrics (to float tolerance); its checkpoint resumes on a different mesh."""
-    one = small(tmp_path / "one", **{"train.steps": 2})
-    RUN.run(one)
-    sharded = small(tmp_path / "mesh", **{"train.steps": 2})
-    sharded.mesh.shape = (2, 4, 1, 1)
-    RUN.run(sharded)
+    single-device metrics (to float tolerance); its checkpoint resumes on a different mesh.
+    Runs in its own process: a multi-device XLA CPU program is compiled from a clean state
+    (once, late in a long suite, XLA's CPU compiler crashed compiling it in-process)."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", SHARDED_SCENARIO, str(tmp_path)], cwd=repo,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    err = json.loads(out.stdout.strip().splitlines()[-1][len("RESULT "):])
+    assert "not divisible" in err
     a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "mesh")
-    for ma, mb in zip(a, b):
+    assert [m["step"] for m in b] == [0, 1, 2]
+    for ma, mb in zip(a, b[:2]):
         assert ma["reward_mean"] == mb["reward_mean"]
         for k in ("loss", "entropy", "code_agreement_hinted"):
             np.testing.assert_allclose(mb[k], ma[k], rtol=2e-2, atol=1e-4, err_msg=k)
         # the train-rollout gap is float noise itself: same (small) order, not the same value
         assert mb["logprob_gap_mean"] < 10 * ma["logprob_gap_mean"] + 1e-3
-    again = small(tmp_path / "mesh", **{"train.steps": 3})
-    again.mesh.shape = (4, 1, 1, 1)
-    RUN.run(again)
-    assert [m["step"] for m in read_metrics(tmp_path / "mesh")] == [0, 1, 2]
-    with pytest.raises(ValueError, match="not divisible"):
-        bad = small(tmp_path / "bad")
-        bad.mesh.shape = (1, 8, 1, 1)
-        bad.rollout.batch_prompts = 3  # 6 trajectories on 8 devices
-        RUN.run(bad)

@@ -232,58 +232,59 @@ def run(config) -> dict:
     sft_opt, rl_opt = sft_optimizer(config), rl_optimizer(tc)
     sft_num = dataclasses.replace(exp.train_numerics, hinted=frozenset())
 
-    for g_step in range(step0, total):
-        if g_step < config.sft.steps:  # ---------------------------------------- SFT warm start
-            toks, mask = sft_batch(exp, g_step, config.sft.batch_size)
-            if placement is not None:
-                toks, mask = placement.put_batch((toks, mask), toks.shape[0])
-            ts, loss, finite = TR.sft_step(ts, toks, mask, cfg=exp.cfg, numerics=sft_num,
-                                           opt=sft_opt)
-            loss = float(loss)
-            nonfinite = 0 if bool(finite) else nonfinite + 1
-            logger.write({"step": g_step, "sft_loss": loss}, prefix="sft")
-            bar.set_postfix(sft_loss=f"{loss:.3f}")
-            if g_step + 1 == config.sft.steps:  # hand over to RL with a fresh optimizer
-                ts = TR.TrainState(ts.params, opt_init(rl_opt, ts.params, placement))
-                stale = [_copy(ts.params) for _ in range(tc.max_version_diff)]
+    try:
+        for g_step in range(step0, total):
+            if g_step < config.sft.steps:  # ---------------------------------------- SFT warm start
+                toks, mask = sft_batch(exp, g_step, config.sft.batch_size)
+                if placement is not None:
+                    toks, mask = placement.put_batch((toks, mask), toks.shape[0])
+                ts, loss, finite = TR.sft_step(ts, toks, mask, cfg=exp.cfg, numerics=sft_num,
+                                               opt=sft_opt)
+                loss = float(loss)
+                nonfinite = 0 if bool(finite) else nonfinite + 1
+                logger.write({"step": g_step, "sft_loss": loss}, prefix="sft")
+                bar.set_postfix(sft_loss=f"{loss:.3f}")
+                if g_step + 1 == config.sft.steps:  # hand over to RL with a fresh optimizer
+                    ts = TR.TrainState(ts.params, opt_init(rl_opt, ts.params, placement))
+                    stale = [_copy(ts.params) for _ in range(tc.max_version_diff)]
+                    if tc.grpo.kl_coef:
+                        ref = _copy(ts.params)
+            else:  # ------------------------------------------------------------------ GRPO step
+                step = g_step - config.sft.steps
+                m = rl_iteration(exp, tc, ts, stale, ref, step, base_key, rl_opt, config, placement)
+                ts, finite = m.pop("_state"), m.pop("_finite")
+                # train steps donate their params: keep copies of the versions rollouts may use
+                stale = (stale + [_copy(ts.params)])[1:] if tc.max_version_diff else stale
+                nonfinite = 0 if finite else nonfinite + 1
+                logger.write(m)
+                last = m
+                bar.set_postfix(reward=f"{m['reward_mean']:.3f}", acc=f"{m['accuracy']:.2f}",
+                                gap=f"{m['logprob_gap_max']:.3f}")
+                bar.write(f"step {step:4d} reward {m['reward_mean']:.3f} acc {m['accuracy']:.3f} "
+                          f"len {m['response_len_mean']:.1f} H {m['entropy']:.3f} "
+                          f"gap {m['logprob_gap_max']:.4f}/{m['logprob_gap_mean']:.5f} "
+                          f"codes {m['code_agreement_hinted']:.4f}/{m['code_agreement_unhinted']:.4f} "
+                          f"t {m['time_rollout_s']:.2f}+{m['time_train_s']:.2f}s")
+            if nonfinite:
+                print(f"WARNING: non-finite loss or gradients at step {g_step}; update skipped "
+                      f"({nonfinite} in a row)", flush=True)
+                if nonfinite >= tc.max_nonfinite_steps:
+                    raise FloatingPointError(
+                        f"{nonfinite} consecutive non-finite steps (train.max_nonfinite_steps="
+                        f"{tc.max_nonfinite_steps}); stopping. The last checkpoint in "
+                        f"{ckpt.directory} holds the last good state.")
+            bar.update(1)
+            done = g_step + 1
+            if done % config.checkpoint.every == 0 or done == total:
+                st = {"params": ts.params, "opt_state": ts.opt_state, "step": jnp.int32(done),
+                      "stale": stale}
                 if tc.grpo.kl_coef:
-                    ref = _copy(ts.params)
-        else:  # ------------------------------------------------------------------ GRPO step
-            step = g_step - config.sft.steps
-            m = rl_iteration(exp, tc, ts, stale, ref, step, base_key, rl_opt, config, placement)
-            ts, finite = m.pop("_state"), m.pop("_finite")
-            # train steps donate their params: keep copies of the versions rollouts may use
-            stale = (stale + [_copy(ts.params)])[1:] if tc.max_version_diff else stale
-            nonfinite = 0 if finite else nonfinite + 1
-            logger.write(m)
-            last = m
-            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", acc=f"{m['accuracy']:.2f}",
-                            gap=f"{m['logprob_gap_max']:.3f}")
-            bar.write(f"step {step:4d} reward {m['reward_mean']:.3f} acc {m['accuracy']:.3f} "
-                      f"len {m['response_len_mean']:.1f} H {m['entropy']:.3f} "
-                      f"gap {m['logprob_gap_max']:.4f}/{m['logprob_gap_mean']:.5f} "
-                      f"codes {m['code_agreement_hinted']:.4f}/{m['code_agreement_unhinted']:.4f} "
-                      f"t {m['time_rollout_s']:.2f}+{m['time_train_s']:.2f}s")
-        if nonfinite:
-            print(f"WARNING: non-finite loss or gradients at step {g_step}; update skipped "
-                  f"({nonfinite} in a row)", flush=True)
-            if nonfinite >= tc.max_nonfinite_steps:
-                ckpt.close()
-                raise FloatingPointError(
-                    f"{nonfinite} consecutive non-finite steps (train.max_nonfinite_steps="
-                    f"{tc.max_nonfinite_steps}); stopping. The last checkpoint in "
-                    f"{ckpt.directory} holds the last good state.")
-        bar.update(1)
-        done = g_step + 1
-        if done % config.checkpoint.every == 0 or done == total:
-            st = {"params": ts.params, "opt_state": ts.opt_state, "step": jnp.int32(done),
-                  "stale": stale}
-            if tc.grpo.kl_coef:
-                st["ref"] = ref if ref is not None else ts.params
-            ckpt.save(done, st)
-    bar.close()
-    logger.close()
-    ckpt.close()
+                    st["ref"] = ref if ref is not None else ts.params
+                ckpt.save(done, st)
+    finally:  # also on a crash: flush metrics/TensorBoard, release the checkpointer
+        bar.close()
+        logger.close()
+        ckpt.close()
     return last
 
 
