@@ -104,31 +104,10 @@ def load_model_config(path: str, layers: int | None, max_len: int) -> tuple[M.Mo
 
 
 def param_count(cfg: M.ModelConfig, fmt: str) -> dict:
-    """``trace_jax.params.count`` (imports ml_collections); the same formula if that is missing."""
-    try:
-        from trace_jax import params as P
+    """``trace_jax.params.count`` (needs no ml_collections)."""
+    from trace_jax import params as P
 
-        return P.count(cfg, fmt)
-    except ImportError:  # pragma: no cover - GPU host without ml_collections
-        total = expert = 0
-        for path, (shape, _) in _leaves(M.param_shapes(cfg)):
-            n = math.prod(shape)
-            total += n
-            if "moe" in path and path[-1] in EXPERT_LEAVES and "shared" not in path:
-                expert += n
-        f = Q.get_format(fmt)
-        fp4_e = expert * f.bits_per_element / 8 + (4 * 3 * cfg.n_layers * cfg.n_experts
-                                                   if f.has_global_scale else 0)
-        return {"total_params": total, "routed_expert_params": expert, "bf16_bytes": 2 * total,
-                "fp4_bytes": int(2 * (total - expert) + fp4_e), "fp4_format": fmt}
-
-
-def _leaves(tree, prefix=()):
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            yield from _leaves(v, prefix + (k,))
-        else:
-            yield prefix + (k,), v
+    return P.count(cfg, fmt)
 
 
 def kv_bytes_per_token(cfg: M.ModelConfig, fp4_kv: bool, fmt: str) -> float:

@@ -9,7 +9,6 @@ import json
 import math
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from trace_jax import model as M
 from trace_jax import numerics as nx
@@ -78,6 +77,8 @@ def _define_flags():
     """Flags are defined only when run as a program, so importing this module (tests, notebooks,
     other commands) never collides with another module's --config."""
     global _CONFIG, _JSON
+    from ml_collections import config_flags  # only the command needs it (GPU hosts may lack it)
+
     _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
     _JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.")
     flags.mark_flags_as_required(["config"])
