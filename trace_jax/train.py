@@ -169,7 +169,7 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
     loss = jnp.mean(losses)
     state, finite = _apply_if_finite(opt, state, loss, grads)
     m = _reduce_metrics(ms)
-    m["grad_norm"] = optax.global_norm(grads)
+    m["grad_norm"] = optax.tree.norm(grads)
     return state, m, finite
 
 
