@@ -24,35 +24,14 @@ import math
 import jax
 import jax.numpy as jnp
 
-from trace_jax.quant import QTensor, dequantize
-
-
-def _dequant_f32(cache):
-    if isinstance(cache, QTensor):
-        return dequantize(cache, jnp.float32)
-    return jnp.asarray(cache).astype(jnp.float32)
+from trace_jax import ops
 
 
 def decode_attention_reference(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto"):
-    """Pure-JAX f32 reference (and CPU fallback): returns [B, Q, D] bf16."""
+    """Pure-JAX f32 reference (and CPU fallback): ``trace_jax.ops``' reference, [B, Q, D] bf16."""
     del backend
-    b, hq, d = q.shape
-    k = _dequant_f32(k_cache)  # [B, H, S, D]
-    v = _dequant_f32(v_cache)
-    h, s = k.shape[1], k.shape[2]
-    if hq % h:
-        raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
-    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
-    qg = q.astype(jnp.float32).reshape(b, h, hq // h, d)
-    hi = jax.lax.Precision.HIGHEST
-    valid = (jnp.arange(s, dtype=jnp.int32)[None, :]
-             < jnp.asarray(lengths, jnp.int32)[:, None])[:, None, None, :]  # [B,1,1,S]
-    scores = jnp.einsum("bhgd,bhsd->bhgs", qg, k, precision=hi) * sm_scale
-    scores = jnp.where(valid, scores, -jnp.inf)
-    p = jax.nn.softmax(scores, axis=-1)
-    v = jnp.where(jnp.swapaxes(valid, 2, 3), v, 0.0)  # masked rows may hold anything
-    o = jnp.einsum("bhgs,bhsd->bhgd", p, v, precision=hi)
-    return o.reshape(b, hq, d).astype(jnp.bfloat16)
+    return ops.decode_attention_reference(q, k_cache, v_cache, jnp.asarray(lengths, jnp.int32),
+                                          sm_scale=sm_scale).astype(jnp.bfloat16)
 
 
 def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto", **kw):

@@ -58,16 +58,22 @@ def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
     return decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B)
 
 
-def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
+def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale=None) -> jax.Array:
+    """Float32 masked-softmax attention over the dequantized cache, in ``q``'s dtype; slots
+    ``>= lengths[b]`` may hold anything (NaN included). ``sm_scale`` defaults to 1/sqrt(D)."""
     k = Q.dequantize(k_cache) if isinstance(k_cache, Q.QTensor) else k_cache.astype(jnp.float32)
     v = Q.dequantize(v_cache) if isinstance(v_cache, Q.QTensor) else v_cache.astype(jnp.float32)
     B, H, D = q_BxHxD.shape
     K, S = k.shape[1], k.shape[2]
+    if H % K:
+        raise ValueError(f"{H} query heads are not a multiple of {K} kv heads")
+    scale = 1.0 / jnp.sqrt(jnp.float32(D)) if sm_scale is None else jnp.float32(sm_scale)
+    hi = jax.lax.Precision.HIGHEST
     qg = q_BxHxD.reshape(B, K, H // K, D).astype(jnp.float32)
-    s = jnp.einsum("bkgd,bksd->bkgs", qg, k) / jnp.sqrt(jnp.float32(D))
+    s = jnp.einsum("bkgd,bksd->bkgs", qg, k, precision=hi) * scale
     valid = jnp.arange(S)[None, :] < lengths_B[:, None]  # B,S
     s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
     p = jax.nn.softmax(s, axis=-1)
     v = jnp.where(valid[:, None, :, None], v, 0.0)  # unwritten slots may hold anything
-    o = jnp.einsum("bkgs,bksd->bkgd", p, v)
+    o = jnp.einsum("bkgs,bksd->bkgd", p, v, precision=hi)
     return o.reshape(B, H, D).astype(q_BxHxD.dtype)
