@@ -61,7 +61,8 @@ def _online_softmax_step(s, valid, m, l):
     return p, alpha, m_new, l_new
 
 
-def _bf16_kernel(len_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, block_k, chunk, scale):
+def _bf16_kernel(len_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, block_k, chunk, scale,
+                 precision):
     j = pl.program_id(2)
     length = len_ref[0]
     start = j * chunk
@@ -79,8 +80,7 @@ def _bf16_kernel(len_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, block_k, 
         s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * scale
         p, alpha, m, l = _online_softmax_step(s, valid, m, l)
         v = plgpu.load(v_ref.at[rows, :], mask=valid[:, None], other=0.0)
-        acc = acc * alpha[:, None] + jnp.dot(
-            p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        acc = acc * alpha[:, None] + _pv_dot(p, v, precision)
         return acc, m, l
 
     init = (jnp.zeros((gp, d), jnp.float32), jnp.full((gp,), _NEG, jnp.float32),
@@ -169,6 +169,166 @@ def _fp4_kernel(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
     l_ref[...] = l
 
 
+
+# --- v2 decode: 2 codes per 32-bit op (inline PTX), block scale applied in bf16x2 -------------
+#
+# A nibble ``s e1 e0 m`` becomes the bf16 bit pattern ``s<<15 | (e1 e0 m)<<6``, whose value is
+# exactly ``E2M1(code) * 2**-126`` (code 1 = 0.5 is the bf16 subnormal 2**-127; bf16 arithmetic
+# on sm_90 keeps subnormals: there is no .ftz form of mul.bf16x2). Per 32-bit word of 4 code
+# bytes: ``prmt`` spreads bytes (b0, b1) and (b2, b3) into 16-bit lanes; per lane pair
+# ``((t & 0x000F000F) * 0x1040) & 0x81C081C0`` puts both low nibbles in place at once (one
+# multiply = two shifts, sign to bit 15 and magnitude to bits 8..6), ``0x00F000F0 / 0x104`` the
+# high nibbles; one ``mul.rn.bf16x2`` by the block scale ``S = scale * 2**KSHIFT`` (bf16, exact)
+# gives ``code * scale * 2**(KSHIFT - 126)`` exactly (<= 6 significant bits, no rounding). The
+# remaining ``2**(126 - KSHIFT)`` is folded into the f32 score scale (K) and the final
+# accumulator (V). KSHIFT keeps S and the products normal: nvfp4 scales lie in [2**-9, 448];
+# mxfp4 (power-of-two scales 2**e) is exact for e in [-96, 37] (|block amax| < 2**40), outside
+# that window S overflows / products underflow.
+KSHIFT = {"nvfp4": 118, "mxfp4": 90}
+
+
+def _asm_half(nibble_mask, mul):
+    return f"""{{
+.reg .b32 t0, t1, a, z;
+mov.b32 z, 0;
+prmt.b32 t0, $2, z, 0x4140;
+prmt.b32 t1, $2, z, 0x4342;
+and.b32 a, t0, {nibble_mask}; mul.lo.u32 a, a, {mul}; and.b32 a, a, 0x81C081C0;
+mul.rn.bf16x2 $0, a, $3;
+and.b32 a, t1, {nibble_mask}; mul.lo.u32 a, a, {mul}; and.b32 a, a, 0x81C081C0;
+mul.rn.bf16x2 $1, a, $4;
+}}"""
+
+
+_ASM_LO = _asm_half("0x000F000F", "0x1040")
+_ASM_HI = _asm_half("0x00F000F0", "0x104")
+def nibble_bits_bf16(n):
+    """bf16 bit pattern (uint32, low 16 bits) that the kernel builds for nibble ``n`` (uint32
+    0..15): ``(n * 0x1040) & 0x81C0``, whose value is ``E2M1(n) * 2**-126``."""
+    return (n * jnp.uint32(0x1040)) & jnp.uint32(0x81C0)
+
+
+def asm_word_emulation(w, s_pair0, s_pair1, nibble_mask, mul):
+    """The inline-asm decode of one 32-bit word ``w`` (4 code bytes) in uint32 arithmetic:
+    returns the two output words (bf16x2 bit patterns *before* the scale multiply) exactly as the
+    PTX computes them; ``s_pair*`` are unused here (the multiply is exact, see
+    :func:`emulate_decode`). For tests on CPU, where inline asm cannot run."""
+    del s_pair0, s_pair1
+    t0 = (w & 0xFF) | ((w & 0xFF00) << 8)  # prmt 0x4140: [b0, 0, b1, 0]
+    t1 = ((w >> 16) & 0xFF) | ((w >> 24) << 16)  # prmt 0x4342: [b2, 0, b3, 0]
+    out = []
+    for t in (t0, t1):
+        out.append((((t & nibble_mask) * mul) & 0xFFFFFFFF) & 0x81C081C0)
+    return out
+
+
+def emulate_decode(bits, s_bf16):
+    """Value of ``mul.rn.bf16x2(bits, S)`` for the kernel's code patterns, without subnormal
+    arithmetic (XLA on CPU flushes subnormals): reads sign / exponent / mantissa bit of ``bits``
+    (exponent 0..3) back to ``E2M1 * 2**-126`` and multiplies by ``S * 2**-126`` instead."""
+    e = (bits >> 7) & jnp.uint32(0xFF)
+    m = (bits >> 6) & jnp.uint32(1)
+    mf = m.astype(jnp.float32)
+    pow2 = jnp.where(e == 1, 1.0, jnp.where(e == 2, 2.0, jnp.where(e == 3, 4.0, jnp.nan)))
+    mag = jnp.where(e == 0, 0.5 * mf, (1.0 + 0.5 * mf) * pow2)
+    val = jnp.where(((bits >> 15) & 1) == 1, -mag, mag)
+    return (val * (s_bf16.astype(jnp.float32) * float(2.0 ** -126))).astype(jnp.bfloat16)
+
+
+def _scale_bf16(s_u8, fmt):
+    """[BK, NB] uint8 block scales -> bf16 ``scale * 2**KSHIFT`` (exact; NaN scale stays NaN)."""
+    if fmt == "nvfp4":
+        sf = jax.lax.bitcast_convert_type(s_u8, jnp.float8_e4m3fn).astype(jnp.float32)
+    else:
+        b = s_u8.astype(jnp.uint32)
+        sf = jax.lax.bitcast_convert_type(b << 23, jnp.float32)
+        sf = jnp.where(b == 255, jnp.nan, sf)
+    return (sf * float(2.0 ** KSHIFT[fmt])).astype(jnp.bfloat16)
+
+
+def _expand_cols(a, d2):
+    """[BK, NB] -> [BK, D2]: each block's value repeated over its D2 / NB packed bytes."""
+    bk, nb = a.shape
+    return jnp.broadcast_to(a[:, :, None], (bk, nb, d2 // nb)).reshape(bk, d2)
+
+
+def _decode_v2(codes, s_bf16, fmt, interpret):
+    """codes [BK, D2] uint8, s_bf16 [BK, D2] bf16 -> (lo, hi) bf16 ``code * S * 2**-126``."""
+    if interpret:  # the same arithmetic in plain JAX (inline asm cannot run in interpret mode)
+        c = codes.astype(jnp.uint32)
+        return (emulate_decode(nibble_bits_bf16(c & 0xF), s_bf16),
+                emulate_decode(nibble_bits_bf16(c >> 4), s_bf16))
+    shape = [jax.ShapeDtypeStruct(codes.shape, jnp.bfloat16)]
+    [lo] = plgpu.elementwise_inline_asm(_ASM_LO, args=[codes, s_bf16], constraints="=r,=r,r,r,r",
+                                        pack=4, result_shape_dtypes=shape)
+    [hi] = plgpu.elementwise_inline_asm(_ASM_HI, args=[codes, s_bf16], constraints="=r,=r,r,r,r",
+                                        pack=4, result_shape_dtypes=shape)
+    return lo, hi
+
+
+def _pv_dot(p_f32, v, precision):
+    """p [Gp, BK] f32 @ v [BK, X] bf16 -> f32. ``precision="bf16"`` rounds p to bf16 (one MMA);
+    ``"f32"`` splits p = hi + lo into two bf16 terms (two MMAs, p kept to ~2**-17 relative)."""
+    hi = p_f32.astype(jnp.bfloat16)
+    out = jnp.dot(hi, v, preferred_element_type=jnp.float32)
+    if precision == "f32":
+        lo = (p_f32 - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+        out = out + jnp.dot(lo, v, preferred_element_type=jnp.float32)
+    return out
+
+
+def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
+                   fmt, block_k, chunk, scale, precision, interpret):
+    if fmt == "nvfp4":
+        kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref = rest
+    else:
+        oe_ref, oo_ref, m_ref, l_ref = rest
+    j = pl.program_id(2)
+    length = len_ref[0]
+    start = j * chunk
+    n = jnp.clip(length - start, 0, chunk)
+    nblk = (n + block_k - 1) // block_k
+    qe = qe_ref[...]
+    qo = qo_ref[...]
+    gp, d2 = qe.shape
+    unit = float(2.0 ** (126 - KSHIFT[fmt]))  # decoded values carry 2**(KSHIFT - 126)
+
+    def load_half(c_ref, s_ref, rows, valid):
+        c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
+        sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
+        return _decode_v2(c, _expand_cols(_scale_bf16(sc, fmt), d2), fmt, interpret)
+
+    def body(i, carry):
+        acc_e, acc_o, m, l = carry
+        off = i * block_k
+        valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
+        k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
+        s = jnp.dot(qe, k_lo.T, preferred_element_type=jnp.float32)
+        s = s + jnp.dot(qo, k_hi.T, preferred_element_type=jnp.float32)
+        if fmt == "nvfp4":
+            kg = plgpu.load(kg_ref.at[rows], mask=valid, other=0.0)
+            s = s * (kg * (scale * unit))[None, :]
+        else:
+            s = s * (scale * unit)
+        p, alpha, m, l = _online_softmax_step(s, valid, m, l)
+        v_lo, v_hi = load_half(vc_ref, vs_ref, rows, valid)
+        if fmt == "nvfp4":
+            vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
+            p = p * vg[None, :]
+        acc_e = acc_e * alpha[:, None] + _pv_dot(p, v_lo, precision)
+        acc_o = acc_o * alpha[:, None] + _pv_dot(p, v_hi, precision)
+        return acc_e, acc_o, m, l
+
+    init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
+            jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
+    acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
+    oe_ref[...] = acc_e * unit
+    oo_ref[...] = acc_o * unit
+    m_ref[...] = m
+    l_ref[...] = l
+
+
 # ---------------------------------------------------------------------------------------------
 # Wrapper
 
@@ -184,10 +344,21 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("sm_scale", "block_k", "num_splits", "num_warps", "num_stages", "interpret"))
+    static_argnames=("sm_scale", "block_k", "num_splits", "num_warps", "num_stages", "precision",
+                     "decode", "out_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=64,
-                            num_splits=None, num_warps=4, num_stages=2, interpret=False):
-    """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16."""
+                            num_splits=None, num_warps=4, num_stages=2, precision="f32",
+                            decode="v2", out_dtype=jnp.bfloat16, interpret=False):
+    """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
+
+    ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
+    accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour). ``decode``: ``"v2"``
+    (inline-PTX FP4 decode) or ``"v1"`` (the first kernel, kept for comparison). ``out_dtype``:
+    the output dtype (f32 exposes the kernel's accuracy before the final rounding)."""
+    if precision not in ("f32", "bf16"):
+        raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
+    if decode not in ("v1", "v2"):
+        raise ValueError(f"decode must be 'v1' or 'v2', got {decode!r}")
     b, hq, d = q.shape
     fp4 = isinstance(k_cache, QTensor)
     if fp4:
@@ -248,7 +419,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=6
         return pl.BlockSpec((None, None, chunk, width), lambda i, j, k: (i, j, k, 0))
 
     if not fp4:
-        kernel = functools.partial(_bf16_kernel, block_k=block_k, chunk=chunk, scale=scale)
+        kernel = functools.partial(_bf16_kernel, block_k=block_k, chunk=chunk, scale=scale,
+                                   precision=precision)
         acc, m, l = pl.pallas_call(
             kernel,
             grid=grid,
@@ -279,8 +451,12 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=6
                 args.append(gs.reshape(b, h, s))
             g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
             in_specs += [g_spec, g_spec]
-        kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,
-                                   scale=scale)
+        if decode == "v1":
+            kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,
+                                       scale=scale)
+        else:
+            kernel = functools.partial(_fp4_kernel_v2, fmt=fmt, block_k=block_k, chunk=chunk,
+                                       scale=scale, precision=precision, interpret=interpret)
         o_spec = pl.BlockSpec((None, None, None, gp, d2), lambda i, j, k: (i, j, k, 0, 0))
         o_shape = jax.ShapeDtypeStruct((b, h, p, gp, d2), jnp.float32)
         acc_e, acc_o, m, l = pl.pallas_call(
@@ -295,7 +471,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=6
         )(*args)
         acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
         out = combine(acc, m, l)
-    return out[:, :, :g, :].reshape(b, hq, d).astype(jnp.bfloat16)
+    return out[:, :, :g, :].reshape(b, hq, d).astype(out_dtype)
 
 
 def kv_bytes(b, h, length, d, fmt):
