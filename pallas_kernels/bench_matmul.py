@@ -12,6 +12,7 @@ the experts with a non-empty group.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -23,11 +24,11 @@ import numpy as np
 
 from pallas_kernels import fp4_matmul as fm
 from pallas_kernels import matmul_triton as mt
-from trace_jax import quant
+from trace_jax import e2m1, quant
 
 T0 = time.time()
 ROT_BYTES = 256 << 20
-L2_GUARD_S = float(os.environ.get("BENCH_TIME_LIMIT_S", "470"))
+L2_GUARD_S = float(os.environ.get("BENCH_TIME_LIMIT_S", "240"))
 
 
 def timeit(f, *args, n=20):
@@ -55,97 +56,138 @@ def rel_err(out, ref):
     return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
 
 
-def scan_time(fn, ws, x, r):
-    """Median time of one fn(x, w) over a scan of r stacked weights."""
+def rot_time(fn, ws, x):
+    """Median time of one fn(x, w) over r separately allocated weight copies, all called inside
+    one jit (no lax.scan: slicing a stacked operand for a custom call materializes a copy)."""
+    r = len(ws)
 
     @jax.jit
     def run(x, ws):
-        def body(c, w):
-            return c, fn(x, w)
-
-        return jax.lax.scan(body, 0, ws)[1]
+        return [fn(x, w) for w in ws]
 
     return timeit(run, x, ws) / r
 
 
-def stack(tree, r):
-    return jax.tree.map(lambda a: jnp.stack([a] * r) if r > 1 else a[None], tree)
+def copies(tree, r):
+    """r distinct device copies of a pytree of arrays."""
+    return [jax.tree.map(lambda a: a + jnp.zeros((), a.dtype) if i else a, tree) for i in range(r)]
 
 
 def rotations(bf16_bytes):
-    return int(min(64, max(2, -(-ROT_BYTES // bf16_bytes))))
+    return int(min(32, max(2, -(-ROT_BYTES // bf16_bytes))))
 
 
 ROWS: list[dict] = []
+LOG = None
 
 
 def record(**row):
     ROWS.append(row)
-    print(json.dumps(row), flush=True)
+    line = json.dumps(row)
+    print(line, flush=True)
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(line + "\n")
 
 
-def bench_dense(k, n, ms, fmts, variants, bw):
+def guard(what):
+    if time.time() - T0 > L2_GUARD_S:
+        print(f"time guard: skipping {what}", flush=True)
+        return True
+    return False
+
+
+def decode_exact():
+    """GPU check of the inline-asm decode: identity x times weights holding every code with
+    scales from e4m3 subnormal to 448 (nvfp4) / 2**-40..2**40 (mxfp4): output must equal the
+    dequantized weights bit for bit."""
+    rng = np.random.default_rng(0)
+    k, n = 256, 64
+    for fmt in ("nvfp4", "mxfp4"):
+        codes = rng.integers(0, 16, (k, n)).astype(np.float32)
+        vals = np.asarray(e2m1.decode(jnp.asarray(codes, jnp.uint8)))
+        blk = quant.get_format(fmt).block_size
+        if fmt == "nvfp4":
+            sc = rng.choice([2.0 ** -9, 2.0 ** -7 * 3, 0.5, 1.0, 13.0, 448.0], (k // blk, n))
+        else:
+            sc = 2.0 ** rng.integers(-40, 40, (k // blk, n)).astype(np.float64)
+        w = (vals * np.repeat(sc, blk, axis=0)).astype(np.float32)
+        q = quant.quantize(jnp.asarray(w), fmt, axis=-2)
+        fw = fm.prepare_weights(q)
+        ref = np.asarray(quant.dequantize(q), np.float32)
+        x = jnp.eye(k, dtype=jnp.bfloat16)
+        out = np.asarray(jax.jit(lambda x, w: mt.dense(x, w, mt.Config(bm=16, bn=64, bk=256)))(
+            x, fw), np.float32)
+        bad = int(np.sum(out != ref.astype(jnp.bfloat16).astype(np.float32)))
+        record(kind="decode_exact", k=k, n=n, m=k, fmt=fmt, variant="identity", us=0.0, bytes=0,
+               gbps=0.0, pct_copy=0.0, speedup=0.0, rel_err=float(bad), mismatches=bad,
+               zeros_half=int(np.sum((ref == 0.5 * np.repeat(sc, blk, 0)) & (out == 0))))
+
+
+def bench_dense(k, n, ms, fmts, bw):
     key = jax.random.key(k * 7 + n)
     w32 = jax.random.normal(key, (k, n), jnp.float32)
     wb = w32.astype(jnp.bfloat16)
     r = rotations(wb.nbytes)
-    wbs = jnp.stack([wb * (1 + 0.01 * i) for i in range(r)]).astype(jnp.bfloat16)
+    wbs = [(wb * (1 + 0.01 * i)).astype(jnp.bfloat16) for i in range(r)]
+    fws = {}
+    for fmt in fmts:
+        fw = fm.prepare_weights(quant.quantize(w32, fmt, axis=-2))
+        fws[fmt] = (fw, copies(fw, r))
     for m in ms:
-        if time.time() - T0 > L2_GUARD_S:
-            print(f"time guard: skipping dense {k}x{n} M={m}", flush=True)
+        if guard(f"dense {k}x{n} M={m}"):
             return
         x = jax.random.normal(jax.random.fold_in(key, m), (m, k), jnp.float32).astype(jnp.bfloat16)
         io = m * k * 2 + m * n * 2
-        t_bf = scan_time(lambda x, w: jnp.dot(x, w, preferred_element_type=jnp.float32)
-                         .astype(jnp.bfloat16), wbs, x, r)
+        t_bf = rot_time(lambda x, w: jnp.dot(x, w, preferred_element_type=jnp.float32)
+                        .astype(jnp.bfloat16), wbs, x)
         b = wb.nbytes + io
         record(kind="dense", k=k, n=n, m=m, fmt="bf16", variant="xla_dot", us=t_bf * 1e6,
                bytes=b, gbps=b / t_bf / 1e9, pct_copy=100 * b / t_bf / bw, speedup=1.0, rel_err=0.0)
         for fmt in fmts:
-            fw = fm.prepare_weights(quant.quantize(w32, fmt, axis=-2))
+            fw, fwr = fws[fmt]
             ref = fm.fp4_matmul_reference(x, fw)
             b = fw.nbytes + io
-            fws = stack(fw, r)
-            for name, cfg in variants(m, k, n, fmt):
+            for name, cfg in dense_variants(m, k, n, fmt):
                 try:
-                    out = jax.jit(lambda x, w, cfg=cfg: mt.dense(x, w, cfg))(x, fw)
+                    f = (lambda x, w: fm.fp4_matmul(x, w, backend="triton")) if cfg is None else \
+                        (lambda x, w, cfg=cfg: mt.dense(x, w, cfg))
+                    out = jax.jit(f)(x, fw)
                     err = rel_err(out, ref)
-                    t = scan_time(lambda x, w, cfg=cfg: mt.dense(x, w, cfg), fws, x, r)
+                    t = rot_time(f, fwr, x)
                 except Exception as e:  # noqa: BLE001 - report and continue
                     print(f"FAILED dense {k}x{n} M={m} {fmt} {name}: {type(e).__name__}: "
-                          f"{str(e)[:300]}", flush=True)
+                          f"{str(e)[:600]}", flush=True)
                     continue
                 record(kind="dense", k=k, n=n, m=m, fmt=fmt, variant=name, us=t * 1e6, bytes=b,
                        gbps=b / t / 1e9, pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=err)
-            if fmt == "nvfp4" and m in (8, 64) and k == 2048:
+            if fmt == "nvfp4" and m in (8,) and k == 2048:
                 try:
                     xq = quant.quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                     ref4 = fm.fp4_matmul_reference(xq, fw)
-                    out = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))(xq, fw)
-                    t = scan_time(lambda x, w: fm.fp4_matmul(x, w, backend="triton"), fws, xq, r)
+                    f = lambda x, w: fm.fp4_matmul(x, w, backend="triton")  # noqa: E731
+                    out = jax.jit(f)(xq, fw)
+                    t = rot_time(f, fwr, xq)
                 except Exception as ex:  # noqa: BLE001
                     print(f"FAILED w4a4 {k}x{n} M={m}: {type(ex).__name__}: {str(ex)[:300]}",
                           flush=True)
                     continue
-                record(kind="dense", k=k, n=n, m=m, fmt="nvfp4-w4a4", variant="default",
+                record(kind="dense", k=k, n=n, m=m, fmt="nvfp4-w4a4", variant="auto",
                        us=t * 1e6, bytes=b, gbps=b / t / 1e9, pct_copy=100 * b / t / bw,
                        speedup=t_bf / t, rel_err=rel_err(out, ref4))
 
 
 def dense_variants(m, k, n, fmt):
+    """(name, Config | None = the public fp4_matmul dispatch)."""
+    if m >= fm.PREFILL_M:
+        return [("auto(dequant+xla)", None)]
     d = mt.default_config(m, k, n, grouped=False)
-    out = [("default", d)]
-    if fmt != "nvfp4":
+    out = [("v2", d)]
+    if fmt != "nvfp4" or k < 8192:
         return out
-    if m <= 64:
-        out.append(("bn64_w4", mt.Config(bm=d.bm, bn=64, bk=128, split_k=d.split_k, num_warps=4,
-                                         num_stages=4)))
-        out.append(("bk256_w8", mt.Config(bm=d.bm, bn=128, bk=256,
-                                          split_k=max(1, d.split_k // 2), num_warps=8,
-                                          num_stages=3)))
-    else:
-        out.append(("bm128_bn256_w8", mt.Config(bm=128, bn=256, bk=64, split_k=1, num_warps=8,
-                                                num_stages=3)))
+    if m > 32:
+        out.append(("v2_bm32", dataclasses.replace(d, bm=32)))
+    out.append(("v2_bn128_w8", dataclasses.replace(d, bn=128, num_warps=8)))
     return out
 
 
@@ -162,40 +204,59 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
     fw = fm.prepare_weights(quant.quantize(w32, "nvfp4", axis=-2))
     del w32
     r = 2
-    wbs = jnp.stack([wb, wb * 1.01]).astype(jnp.bfloat16)
-    fws = stack(fw, r)
+    wbs = [wb, (wb * 1.01).astype(jnp.bfloat16)]
+    fws = copies(fw, r)
     per_e_fp4 = fw.nbytes / e
     for tok in token_counts:
-        if time.time() - T0 > L2_GUARD_S:
-            print(f"time guard: skipping grouped {k}x{n} T={tok}", flush=True)
+        if guard(f"grouped {k}x{n} T={tok}"):
             return
         gs = route(tok, e, topk, jax.random.fold_in(key, tok))
         m = tok * topk
         touched = int(jnp.sum(gs > 0))
         x = jax.random.normal(jax.random.fold_in(key, 1000 + tok), (m, k)).astype(jnp.bfloat16)
         io = m * k * 2 + m * n * 2
-        t_bf = scan_time(lambda x, w: jax.lax.ragged_dot(x, w, gs), wbs, x, r)
-        b = touched * k * n * 2 + io
-        record(kind="grouped", k=k, n=n, m=m, tokens=tok, experts_touched=touched, fmt="bf16",
-               variant="ragged_dot", us=t_bf * 1e6, bytes=b, gbps=b / t_bf / 1e9,
-               pct_copy=100 * b / t_bf / bw, speedup=1.0, rel_err=0.0)
+        t_bf = rot_time(lambda x, w: jax.lax.ragged_dot(x, w, gs), wbs, x)
+        bb = touched * k * n * 2 + io
+        common = dict(kind="grouped", k=k, n=n, m=m, tokens=tok, experts_touched=touched)
+        record(**common, fmt="bf16", variant="ragged_dot", us=t_bf * 1e6, bytes=bb,
+               gbps=bb / t_bf / 1e9, pct_copy=100 * bb / t_bf / bw, speedup=1.0, rel_err=0.0)
+        try:
+            ref_b = jax.lax.ragged_dot(x, wb, gs, preferred_element_type=jnp.float32)
+            out = jax.jit(lambda x, w: fm.bf16_grouped_matmul(x, w, gs))(x, wb)
+            err = rel_err(out, ref_b)
+            t = rot_time(lambda x, w: fm.bf16_grouped_matmul(x, w, gs), wbs, x)
+            record(**common, fmt="bf16", variant="pallas_grouped", us=t * 1e6, bytes=bb,
+                   gbps=bb / t / 1e9, pct_copy=100 * bb / t / bw, speedup=t_bf / t, rel_err=err)
+        except Exception as ex:  # noqa: BLE001
+            print(f"FAILED bf16 grouped {k}x{n} T={tok}: {type(ex).__name__}: {str(ex)[:600]}",
+                  flush=True)
         ref = fm.fp4_grouped_matmul_reference(x, fw, gs)
         b = int(touched * per_e_fp4) + io
         d = mt.default_config(m, k, n, grouped=True)
-        for name, cfg in [("default", d),
-                          ("bm32", mt.Config(bm=32, bn=d.bn, bk=128, num_warps=4, num_stages=4)),
-                          ("bn64", mt.Config(bm=16, bn=64, bk=128, num_warps=4, num_stages=4))]:
+        vs = [("v2", d)]
+        if tok >= 128:
+            vs.append(("v2_bm32" if d.bm == 16 else "v2_bm64",
+                       dataclasses.replace(d, bm=2 * d.bm)))
+        for name, cfg in vs:
             try:
-                out = jax.jit(lambda x, w, cfg=cfg: mt.grouped(x, w, gs, cfg))(x, fw)
+                f = lambda x, w, cfg=cfg: fm.fp4_grouped_matmul(x, w, gs, cfg=cfg)  # noqa: E731
+                out = jax.jit(f)(x, fw)
                 err = rel_err(out, ref)
-                t = scan_time(lambda x, w, cfg=cfg: mt.grouped(x, w, gs, cfg), fws, x, r)
+                t = rot_time(f, fws, x)
             except Exception as ex:  # noqa: BLE001
                 print(f"FAILED grouped {k}x{n} T={tok} {name}: {type(ex).__name__}: "
-                      f"{str(ex)[:300]}", flush=True)
+                      f"{str(ex)[:600]}", flush=True)
                 continue
-            record(kind="grouped", k=k, n=n, m=m, tokens=tok, experts_touched=touched,
-                   fmt="nvfp4", variant=name, us=t * 1e6, bytes=b, gbps=b / t / 1e9,
+            record(**common, fmt="nvfp4", variant=name, us=t * 1e6, bytes=b, gbps=b / t / 1e9,
                    pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=err)
+        # what the model would do without the kernel: dequantize the touched experts + ragged_dot
+        try:
+            f = lambda x, w: jax.lax.ragged_dot(x, fm.dequantize_bf16(w), gs)  # noqa: E731
+            t = rot_time(f, fws, x)
+            record(**common, fmt="nvfp4", variant="dequant+ragged_dot", us=t * 1e6, bytes=b,
+                   gbps=b / t / 1e9, pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=0.0)
+        except Exception as ex:  # noqa: BLE001
+            print(f"FAILED dequant+ragged {type(ex).__name__}: {str(ex)[:300]}", flush=True)
 
 
 def table(rows, bw):
@@ -211,33 +272,37 @@ def table(rows, bw):
 
 
 def main():
+    global LOG
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    LOG = os.path.join(a.out, "kernels_matmul.jsonl")
     dev = jax.devices()[0]
     print(f"jax {jax.__version__} device {dev.device_kind}", flush=True)
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
+    decode_exact()
     dec = [1, 8, 32, 64]
     pre = [512, 4096]
+    bench_dense(8192, 28672, dec + pre, ["nvfp4", "mxfp4"], bw)
     bench_grouped(2048, 768, [32, 128, 512], 128, 8, bw)
     bench_grouped(768, 2048, [32, 512], 128, 8, bw)
-    bench_dense(8192, 28672, dec + pre, ["nvfp4", "mxfp4"], dense_variants, bw)
-    bench_dense(2048, 768, dec + pre, ["nvfp4"], dense_variants, bw)
-    bench_dense(768, 2048, dec + pre, ["nvfp4"], dense_variants, bw)
+    bench_dense(2048, 768, dec + pre, ["nvfp4"], bw)
+    bench_dense(768, 2048, dec + pre, ["nvfp4"], bw)
     bw2 = copy_bandwidth()
     md = table(ROWS, bw) + f"\n\ncopy bandwidth re-measured at the end: {bw2 / 1e12:.3f} TB/s\n"
     meta = dict(jax=jax.__version__, device=dev.device_kind, copy_bw=bw, copy_bw_end=bw2,
-                command="PYTHONUNBUFFERED=1 python -m pallas_kernels.bench_matmul",
+                command="python -m pallas_kernels.bench matmul --out DIR",
                 wall_s=time.time() - T0)
-    os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "kernels_matmul.json"), "w") as f:
         json.dump(dict(meta=meta, rows=ROWS), f, indent=1)
     with open(os.path.join(a.out, "kernels_matmul.md"), "w") as f:
         f.write(f"# FP4 matmul kernels on {dev.device_kind} (jax {jax.__version__})\n\n{md}")
     print(md, flush=True)
-    bad = [r for r in ROWS if not (r["rel_err"] < 1e-2)]
+    bad = [r for r in ROWS if r["kind"] != "decode_exact" and not (r["rel_err"] < 1e-2)]
+    bad += [r for r in ROWS if r["kind"] == "decode_exact" and r["mismatches"]]
     if bad:
         print(f"CORRECTNESS FAILURES: {len(bad)}", flush=True)
         sys.exit(1)

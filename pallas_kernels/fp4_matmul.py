@@ -3,9 +3,10 @@
 Shapes: M rows (tokens), K contraction, N output columns, E experts.
 
 Public API (the model calls these):
-  prepare_weights(w: QTensor[K,N] | QTensor[E,K,N]) -> FP4Weights      once, at weight-sync time
-  fp4_matmul(x[M,K] bf16 | QTensor[M,K], w, backend=) -> [M,N] bf16
-  fp4_grouped_matmul(x[M,K], w (E experts), group_sizes[E] int32, backend=) -> [M,N] bf16
+  prepare_weights(w: QTensor[K,N] | QTensor[E,K,N], layout="kn") -> FP4Weights   at weight sync
+  fp4_matmul(x[M,K] bf16 | QTensor[M,K], w, backend=, cfg=) -> [M,N] bf16
+  fp4_grouped_matmul(x[M,K], w (E experts), group_sizes[E] int32, backend=, cfg=) -> [M,N] bf16
+  bf16_grouped_matmul(x[M,K], w bf16 [E,K,N], group_sizes) -> [M,N] bf16  (ragged_dot stand-in)
   fp4_grouped_swiglu(x, w_gate, w_up, group_sizes) -> silu(x@gate) * (x@up)  (unfused composition)
   *_reference: pure-JAX versions with the same signatures (the CPU fallback).
 
@@ -16,12 +17,17 @@ E8M0 scale 1): they feed exact bf16 weight values (and, for W4A4, exact bf16 act
 a bf16 MMA with f32 accumulation and apply the weight's global scale and the activation's per-row
 global scale to the f32 accumulator. They agree with the reference up to f32 summation order.
 
-Kernel weight layout (``FP4Weights``): codes ``uint8 [.., K/2, N]`` two codes per byte along K
-(element 2i in the low nibble, as ``QTensor``), block scales as raw bytes ``uint8 [.., K/B, N]``,
-global scales ``f32 [.., 1, 1]``. The kernel splits x into its even and odd K columns so that the
-low and high nibbles of one byte feed two MMAs without any shuffle of the weight.
-Limitation of the kernels (not the reference): MXFP4 block scales >= 2**114 are not supported
-(the decode folds 2**14 into the scale exponent), and E8M0 byte 255 (NaN) decodes as Inf.
+Kernel weight layout (``FP4Weights``, v2, see ``matmul_layout``): the 16 codes of one K block of
+one column (a *unit*) live in two u32 words, bit-permuted at prepare time so the in-kernel decode
+is 16 bit operations + 8 ``mul.bf16x2`` per unit. ``codes`` uint32 [.., 2, K/16, N] (layout "kn")
+or [.., 2, N, K/16] ("nk"); ``scales`` one byte per unit [.., K/16, N] / [.., N, K/16]: the raw E4M3
+byte (nvfp4) or, for mxfp4, a bf16 exponent byte ``e + 126 - shift`` (E8M0 byte e, repeated for the
+two units of a 32-block: mxfp4 streams 4.5 bits/element like nvfp4, not 4.25); ``kscale`` f32
+[.., 1, 1] = 2**shift, applied with ``global_scale`` to the f32 accumulator (nvfp4 shift = 8).
+Limitations of the kernels (not the reference): mxfp4 blocks more than 2**126 below the tensor's
+largest block scale flush to 0; E8M0 byte 255 (NaN) gives NaN for the whole unit.
+Large M (>= ``PREFILL_M``) dense calls dequantize once to bf16 and use XLA's GEMM (compute bound:
+there the decode per M tile costs more than one bf16 weight round trip).
 """
 
 from __future__ import annotations
@@ -37,26 +43,32 @@ from trace_jax import quant
 from trace_jax.quant import QTensor
 
 Backend = Literal["auto", "reference", "triton"]
+Layout = Literal["kn", "nk"]
+PREFILL_M = 256  # dense calls with at least this many rows: dequantize once + XLA bf16 GEMM
+NV_SHIFT = 8  # nvfp4 kernel values are code * scale * 2**-8 (keeps S = scale * 2**118 in bf16)
 
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=["codes", "scales", "global_scale"],
-    meta_fields=["fmt"],
+    data_fields=["codes", "scales", "global_scale", "kscale"],
+    meta_fields=["fmt", "layout"],
 )
 @dataclasses.dataclass(frozen=True)
 class FP4Weights:
     """Packed FP4 weights in kernel layout. Leading dims (experts, stacked layers) are free."""
 
-    codes: jax.Array  # uint8 [..., K/2, N]
-    scales: jax.Array  # uint8 [..., K/B, N]: raw E4M3 (nvfp4) or E8M0 (mxfp4) bytes
-    global_scale: jax.Array  # f32 [..., 1, 1]
+    codes: jax.Array  # uint32 [..., 2, K/16, N] ("kn") or [..., 2, N, K/16] ("nk")
+    scales: jax.Array  # uint8 [..., K/16, N] / [..., N, K/16]: one byte per 16-code unit
+    global_scale: jax.Array  # f32 [..., 1, 1]: the QTensor's global scale
+    kscale: jax.Array  # f32 [..., 1, 1]: 2**shift undone in the kernel epilogue
     fmt: str
+    layout: str = "kn"
 
     @property
     def shape(self) -> tuple[int, ...]:
-        *lead, k2, n = self.codes.shape
-        return (*lead, 2 * k2, n)
+        *lead, _, a, b = self.codes.shape
+        k16, n = (a, b) if self.layout == "kn" else (b, a)
+        return (*lead, 16 * k16, n)
 
     @property
     def block(self) -> int:
@@ -64,33 +76,83 @@ class FP4Weights:
 
     @property
     def nbytes(self) -> int:
-        return int(self.codes.size + self.scales.size + 4 * self.global_scale.size)
+        """Bytes streamed by the kernel (codes + unit scales), plus the per-tensor scalars."""
+        return int(4 * self.codes.size + self.scales.size + 8 * self.global_scale.size)
 
 
-def prepare_weights(w: QTensor) -> FP4Weights:
-    """Convert a weight ``QTensor`` with contraction axis -2 ([K,N] or [E,K,N]) to kernel layout."""
+def _t(a):
+    return jnp.swapaxes(a, -1, -2)
+
+
+def prepare_weights(w: QTensor, layout: Layout = "kn") -> FP4Weights:
+    """Convert a weight ``QTensor`` with contraction axis -2 ([K,N] or [E,K,N]) to kernel layout.
+
+    Runs once per weight sync (jittable). K must be a multiple of 32 (16 for nvfp4)."""
+    from pallas_kernels import matmul_layout
+
     if w.axis != -2:
         raise ValueError(f"weights must be quantized along axis -2 (K), got axis={w.axis}")
     if w.codes.ndim not in (2, 3):
         raise ValueError(f"weights must be [K,N] or [E,K,N], got {w.shape}")
+    if layout not in ("kn", "nk"):
+        raise ValueError(f"unknown layout {layout!r}")
     g = w.global_scale.astype(jnp.float32)
     if g.shape[-2:] != (1, 1):
         raise ValueError(f"global scale must be per tensor / per expert, got shape {g.shape}")
-    g = jnp.broadcast_to(g, (*w.codes.shape[:-2], 1, 1))
-    scales = jax.lax.bitcast_convert_type(w.scales, jnp.uint8)
-    return FP4Weights(codes=w.codes, scales=scales, global_scale=g, fmt=w.fmt)
+    lead = w.codes.shape[:-2]
+    g = jnp.broadcast_to(g, (*lead, 1, 1))
+    k, n = w.shape[-2:]
+    if k % 16:
+        raise ValueError(f"K={k} must be a multiple of 16")
+    nib = jnp.stack([w.codes & 15, w.codes >> 4], axis=-2)  # [..., K/2, 2, N]
+    nib = nib.reshape(*lead, k // 16, 16, n)
+    words = jnp.moveaxis(matmul_layout.pack_units(nib, axis=-2), 0, -3)  # [..., 2, K/16, N]
+    sb = jax.lax.bitcast_convert_type(w.scales, jnp.uint8)
+    if w.fmt == "nvfp4":
+        ks = jnp.full((*lead, 1, 1), 2.0 ** NV_SHIFT, jnp.float32)
+    else:
+        e = sb.astype(jnp.int32)  # [..., K/32, N]
+        finite = jnp.where(e == 255, 0, e)
+        emax = jnp.max(finite, axis=(-1, -2), keepdims=True)
+        sh = jnp.maximum(emax - 128, -126)
+        b = jnp.clip(e + 126 - sh, 0, 254)
+        b = jnp.where(e == 0, 0, jnp.where(e == 255, 255, b))
+        sb = jnp.repeat(b.astype(jnp.uint8), 2, axis=-2)
+        ks = jax.lax.bitcast_convert_type((sh + 127) << 23, jnp.float32)
+    if layout == "nk":
+        words, sb = _t(words), _t(sb)
+    return FP4Weights(codes=words, scales=sb, global_scale=g, kscale=ks.astype(jnp.float32),
+                      fmt=w.fmt, layout=layout)
 
 
 def weights_to_qtensor(w: FP4Weights) -> QTensor:
-    """Inverse of :func:`prepare_weights` (round-trip check, reference path)."""
+    """Inverse of :func:`prepare_weights` (exact, except mxfp4 scales the kernel flushes)."""
+    from pallas_kernels import matmul_layout
+
     f = quant.get_format(w.fmt)
+    words, sb = (w.codes, w.scales) if w.layout == "kn" else (_t(w.codes), _t(w.scales))
+    *lead, _, k16, n = words.shape
+    nib = matmul_layout.unpack_units(jnp.moveaxis(words, -3, 0))  # [16, ..., K/16, N]
+    nib = jnp.moveaxis(nib, 0, -2).reshape(*lead, 8 * k16, 2, n)
+    codes = (nib[..., 0, :] | (nib[..., 1, :] << 4)).astype(jnp.uint8)
+    if w.fmt == "mxfp4":
+        sh = jnp.frexp(w.kscale)[1].astype(jnp.int32) - 1
+        b = sb[..., ::2, :].astype(jnp.int32)
+        e = jnp.where((b == 0) | (b == 255), b, b - 126 + sh)
+        sb = jnp.clip(e, 0, 255).astype(jnp.uint8)
     return QTensor(
-        codes=w.codes,
-        scales=jax.lax.bitcast_convert_type(w.scales, f.scale_dtype),
+        codes=codes,
+        scales=jax.lax.bitcast_convert_type(sb, f.scale_dtype),
         global_scale=w.global_scale,
         fmt=w.fmt,
         axis=-2,
     )
+
+
+def dequantize_bf16(w: FP4Weights) -> jax.Array:
+    """Exact bf16 weights ``code * block_scale * global_scale`` [..., K, N] (XLA, one fusion);
+    used by the prefill path before XLA's GEMM."""
+    return quant.dequantize(weights_to_qtensor(w), jnp.float32).astype(jnp.bfloat16)
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,32 +199,52 @@ def _use_kernel(backend: Backend) -> bool:
     raise ValueError(f"unknown backend {backend!r}")
 
 
-def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", **cfg) -> jax.Array:
-    """x[M,K] (bf16, or QTensor along K) @ FP4 w[K,N] -> bf16 [M,N], f32 accumulation."""
-    if w.codes.ndim != 2:
+def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.Array:
+    """x[M,K] (bf16, or QTensor along K) @ FP4 w[K,N] -> bf16 [M,N], f32 accumulation.
+
+    M < PREFILL_M: the streaming decode kernel; larger M: exact bf16 dequantize + XLA GEMM."""
+    if w.codes.ndim != 3:
         raise ValueError(f"fp4_matmul wants a [K,N] weight, got {w.shape}")
     if not _use_kernel(backend):
         return fp4_matmul_reference(x, w)
     from pallas_kernels import matmul_triton
 
-    return matmul_triton.dense(x, w, **cfg)
+    m = x.codes.shape[0] if isinstance(x, QTensor) else x.shape[0]
+    if cfg is None and m >= PREFILL_M:
+        xb, g = matmul_triton.x_bf16(x)
+        wb = dequantize_bf16(dataclasses.replace(w, global_scale=jnp.ones_like(w.global_scale)))
+        out = jnp.dot(xb, wb, preferred_element_type=jnp.float32)
+        return (out * (g * w.global_scale.reshape(1, 1))).astype(jnp.bfloat16)
+    return matmul_triton.dense(x, w, cfg)
 
 
 def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "auto",
-                       **cfg) -> jax.Array:
-    """Rows of x sorted by expert; rows past sum(group_sizes) give zeros."""
-    if w.codes.ndim != 3:
+                       cfg=None) -> jax.Array:
+    """Rows of x sorted by expert (``group_sizes[E]`` int32, zeros allowed); rows past
+    sum(group_sizes) give zeros. x bf16 [M,K] or an activation QTensor (W4A4)."""
+    if w.codes.ndim != 4:
         raise ValueError(f"fp4_grouped_matmul wants an [E,K,N] weight, got {w.shape}")
     if not _use_kernel(backend):
         return fp4_grouped_matmul_reference(x, w, group_sizes)
     from pallas_kernels import matmul_triton
 
-    return matmul_triton.grouped(x, w, group_sizes, **cfg)
+    return matmul_triton.grouped(x, w, group_sizes, cfg)
+
+
+def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=None) -> jax.Array:
+    """``jax.lax.ragged_dot`` replacement for bf16 expert weights w[E,K,N] (same item kernel)."""
+    if not _use_kernel(backend):
+        return jax.lax.ragged_dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
+                                  group_sizes.astype(jnp.int32),
+                                  preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+    from pallas_kernels import matmul_triton
+
+    return matmul_triton.grouped_bf16(x, w, group_sizes, cfg)
 
 
 def fp4_grouped_swiglu(x, w_gate: FP4Weights, w_up: FP4Weights, group_sizes, *,
-                       backend: Backend = "auto", **cfg) -> jax.Array:
+                       backend: Backend = "auto", cfg=None) -> jax.Array:
     """silu(x @ gate) * (x @ up) per expert, bf16 out (unfused: two grouped matmuls)."""
-    g = fp4_grouped_matmul(x, w_gate, group_sizes, backend=backend, **cfg).astype(jnp.float32)
-    u = fp4_grouped_matmul(x, w_up, group_sizes, backend=backend, **cfg).astype(jnp.float32)
+    g = fp4_grouped_matmul(x, w_gate, group_sizes, backend=backend, cfg=cfg).astype(jnp.float32)
+    u = fp4_grouped_matmul(x, w_up, group_sizes, backend=backend, cfg=cfg).astype(jnp.float32)
     return (jax.nn.silu(g) * u).astype(jnp.bfloat16)

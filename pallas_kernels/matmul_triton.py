@@ -1,177 +1,228 @@
-"""Pallas (Triton backend) FP4-weight matmul kernels: one kernel body serves dense and grouped.
+"""Pallas (Triton backend) FP4-weight matmul kernels, v2: one kernel body for dense and grouped.
 
 Work is a list of *items*: (expert e, rows [r0, r1)) with r1 - r0 <= BM, built in plain JAX from
 the group sizes (dense = one group of M rows). Grid = (items, N/BN, split-K). Each program streams
-its expert's packed codes [BK/2, BN] + block scales per K step, decodes them in registers to exact
-bf16 (``code * block_scale``; the E2M1 magnitude is shifted into an f16 subnormal pattern, so one
-int->float reinterpretation decodes it, and the 2**14 bias is folded into the block scale), and
-runs two bf16 MMAs (even-K columns of x against the low nibbles, odd-K against the high nibbles)
-into an f32 accumulator. The epilogue multiplies the per-row scale (activation global scale times
-the row's expert global scale) and writes bf16 (or f32 partials when split-K > 1).
+its expert's packed units (two u32 words per 16 K-codes of one column, ``matmul_layout``) and one
+scale byte per unit, decodes a unit with inline PTX into 16 exact bf16 planes
+(``code * block_scale * 2**-shift``; ~1.5 ops per element) and runs 16 small bf16 MMAs per K step,
+plane p against the x columns ``16 kb + p`` (the wrapper pre-permutes x so each is one contiguous
+slice). The f32 epilogue multiplies the per-row scale (activation global scale x expert global
+scale x 2**shift).
 
-Shapes: M rows, K contraction, N output columns, E experts, I items, S split-K factor.
+Two weight orientations (``FP4Weights.layout``): "kn" (units [K/16, N], dot(x_p, plane_p)) and
+"nk" (units [N, K/16], dot(plane_p, x_p^T): the decoded weight is the MMA's A operand, which
+Triton may keep in registers).
+
+In interpret mode (CPU tests) the asm is replaced by its bit-exact emulation.
+Shapes: M rows, K contraction, N output columns, E experts, S split-K factor.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from trace_jax import quant
+from pallas_kernels import matmul_layout as L
 from trace_jax.quant import QTensor
 
-F16_BIAS_FOLD = 16384.0  # 2**14: f16 subnormal pattern (code & 7) << 9 is E2M1 magnitude * 2**-14
+NV_S_FOLD = 2.0 ** 118
+
+
+def _fix_multi_result_inline_asm():
+    """jax 0.11.2's Triton lowering of ``elementwise_inline_asm`` wraps the op's results in one
+    more list, so asm with several outputs fails ("16 outvars do not match 1 outvals"). Re-register
+    the rule to return the results flat; single-result calls (approx_tanh) keep the original."""
+    from jax._src.lib.triton import dialect as tt_dialect
+    from jax._src.pallas.triton import lowering as tlow
+    from jax._src.pallas.triton import primitives as tprim
+    from jax._src.interpreters import mlir
+
+    prim = tprim.elementwise_inline_asm_p
+    orig = tlow.triton_lowering_rules[prim]
+    if getattr(orig, "_fp4_fixed", False):
+        return
+
+    def rule(ctx, *args, asm, constraints, pack, result_shape_dtypes):
+        if len(ctx.avals_out) == 1:
+            return orig(ctx, *args, asm=asm, constraints=constraints, pack=pack,
+                        result_shape_dtypes=result_shape_dtypes)
+        res = tt_dialect.elementwise_inline_asm(
+            [mlir.aval_to_ir_type(ctx.context.mlir_ctx, a) for a in ctx.avals_out], asm,
+            constraints=constraints, pure=True, packed_element=pack, args=args)
+        return list(res)
+
+    rule._fp4_fixed = True
+    tlow.triton_lowering_rules[prim] = rule
+
+
+_fix_multi_result_inline_asm()  # nvfp4: S = e4m3 * 2**118 = scale * 2**126 * 2**-8
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     bm: int = 16  # rows per item (>= 16 for the MMA)
-    bn: int = 128
-    bk: int = 128  # K elements per step (multiple of 2 * block)
+    bn: int = 64
+    bk: int = 256  # K elements per step (multiple of 256: each plane dot has K >= 16)
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
 
 
 def _interpret() -> bool:
-    return jax.default_backend() != "gpu"
+    return jax.default_backend() != "gpu" and not os.environ.get("FP4_FORCE_COMPILE")
 
 
 # --------------------------------------------------------------------------------------------
-# Decode (shared by the kernel and, through interpret mode, the CPU tests)
+# Decode
 
 
-def decode_scales(s_u8: jax.Array, fmt: str) -> jax.Array:
-    """Raw scale bytes -> f32 block scale times 2**14 (the f16-subnormal decode bias)."""
+def scale_bf16(s_u8: jax.Array, fmt: str) -> jax.Array:
+    """Unit scale bytes -> S (bf16) for the asm: nvfp4 e4m3 * 2**118, mxfp4 2**(b - 127)."""
     if fmt == "nvfp4":
         f8 = jax.lax.bitcast_convert_type(s_u8, jnp.float8_e4m3fn)
-        return f8.astype(jnp.float32) * F16_BIAS_FOLD
-    sb = s_u8.astype(jnp.int32)
-    val = jax.lax.bitcast_convert_type((sb + 14) << 23, jnp.float32)
-    return jnp.where(sb == 0, 0.0, val)
+        return (f8.astype(jnp.float32) * NV_S_FOLD).astype(jnp.bfloat16)
+    b = s_u8.astype(jnp.int32)
+    val = jax.lax.bitcast_convert_type(b << 23, jnp.float32)
+    return jnp.where(b == 255, jnp.nan, val).astype(jnp.bfloat16)
 
 
-def _nibble_f32(n: jax.Array) -> jax.Array:
-    """4-bit code (int32) -> its E2M1 value times 2**-14, via an f16 subnormal/normal pattern."""
-    bits = ((n & 7) << 9) | ((n & 8) << 12)
-    return jax.lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.float16).astype(jnp.float32)
+def scale_eff(s_u8: jax.Array, fmt: str) -> jax.Array:
+    """What the asm's S means after the pattern's 2**-126: code multiplier (f32), emulation."""
+    if fmt == "nvfp4":
+        f8 = jax.lax.bitcast_convert_type(s_u8, jnp.float8_e4m3fn)
+        return f8.astype(jnp.float32) * (2.0 ** -8)
+    b = s_u8.astype(jnp.int32)
+    val = jax.lax.bitcast_convert_type(jnp.maximum(b - 126, 0) << 23, jnp.float32)
+    return jnp.where(b == 255, jnp.nan, jnp.where(b >= 127, val, 0.0))
 
 
-def decode_tile(c_u8: jax.Array, s_f32: jax.Array, block: int):
-    """codes uint8 [R, BN] (row r = K elements 2r, 2r+1) and scales f32 [R*2/block, BN] ->
-    exact bf16 values of the even-K (low nibble) and odd-K (high nibble) rows, each [R, BN]."""
-    r, bn = c_u8.shape
-    per = block // 2  # packed rows per scale row
-    s = jnp.broadcast_to(s_f32[:, None, :], (r // per, per, bn)).reshape(r, bn)
-    ci = c_u8.astype(jnp.int32)
-    lo = (_nibble_f32(ci & 15) * s).astype(jnp.bfloat16)
-    hi = (_nibble_f32(ci >> 4) * s).astype(jnp.bfloat16)
-    return lo, hi
+def decode_planes(a, b, s_u8, fmt: str, emulate: bool):
+    """Units (u32 words a, b; scale bytes) -> 16 bf16 planes of the same shape."""
+    if emulate:
+        return L.emulate_planes(a, b, scale_eff(s_u8, fmt))
+    s16 = jax.lax.bitcast_convert_type(scale_bf16(s_u8, fmt), jnp.int16)
+    outs = plgpu.elementwise_inline_asm(
+        L.asm_text(), args=[a, b, s16], constraints=L.ASM_CONSTRAINTS, pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.int16)] * 16)
+    return [jax.lax.bitcast_convert_type(o, jnp.bfloat16) for o in outs]
 
 
 # --------------------------------------------------------------------------------------------
-# Kernel
+# Kernels
 
 
-def _kernel(ie_ref, r0_ref, r1_ref, xlo_ref, xhi_ref, wc_ref, ws_ref, rs_ref, o_ref, *,
-            cfg: Config, fmt: str, block: int, k: int):
-    i = pl.program_id(0)
-    j = pl.program_id(1)
-    s = pl.program_id(2)
-    e = ie_ref[i]
-    r0 = r0_ref[i]
-    r1 = r1_ref[i]
+def _rows_mask(r0, r1, bm, cols, axis):
+    io = r0 + jax.lax.broadcasted_iota(jnp.int32, (bm, cols) if axis == 0 else (cols, bm), axis)
+    return io < r1
+
+
+def _fp4_kernel(ie_ref, r0_ref, r1_ref, x_ref, wc_ref, ws_ref, rs_ref, o_ref, *,
+                cfg: Config, fmt: str, k: int, nk: bool, emulate: bool):
+    i, j, s = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    e, r0, r1 = ie_ref[i], r0_ref[i], r1_ref[i]
     bm, bn, bk = cfg.bm, cfg.bn, cfg.bk
-    bk2, bkb = bk // 2, bk // block
+    bkb = bk // 16
     ks = k // cfg.split_k
     n0 = pl.multiple_of(j * bn, bn)
-    rmask = (r0 + jax.lax.broadcasted_iota(jnp.int32, (bm, 1), 0)) < r1  # [BM,1]
-    xmask = jnp.broadcast_to(rmask, (bm, bk2))
     ec = jnp.maximum(e, 0)
-    omask = jnp.broadcast_to(rmask, (bm, bn))
-    o_at = o_ref.at[s, pl.ds(r0, bm), pl.ds(n0, bn)]
+    if nk:  # x^T [K, Mp], out^T [S, N, Mp]
+        xmask = _rows_mask(r0, r1, bm, bkb, 1)  # [bkb, bm]
+        omask = _rows_mask(r0, r1, bm, bn, 1)
+        o_at = o_ref.at[s, pl.ds(n0, bn), pl.ds(r0, bm)]
+        acc_shape = (bn, bm)
+    else:  # x [Mp, K], out [S, Mp, N]
+        xmask = _rows_mask(r0, r1, bm, bkb, 0)
+        omask = _rows_mask(r0, r1, bm, bn, 0)
+        o_at = o_ref.at[s, pl.ds(r0, bm), pl.ds(n0, bn)]
+        acc_shape = (bm, bn)
 
     def body(t, acc):
-        kk = s * ks + t * bk
-        k2 = pl.multiple_of(kk // 2, bk2)
-        kb = pl.multiple_of(kk // block, bkb)
-        xl = plgpu.load(xlo_ref.at[pl.ds(r0, bm), pl.ds(k2, bk2)], mask=xmask, other=0.0)
-        xh = plgpu.load(xhi_ref.at[pl.ds(r0, bm), pl.ds(k2, bk2)], mask=xmask, other=0.0)
-        c = wc_ref[ec, pl.ds(k2, bk2), pl.ds(n0, bn)]
-        sc = decode_scales(ws_ref[ec, pl.ds(kb, bkb), pl.ds(n0, bn)], fmt)
-        lo, hi = decode_tile(c, sc, block)
-        acc = acc + jnp.dot(xl, lo, preferred_element_type=jnp.float32)
-        return acc + jnp.dot(xh, hi, preferred_element_type=jnp.float32)
+        kk = pl.multiple_of(s * ks + t * bk, bk)
+        kb = pl.multiple_of(kk // 16, bkb)
+        if nk:
+            a = wc_ref[ec, 0, pl.ds(n0, bn), pl.ds(kb, bkb)]
+            b = wc_ref[ec, 1, pl.ds(n0, bn), pl.ds(kb, bkb)]
+            sc = ws_ref[ec, pl.ds(n0, bn), pl.ds(kb, bkb)]
+        else:
+            a = wc_ref[ec, 0, pl.ds(kb, bkb), pl.ds(n0, bn)]
+            b = wc_ref[ec, 1, pl.ds(kb, bkb), pl.ds(n0, bn)]
+            sc = ws_ref[ec, pl.ds(kb, bkb), pl.ds(n0, bn)]
+        planes = decode_planes(a, b, sc, fmt, emulate)
+        for p in range(16):
+            if nk:
+                xp = plgpu.load(x_ref.at[pl.ds(kk + p * bkb, bkb), pl.ds(r0, bm)], mask=xmask,
+                                other=0.0)
+                acc = acc + jnp.dot(planes[p], xp, preferred_element_type=jnp.float32)
+            else:
+                xp = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(kk + p * bkb, bkb)], mask=xmask,
+                                other=0.0)
+                acc = acc + jnp.dot(xp, planes[p], preferred_element_type=jnp.float32)
+        return acc
+
+    _epilogue(body, ks // bk, acc_shape, e, r0, r1, rs_ref, o_at, omask, cfg, nk)
+
+
+def _epilogue(body, steps, acc_shape, e, r0, r1, rs_ref, o_at, omask, cfg, nk):
+    bm = cfg.bm
 
     @pl.when((e >= 0) & (r1 > r0))
     def _compute():
-        acc = jax.lax.fori_loop(0, ks // bk, body, jnp.zeros((bm, bn), jnp.float32))
+        acc = jax.lax.fori_loop(0, steps, body, jnp.zeros(acc_shape, jnp.float32))
         if cfg.split_k == 1:
-            rs = plgpu.load(rs_ref.at[pl.ds(r0, bm), :], mask=rmask, other=0.0)  # [BM,1]
+            if nk:
+                rs = plgpu.load(rs_ref.at[:, pl.ds(r0, bm)], mask=_rows_mask(r0, r1, bm, 1, 1),
+                                other=0.0)  # [1, BM]
+            else:
+                rs = plgpu.load(rs_ref.at[pl.ds(r0, bm), :], mask=_rows_mask(r0, r1, bm, 1, 0),
+                                other=0.0)  # [BM, 1]
             acc = acc * rs
-        plgpu.store(o_at, acc.astype(o_ref.dtype), mask=omask)
+        plgpu.store(o_at, acc.astype(o_at.dtype), mask=omask)
 
     @pl.when((e < 0) & (r1 > r0))
     def _zeros():  # rows past sum(group_sizes)
-        plgpu.store(o_at, jnp.zeros((bm, bn), o_ref.dtype), mask=omask)
+        plgpu.store(o_at, jnp.zeros(acc_shape, o_at.dtype), mask=omask)
 
 
-def _call(items, x_lo, x_hi, wc, ws, row_scale, *, cfg: Config, fmt: str, n_rows_out: int):
-    ie, r0, r1 = items
-    n_items = ie.shape[0]
-    e, k2, n = wc.shape
-    k = 2 * k2
-    block = quant.get_format(fmt).block_size
-    if k % (cfg.bk * cfg.split_k) or n % cfg.bn or cfg.bk % (2 * block):
-        raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
-    out_dtype = jnp.bfloat16 if cfg.split_k == 1 else jnp.float32
-    kernel = functools.partial(_kernel, cfg=cfg, fmt=fmt, block=block, k=k)
-    return pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct((cfg.split_k, n_rows_out, n), out_dtype),
-        grid=(n_items, n // cfg.bn, cfg.split_k),
-        compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
-        interpret=_interpret(),
-        name=f"fp4_matmul_{fmt}",
-        debug=bool(os.environ.get("FP4_PALLAS_DEBUG")),
-    )(ie, r0, r1, x_lo, x_hi, wc, ws, row_scale)
+def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config, k: int):
+    """Grouped bf16-weight matmul (no decode): the same item structure, for the BF16 engine."""
+    i, j = pl.program_id(0), pl.program_id(1)
+    e, r0, r1 = ie_ref[i], r0_ref[i], r1_ref[i]
+    bm, bn, bk = cfg.bm, cfg.bn, cfg.bk
+    n0 = pl.multiple_of(j * bn, bn)
+    ec = jnp.maximum(e, 0)
+    xmask = _rows_mask(r0, r1, bm, bk, 0)
+    omask = _rows_mask(r0, r1, bm, bn, 0)
+    o_at = o_ref.at[pl.ds(r0, bm), pl.ds(n0, bn)]
+
+    def body(t, acc):
+        kk = pl.multiple_of(t * bk, bk)
+        xt = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(kk, bk)], mask=xmask, other=0.0)
+        wt = w_ref[ec, pl.ds(kk, bk), pl.ds(n0, bn)]
+        return acc + jnp.dot(xt, wt, preferred_element_type=jnp.float32)
+
+    @pl.when((e >= 0) & (r1 > r0))
+    def _compute():
+        acc = jax.lax.fori_loop(0, k // bk, body, jnp.zeros((bm, bn), jnp.float32))
+        plgpu.store(o_at, acc.astype(o_at.dtype), mask=omask)
+
+    @pl.when((e < 0) & (r1 > r0))
+    def _zeros():
+        plgpu.store(o_at, jnp.zeros((bm, bn), o_at.dtype), mask=omask)
 
 
 # --------------------------------------------------------------------------------------------
 # Wrappers
 
 
-def _split_x(x, m_pad: int):
-    """x bf16 [M,K] or activation QTensor -> (x_even [Mp,K/2], x_odd [Mp,K/2] bf16, row scale [M,1]).
-
-    For a QTensor, ``code * block_scale`` is exact in bf16; its global scale (per row or per
-    tensor) goes to the row scale applied to the f32 accumulator."""
-    if isinstance(x, QTensor):
-        if x.axis != -1:
-            raise ValueError(f"activation QTensor must be quantized along K (axis -1), got {x.axis}")
-        m = x.codes.shape[0]
-        g = jnp.broadcast_to(x.global_scale.astype(jnp.float32), (m, 1))
-        unit = dataclasses.replace(x, global_scale=jnp.ones_like(x.global_scale, jnp.float32))
-        xb = quant.dequantize(unit, jnp.bfloat16)
-    else:
-        m = x.shape[0]
-        g = jnp.ones((m, 1), jnp.float32)
-        xb = x.astype(jnp.bfloat16)
-    xb = jnp.pad(xb, ((0, m_pad - m), (0, 0)))
-    k = xb.shape[1]
-    x3 = xb.reshape(m_pad, k // 2, 2)
-    return x3[:, :, 0], x3[:, :, 1], g
-
-
 def _items_for_groups(group_sizes, m: int, bm: int):
     """Static-size item list (expert, r0, r1) covering every row: group tiles, then zero tiles for
-    rows past sum(group_sizes), then no-op items (r0 = r1 = m)."""
+    rows past sum(group_sizes), then no-op items (r0 = r1 = m). Empty groups get no item."""
     gs = group_sizes.astype(jnp.int32)
     n_e = gs.shape[0]
     ends = jnp.cumsum(gs)
@@ -193,8 +244,7 @@ def _items_for_groups(group_sizes, m: int, bm: int):
     ie = jnp.where(is_g, eg, -1)
     r0 = jnp.where(is_g, g_r0, jnp.where(is_z, z_r0, m))
     r1 = jnp.where(is_g, g_r1, jnp.where(is_z, z_r1, m))
-    # Group rows beyond m (sum(group_sizes) > m) are clipped.
-    r0 = jnp.minimum(r0, m)
+    r0 = jnp.minimum(r0, m)  # group rows beyond m (sum(group_sizes) > m) are clipped
     r1 = jnp.minimum(r1, m)
     return ie.astype(jnp.int32), r0.astype(jnp.int32), r1.astype(jnp.int32)
 
@@ -206,49 +256,120 @@ def _row_expert(group_sizes, m: int):
     return jnp.clip(e, 0, group_sizes.shape[0] - 1), rows < ends[-1]
 
 
+def x_bf16(x):
+    """x bf16 [M,K] or activation QTensor -> (bf16 [M,K], per-row scale [M,1] f32).
+
+    For a QTensor, ``code * block_scale`` is exact in bf16; its global scale goes to the row
+    scale applied to the f32 accumulator (emulated W4A4, identical numerics to the reference)."""
+    if isinstance(x, QTensor):
+        from trace_jax import quant
+
+        if x.axis != -1:
+            raise ValueError(f"activation QTensor must be quantized along K (axis -1), got {x.axis}")
+        m = x.codes.shape[0]
+        g = jnp.broadcast_to(x.global_scale.astype(jnp.float32), (m, 1))
+        unit = dataclasses.replace(x, global_scale=jnp.ones_like(x.global_scale, jnp.float32))
+        return quant.dequantize(unit, jnp.bfloat16), g
+    return x.astype(jnp.bfloat16), jnp.ones((x.shape[0], 1), jnp.float32)
+
+
+def permute_x(xb, bk: int):
+    """x [M,K] -> x with each BK tile plane-major: column p*BK/16 + i holds x[:, 16 i + p]."""
+    m, k = xb.shape
+    return xb.reshape(m, k // bk, bk // 16, 16).transpose(0, 1, 3, 2).reshape(m, k)
+
+
 def _run(x, w, items, row_gw, cfg: Config):
-    m = x.codes.shape[0] if isinstance(x, QTensor) else x.shape[0]
+    xb, g = x_bf16(x)
+    m, k = xb.shape
     m_pad = m + cfg.bm  # items may start anywhere below m and read BM rows
-    x_lo, x_hi, g = _split_x(x, m_pad)
-    rs = g * row_gw  # [M,1]
-    rs = jnp.pad(rs, ((0, m_pad - m), (0, 0)))
-    wc = w.codes.reshape(-1, *w.codes.shape[-2:])
+    nk = w.layout == "nk"
+    n = w.shape[-1]
+    if k % (cfg.bk * cfg.split_k) or n % cfg.bn or cfg.bk % 256:
+        raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
+    rs = jnp.pad(g * row_gw, ((0, m_pad - m), (0, 0)))  # [Mp,1]
+    xp = jnp.pad(permute_x(xb, cfg.bk), ((0, m_pad - m), (0, 0)))
+    if nk:
+        xp, rs = xp.T, rs.T
+    wc = w.codes.reshape(-1, *w.codes.shape[-3:])
     ws = w.scales.reshape(-1, *w.scales.shape[-2:])
-    out = _call(items, x_lo, x_hi, wc, ws, rs, cfg=cfg, fmt=w.fmt, n_rows_out=m_pad)
+    ie, r0, r1 = items
+    out_dtype = jnp.bfloat16 if cfg.split_k == 1 else jnp.float32
+    oshape = (cfg.split_k, n, m_pad) if nk else (cfg.split_k, m_pad, n)
+    emulate = _interpret()
+    kernel = functools.partial(_fp4_kernel, cfg=cfg, fmt=w.fmt, k=k, nk=nk, emulate=emulate)
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(oshape, out_dtype),
+        grid=(ie.shape[0], n // cfg.bn, cfg.split_k),
+        compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+        interpret=emulate,
+        name=f"fp4_matmul_{w.fmt}_{w.layout}",
+        debug=bool(os.environ.get("FP4_PALLAS_DEBUG")),
+    )(ie, r0, r1, xp, wc, ws, rs)
+    if nk:
+        out = jnp.swapaxes(out, 1, 2)
     if cfg.split_k == 1:
         return out[0, :m]
+    rs = rs.T if nk else rs
     return (jnp.sum(out[:, :m], axis=0) * rs[:m]).astype(jnp.bfloat16)
 
 
-def default_config(m: int, k: int, n: int, grouped: bool) -> Config:
+def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") -> Config:
     """Heuristic tile choice (see NOTES_matmul.md for the measurements behind it)."""
-    if m >= 256 and not grouped:
-        return Config(bm=64 if m < 1024 else 128, bn=128, bk=128, split_k=1, num_warps=8,
-                      num_stages=3)
-    bm = 16 if m <= 16 or grouped else (32 if m <= 32 else 64)
-    bn = 128 if n % 128 == 0 else 64
+    bm = 16 if m <= 16 else (32 if m <= 32 else 64)
+    if grouped:
+        bm = 16 if m <= 2048 else 32  # mean group size m/E for 128 experts
+    bn = 64 if n % 64 == 0 else 32
+    if layout == "nk":
+        bn = 64
+    bk = 512 if k % 512 == 0 and k >= 4096 else 256
     split = 1
     if not grouped:
         tiles = (-(-m // bm)) * (n // bn)
-        while tiles * split < 132 and (k // 128) % (split * 2) == 0:
+        while tiles * split < 264 and (k // bk) % (split * 2) == 0:
             split *= 2
-    return Config(bm=bm, bn=bn, bk=128, split_k=split, num_warps=4, num_stages=4)
+    return Config(bm=bm, bn=bn, bk=bk, split_k=split, num_warps=4, num_stages=3)
 
 
 def dense(x, w, cfg: Config | None = None):
     k, n = w.shape[-2:]
     m = x.codes.shape[0] if isinstance(x, QTensor) else x.shape[0]
-    cfg = cfg or default_config(m, k, n, grouped=False)
+    cfg = cfg or default_config(m, k, n, grouped=False, layout=w.layout)
     items = _items_for_groups(jnp.array([m], jnp.int32), m, cfg.bm)
-    row_gw = jnp.broadcast_to(w.global_scale.reshape(1, 1), (m, 1))
+    gw = (w.global_scale * w.kscale).reshape(1, 1)
+    row_gw = jnp.broadcast_to(gw, (m, 1))
     return _run(x, w, items, row_gw, cfg)
 
 
 def grouped(x, w, group_sizes, cfg: Config | None = None):
     e, k, n = w.shape
     m = x.codes.shape[0] if isinstance(x, QTensor) else x.shape[0]
-    cfg = cfg or default_config(m, k, n, grouped=True)
+    cfg = cfg or default_config(m, k, n, grouped=True, layout=w.layout)
     items = _items_for_groups(group_sizes, m, cfg.bm)
     re, valid = _row_expert(group_sizes, m)
-    row_gw = jnp.where(valid, w.global_scale.reshape(e)[re], 0.0)[:, None]
+    gw = (w.global_scale * w.kscale).reshape(e)
+    row_gw = jnp.where(valid, gw[re], 0.0)[:, None]
     return _run(x, w, items, row_gw, cfg)
+
+
+def grouped_bf16(x, w, group_sizes, cfg: Config | None = None):
+    """x[M,K] bf16 sorted by expert, w[E,K,N] bf16 -> bf16 [M,N] (rows past the groups: 0)."""
+    e, k, n = w.shape
+    m = x.shape[0]
+    if cfg is None:
+        cfg = Config(bm=16 if m <= 2048 else 32, bn=64 if n % 64 == 0 else 32, bk=64,
+                     num_warps=4, num_stages=4)
+    if k % cfg.bk or n % cfg.bn:
+        raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
+    ie, r0, r1 = _items_for_groups(group_sizes, m, cfg.bm)
+    xp = jnp.pad(x.astype(jnp.bfloat16), ((0, cfg.bm), (0, 0)))
+    out = pl.pallas_call(
+        functools.partial(_bf16_kernel, cfg=cfg, k=k),
+        out_shape=jax.ShapeDtypeStruct((m + cfg.bm, n), jnp.bfloat16),
+        grid=(ie.shape[0], n // cfg.bn),
+        compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+        interpret=_interpret(),
+        name="bf16_grouped_matmul",
+    )(ie, r0, r1, xp, w.astype(jnp.bfloat16))
+    return out[:m]
