@@ -1,6 +1,8 @@
 """Decode attention (bf16 / NVFP4 / MXFP4 caches) and KV append: Pallas Triton kernel in interpret
 mode against the pure-JAX f32 reference; append-then-attend equals quantize-whole-then-attend;
-a long-context check of the reference and the kernel against a float64 numpy computation."""
+a long-context check of the reference and the kernel against a float64 numpy computation; the
+v2 decode's bit manipulation (inline PTX on the GPU) emulated word by word in numpy against the
+E2M1 table; the f32-P precision option against float64."""
 
 import time
 
@@ -11,7 +13,10 @@ import pytest
 
 from pallas_kernels.decode_attention import decode_attention, decode_attention_reference
 from pallas_kernels.kv_append import append_kv, empty_cache
+from pallas_kernels import attention_triton as AT
 from trace_jax.quant import QTensor, dequantize, quantize
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float64)
 
 
 def _rel(a, b):
@@ -156,3 +161,91 @@ def test_long_context_32k():
         assert _rel(ref, want) < 4e-3
         assert _rel(out, want) < 6e-3
     assert time.time() - t0 < 60
+
+
+def _bf16_bits_value(bits):
+    """float64 value of bf16 bit patterns (uint32, low 16 bits); numpy keeps subnormals."""
+    return (np.asarray(bits, np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def test_nibble_bit_pattern_is_e2m1_times_2_pow_minus_126():
+    n = np.arange(16, dtype=np.uint32)
+    bits = np.asarray(AT.nibble_bits_bf16(jnp.asarray(n)))
+    got = _bf16_bits_value(bits) * 2.0 ** 126
+    np.testing.assert_array_equal(got, E2M1)
+    assert np.all(np.signbit(got) == np.signbit(E2M1))  # code 8 is -0
+
+
+def test_asm_word_emulation_matches_per_byte_decode():
+    """The PTX sequence (prmt spread, mask, multiply-as-two-shifts, mask) on random 32-bit words
+    of 4 code bytes, emulated in numpy uint32 arithmetic: lane k of output word j must hold the
+    code of byte 2j+k (low nibble for the LO variant, high nibble for HI)."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 2 ** 32, size=4096, dtype=np.uint64).astype(np.uint32)
+    w[:256] = np.arange(256, dtype=np.uint32) * 0x01010101  # every byte value
+    byte = [(w >> (8 * i)) & 0xFF for i in range(4)]
+    for mask, mul, nib in ((0x000F000F, 0x1040, lambda b: b & 0xF),
+                           (0x00F000F0, 0x104, lambda b: b >> 4)):
+        outs = AT.asm_word_emulation(w.astype(np.uint64), None, None, mask, mul)
+        for j, o in enumerate(outs):
+            o = o.astype(np.uint32)
+            for k in range(2):
+                lane = (o >> (16 * k)) & 0xFFFF
+                want = E2M1[nib(byte[2 * j + k])]
+                got = _bf16_bits_value(lane) * 2.0 ** 126
+                np.testing.assert_array_equal(got, want)
+    # and the PTX text implements exactly these constants
+    assert "0x000F000F" in AT._ASM_LO and "0x1040" in AT._ASM_LO and "0x4140" in AT._ASM_LO
+    assert "0x00F000F0" in AT._ASM_HI and "0x104;" in AT._ASM_HI and "0x4342" in AT._ASM_HI
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_emulated_decode_equals_dequantize(fmt):
+    """Decoded tile (interpret path of the v2 decode) * 2**(126 - KSHIFT) == dequantize (without
+    the nvfp4 global scale), bit for bit, incl. codes 0.5 and -0."""
+    x = jax.random.normal(jax.random.PRNGKey(3), (32, 128)) * jnp.exp(
+        2 * jax.random.normal(jax.random.PRNGKey(4), (32, 1)))
+    qt = quantize(x, fmt, axis=-1, global_scope="row")
+    s_u8 = jax.lax.bitcast_convert_type(qt.scales, jnp.uint8)
+    s_bf = AT._expand_cols(AT._scale_bf16(s_u8, fmt), 64)
+    lo, hi = AT._decode_v2(qt.codes, s_bf, fmt, interpret=True)
+    got = np.stack([np.asarray(lo, np.float64), np.asarray(hi, np.float64)], -1).reshape(32, 128)
+    got *= 2.0 ** (126 - AT.KSHIFT[fmt])
+    from trace_jax.quant import scales_to_f32, unpacked_codes
+    sc = np.repeat(np.asarray(scales_to_f32(qt.scales, fmt), np.float64), qt.format.block_size, -1)
+    want = E2M1[np.asarray(unpacked_codes(qt))] * sc
+    np.testing.assert_array_equal(got, want)
+    assert np.sum(np.abs(want) == 0.5 * sc) > 0  # the subnormal code is exercised
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_v1_and_v2_decode_agree(fmt):
+    b, hq, h, s, d = 2, 8, 2, 80, 128
+    q, k, v = _inputs(13, b, hq, h, s, d)
+    lengths = jnp.asarray([80, 37], jnp.int32)
+    kc, vc = _cache(k, fmt), _cache(v, fmt)
+    outs = [AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=32,
+                                       decode=dec, precision="bf16", out_dtype=jnp.float32,
+                                       interpret=True) for dec in ("v1", "v2")]
+    assert _rel(outs[1], outs[0]) < 2e-3
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "nvfp4"])
+def test_f32_p_precision_beats_bf16_p(fmt):
+    """precision="f32" (P split into two bf16 terms) is f32-accurate against float64 before the
+    output rounding; precision="bf16" (v1) is ~1e-3 off."""
+    b, hq, h, s, d = 1, 8, 1, 2048, 128
+    q, k, v = _inputs(21, b, hq, h, s, d)
+    lengths = np.asarray([s - 5], np.int32)
+    kc, vc = _cache(k * 0.3, fmt), _cache(v, fmt)
+    kf = dequantize(kc) if fmt != "bf16" else kc
+    vf = dequantize(vc) if fmt != "bf16" else vc
+    want = _np_attention(q, kf, vf, lengths, 1 / np.sqrt(d))
+    err = {}
+    for prec in ("f32", "bf16"):
+        out = AT.decode_attention_triton(q, kc, vc, jnp.asarray(lengths), sm_scale=d ** -0.5,
+                                         block_k=64, num_splits=4, precision=prec,
+                                         out_dtype=jnp.float32, interpret=True)
+        err[prec] = _rel(out, want)
+    assert err["f32"] < 2e-5, err
+    assert err["bf16"] > 5 * err["f32"], err
