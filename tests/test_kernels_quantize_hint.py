@@ -117,3 +117,21 @@ def test_without_hint():
     qr, _ = quantize_with_hint(x, "nvfp4", backend="reference")
     assert h is None and q.codes.shape == (8, 32)
     np.testing.assert_array_equal(np.asarray(q.codes), np.asarray(qr.codes))
+
+
+def test_round_magnitude_bit_trick_equals_compare_chain():
+    """The kernel's integer RNE rounding (quantize_hint._round_magnitude) against the reference
+    compare chain (trace_jax.e2m1.round_magnitude): every tie and its f32 neighbours, NaN, Inf,
+    subnormals, and random f32 bit patterns."""
+    from pallas_kernels.quantize_hint import _round_magnitude
+    from trace_jax.e2m1 import round_magnitude
+    t = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1, 2, 3, 4, 0, 7, 8, 1e30],
+                 np.float32)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([t, np.nextafter(t, np.float32(np.inf)), np.nextafter(t, np.float32(0)),
+                        np.array([np.inf, np.nan, 1e-45, 1e-38, 3e38], np.float32),
+                        np.abs(rng.standard_normal(50000)).astype(np.float32) * 3,
+                        rng.integers(0, 0x7FFFFFFF, 50000, dtype=np.uint32).view(np.float32)])
+    got = np.asarray(_round_magnitude(jnp.asarray(x)))
+    want = np.asarray(round_magnitude(jnp.asarray(x)))
+    np.testing.assert_array_equal(got, want)
