@@ -147,9 +147,13 @@ def sweep(bw):
             kc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(kb)
             vc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(vb)
         bt = None
-        for bk in ((32, 64, 128) if not TINY else (64,)):
-            for nw in (4, 8) if not TINY else (4,):
-                for ns in (2, 3) if not TINY else (2,):
+        if TINY:
+            grid = [(64, 4, 2)]
+        elif fmt == "bf16":
+            grid = [(64, 4, 2), (32, 4, 2), (64, 4, 3), (128, 8, 2), (64, 2, 2), (32, 1, 2)]
+        else:  # v2 decode: 1-2 warps keep the softmax reductions inside a warp (no barriers)
+            grid = [(32, 1, 2), (64, 1, 2), (32, 1, 3), (64, 2, 2), (32, 2, 2), (64, 4, 2)]
+        for bk, nw, ns in grid:
                     cfg = dict(block_k=bk, num_warps=nw, num_stages=ns)
                     try:
                         f = jax.jit(lambda q, k, v, L, cfg=cfg: decode_attention_triton(
@@ -165,6 +169,39 @@ def sweep(bw):
                     if bt is None or t < bt:
                         bt, best[fmt] = t, cfg
     return best, log
+
+
+def variants_rows(best, bw):
+    """B=32, 32K (8K on --tiny): cost of precision="f32" (P split in two bf16 MMAs) vs "bf16",
+    and the v1 decode, each with the best config of its format."""
+    b, hq, h, s, d = (2, 32, 4, 256, 128) if TINY else (32, 32, 4, 32768, 128)
+    q = jax.random.normal(jax.random.PRNGKey(1), (b, hq, d), jnp.bfloat16)
+    lengths = jnp.full((b,), s, jnp.int32)
+    kb = make_cache(jax.random.PRNGKey(2), b, h, s, d, "bf16")
+    vb = make_cache(jax.random.PRNGKey(3), b, h, s, d, "bf16")
+    rows = []
+    for fmt in ("bf16", "nvfp4", "mxfp4"):
+        kc = kb if fmt == "bf16" else quantize(kb, fmt, axis=-1, global_scope="row")
+        vc = vb if fmt == "bf16" else quantize(vb, fmt, axis=-1, global_scope="row")
+        for name, extra in (("f32P", dict(precision="f32")), ("bf16P", dict(precision="bf16")),
+                            ("v1_bf16P", dict(precision="bf16", decode="v1"))):
+            if fmt == "bf16" and name == "v1_bf16P":
+                continue
+            cfg = dict(best[fmt], **extra)
+            if name == "v1_bf16P":
+                cfg.update(block_k=64, num_warps=4, num_stages=2)  # v1's tuned config
+            f = jax.jit(lambda q, k, v, L, cfg=cfg: decode_attention_triton(
+                q, k, v, L, sm_scale=d ** -0.5, **cfg))
+            try:
+                t = timeit(f, q, kc, vc, lengths)
+            except Exception as e:  # noqa: BLE001
+                print("variant fail", fmt, name, repr(e)[:300], flush=True)
+                continue
+            row = {"fmt": fmt, "variant": name, "us": t * 1e6,
+                   "pct_copy": 100 * kv_bytes(b, h, s, d, fmt) / t / bw}
+            rows.append(row)
+            print("variant", row, flush=True)
+    return rows
 
 
 def long_context_check():
@@ -193,6 +230,17 @@ def long_context_check():
         out[fmt] = {"kernel_vs_ref_f32": rel(got.astype(jnp.float32), ref.astype(jnp.float32)),
                     "kernel_vs_f64": rel(got[1].astype(jnp.float32), o64),
                     "ref_vs_f64": rel(ref[1].astype(jnp.float32), o64)}
+        # before the bf16 output rounding: the kernel's own accuracy, P in f32 (split) vs bf16
+        from trace_jax import ops
+        ref32 = ops.decode_attention_reference(q[1:].astype(jnp.float32),
+                                               jax.tree.map(lambda a: a[1:] if a.shape[0] == b else a, kc),
+                                               jax.tree.map(lambda a: a[1:] if a.shape[0] == b else a, vc),
+                                               lengths[1:])
+        out[fmt]["ref_f32out_vs_f64"] = rel(ref32[0], o64)
+        for prec in ("f32", "bf16"):
+            g32 = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5,
+                                          precision=prec, out_dtype=jnp.float32)
+            out[fmt][f"kernel_f32out_{prec}P_vs_f64"] = rel(g32[1], o64)
         print("long128k", fmt, out[fmt], flush=True)
     return out
 
@@ -225,7 +273,7 @@ def append_rows():
 def quantize_rows(bw):
     rows = []
     u8 = lambda a: np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))  # noqa: E731
-    shapes = ((8192, 2048), (8192, 768), (32768, 2048)) if not TINY else ((8192, 2048), (64, 768))
+    shapes = ((8192, 2048), (32768, 2048), (65536, 4096)) if not TINY else ((8192, 2048), (64, 768))
     for (m, k) in shapes:
         if TINY and m == 8192:
             m = 16
@@ -238,10 +286,11 @@ def quantize_rows(bw):
                 x = x.at[3].set(1e-38).at[4, :8].set(jnp.asarray(
                     [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0], jnp.bfloat16))
             best = None
-            for bm in (8, 16):
-                for nw in (4, 8):
-                    f = jax.jit(lambda x, bm=bm, nw=nw: quantize_with_hint_triton(
-                        x, fmt, global_scope=scope, block_m=bm, num_warps=nw))
+            for bm, nw, kc in ((8, 4, 256), (16, 4, 256), (32, 8, 256), (16, 8, 512)):
+                    if TINY and bm > m:
+                        continue
+                    f = jax.jit(lambda x, bm=bm, nw=nw, kc=kc: quantize_with_hint_triton(
+                        x, fmt, global_scope=scope, block_m=bm, num_warps=nw, chunk_k=kc))
                     try:
                         t = timeit(f, x)
                     except Exception as e:  # noqa: BLE001
@@ -284,6 +333,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--skip", default="")
+    ap.add_argument("--max-seconds", type=float, default=1e9,
+                    help="skip the remaining sections once this much time has passed")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
@@ -294,40 +345,60 @@ def main():
     print("copy bandwidth TB/s", bw / 1e12, flush=True)
     res = {"info": info}
     skip = a.skip.split(",")
-    if "qh" not in skip:
-        res["quantize_hint"] = quantize_rows(bw)
-    if "sweep" not in skip:
-        best, log = sweep(bw)
-    else:
-        best, log = {f: dict(block_k=64, num_warps=4, num_stages=2)
-                     for f in ("bf16", "nvfp4", "mxfp4")}, []
-    res["sweep"], res["best_cfg"] = log, best
-    print("best", best, flush=True)
-    if "long" not in skip:
+
+    def save():
+        info["elapsed_s"] = time.time() - t0
+        with open(os.path.join(a.out, "kernels_attention.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        with open(os.path.join(a.out, "kernels_attention.md"), "w") as f:
+            f.write(to_markdown(res))
+
+    def want(name):
+        if name in skip:
+            return False
+        if time.time() - t0 > a.max_seconds:
+            print("time budget spent: skipping", name, flush=True)
+            res.setdefault("skipped", []).append(name)
+            return False
+        return True
+
+    if want("long"):
         res["long_context_128k"] = long_context_check()
-    if "append" not in skip:
+        save()
+    best = {f: dict(block_k=64, num_warps=4, num_stages=2) for f in ("bf16", "nvfp4", "mxfp4")}
+    if want("sweep"):
+        best, log = sweep(bw)
+        res["sweep"] = log
+    res["best_cfg"] = best
+    print("best", best, flush=True)
+    save()
+    if want("attention"):
+        ctxs = (8192, 32768, 131072) if not TINY else (256,)
+        batches = ((8, 32, 128) if not a.quick else (8,)) if not TINY else (2,)
+        res["attention"] = attention_rows(ctxs, batches, best, bw, a.quick)
+        save()
+    if want("qh"):
+        res["quantize_hint"] = quantize_rows(bw)
+        save()
+    if want("variants"):
+        res["variants"] = variants_rows(best, bw)
+        save()
+    if want("append"):
         res["append"] = append_rows()
-    ctxs = (8192, 32768, 131072) if not TINY else (256,)
-    batches = ((8, 32, 128) if not a.quick else (8,)) if not TINY else (2,)
-    res["attention"] = attention_rows(ctxs, batches, best, bw, a.quick)
-    info["elapsed_s"] = time.time() - t0
-    with open(os.path.join(a.out, "kernels_attention.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    md = to_markdown(res)
-    with open(os.path.join(a.out, "kernels_attention.md"), "w") as f:
-        f.write(md)
-    print(md)
+        save()
+    save()
+    print(to_markdown(res))
 
 
 def to_markdown(res):
     i = res["info"]
     lines = [f"# Decode attention / quantize-with-hint on {i['device']} (jax {i['jax']})", "",
              f"copy bandwidth {i['copy_TBps']:.2f} TB/s; command `{i['command']}`; "
-             f"best configs {res['best_cfg']}", "",
+             f"best configs {res.get('best_cfg')}", "",
              "| B | ctx | shipped bf16 us | our bf16 us (%copy) | nvfp4 us (%copy, x shipped, "
              "x our bf16) | mxfp4 us (%copy, x shipped, x our bf16) | relerr bf16/nv/mx |",
              "|---|---|---|---|---|---|---|"]
-    for r in res["attention"]:
+    for r in res.get("attention", []):
         err = "/".join(f"{r.get(f + '_relerr', float('nan')):.1e}"
                        for f in ("bf16", "nvfp4", "mxfp4"))
         lines.append(
@@ -337,6 +408,12 @@ def to_markdown(res):
             f"{r['nvfp4_vs_our_bf16']:.2f}x) | "
             f"{r['mxfp4_us']:.0f} ({r['mxfp4_pct_copy']:.0f}%, {r['mxfp4_vs_shipped']:.2f}x, "
             f"{r['mxfp4_vs_our_bf16']:.2f}x) | {err} |")
+    if "variants" in res:
+        lines += ["", "B=32, 32K: precision / decode variants (us, %copy):", ""]
+        for r in res["variants"]:
+            lines.append(f"- {r['fmt']} {r['variant']}: {r['us']:.0f} us ({r['pct_copy']:.0f}%)")
+    if "skipped" in res:
+        lines += ["", f"skipped (time budget): {res['skipped']}"]
     if "long_context_128k" in res:
         lines += ["", "128K context accuracy (rel. L2 error):", ""]
         for f, v in res["long_context_128k"].items():
