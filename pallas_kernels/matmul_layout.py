@@ -128,7 +128,7 @@ def pattern_to_code(p16: jax.Array) -> jax.Array:
     return (((p16 >> 6) & 7) | ((p16 >> 12) & 8)).astype(jnp.int32)
 
 
-def emulate_planes(a, b, s_eff) -> list[jax.Array]:
+def emulate_planes(a, b, s_eff, dtype=jnp.bfloat16) -> list[jax.Array]:
     """16 bf16 planes ``code * s_eff`` (s_eff: f32, the block scale times 2**-shift, broadcast
     against a/b), through the bit-exact pattern emulation (value from the code table, so no
     subnormal float arithmetic is involved on the CPU)."""
@@ -136,7 +136,7 @@ def emulate_planes(a, b, s_eff) -> list[jax.Array]:
     for pr in emulate_pairs(a, b):
         for half in (0, 1):
             out.append((code_value(pattern_to_code(pr >> (16 * half) & 0xFFFF)) * s_eff)
-                       .astype(jnp.bfloat16))
+                       .astype(dtype))
     return out
 
 

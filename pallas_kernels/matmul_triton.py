@@ -320,10 +320,8 @@ def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") ->
     bm = 16 if m <= 16 else (32 if m <= 32 else 64)
     if grouped:
         bm = 16 if m <= 2048 else 32  # mean group size m/E for 128 experts
-    bn = 64 if n % 64 == 0 else 32
-    if layout == "nk":
-        bn = 64
-    bk = 512 if k % 512 == 0 and k >= 4096 else 256
+    bn = next(b for b in (128, 64, 32) if n % b == 0)
+    bk = 256
     split = 1
     if not grouped:
         tiles = (-(-m // bm)) * (n // bn)
