@@ -344,17 +344,20 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("sm_scale", "block_k", "num_splits", "num_warps", "num_stages", "precision",
-                     "decode", "out_dtype", "interpret"))
+    static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
+                     "num_stages", "precision", "decode", "out_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=64,
-                            num_splits=None, num_warps=4, num_stages=2, precision="f32",
-                            decode="v2", out_dtype=jnp.bfloat16, interpret=False):
+                            num_splits=None, split_target=None, num_warps=4, num_stages=2,
+                            precision="f32", decode="v2", out_dtype=jnp.bfloat16,
+                            interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
     accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour). ``decode``: ``"v2"``
     (inline-PTX FP4 decode) or ``"v1"`` (the first kernel, kept for comparison). ``out_dtype``:
-    the output dtype (f32 exposes the kernel's accuracy before the final rounding)."""
+    the output dtype (f32 exposes the kernel's accuracy before the final rounding).
+    ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None; default
+    8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency."""
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
     if decode not in ("v1", "v2"):
@@ -397,7 +400,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=6
             k_cache, v_cache = padrows(k_cache), padrows(v_cache)
         s += pad
     n_blocks = s // block_k
-    p = num_splits or _pick_splits(b, h, n_blocks)
+    target = split_target or max(2048, 8192 // num_warps)
+    p = num_splits or _pick_splits(b, h, n_blocks, target_programs=target)
     if n_blocks % p:
         raise ValueError(f"num_splits={p} must divide the {n_blocks} cache blocks")
     chunk = s // p

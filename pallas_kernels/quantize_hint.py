@@ -123,7 +123,7 @@ def _pack_last(v_u32, group, width):
 
 
 def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, kc, nk,
-               row_scope, interpret):
+               row_scope, e4m3, interpret):
     bm = x_ref.shape[0]
     nvfp4 = fmt == "nvfp4"
     inf_bits = jnp.uint32(0x7F800000)
@@ -153,7 +153,10 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             raw = amax_b * jnp.broadcast_to(inv6g[:, None], (bm, nbc))
             raw = jnp.where(bad_b, jnp.nan, raw)
             raw = jnp.where(raw > 448.0, 448.0, raw)  # min(raw, 448), NaN kept
-            s8 = raw.astype(jnp.float8_e4m3fn)
+            if e4m3 == "via_f16":  # what XLA's GPU convert does (f32 -> f16 -> e4m3)
+                s8 = raw.astype(jnp.float16).astype(jnp.float8_e4m3fn)
+            else:  # one RNE rounding of the f32 value (numpy / XLA CPU semantics)
+                s8 = raw.astype(jnp.float8_e4m3fn)
             sbyte = jax.lax.bitcast_convert_type(s8, jnp.uint8)
             s = s8.astype(jnp.float32) * g2
         else:
@@ -185,9 +188,10 @@ def _pow2_divisor(n, cap):
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "block_m",
-                                             "chunk_k", "num_warps", "interpret"))
+                                             "chunk_k", "num_warps", "e4m3", "interpret"))
 def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
-                              block_m=8, chunk_k=256, num_warps=4, interpret=False):
+                              block_m=8, chunk_k=256, num_warps=4, e4m3="direct",
+                              interpret=False):
     f = quant.get_format(fmt)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")
@@ -216,7 +220,8 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
         out_shape.append(jax.ShapeDtypeStruct((m, k // 8), jnp.uint8))
         out_specs.append(row(k // 8))
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
-                               row_scope=row_scope and f.has_global_scale, interpret=interpret)
+                               row_scope=row_scope and f.has_global_scale, e4m3=e4m3,
+                               interpret=interpret)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),
