@@ -75,4 +75,10 @@ def base_config():
     # --config.mesh.shape="(1,-1,1,1)"; trajectories split over data x fsdp.
     c.mesh = ml_collections.ConfigDict(dict(
         axes=("data", "fsdp", "expert", "tensor"), shape=(1, 1, 1, 1), rules={}))
+
+    # Several processes / hosts (trace_jax.distributed): jax.distributed.initialize from here or
+    # from the environment ("auto": only when it names a coordinator, SLURM or Open MPI ranks).
+    c.distributed = ml_collections.ConfigDict(dict(
+        enabled="auto", coordinator_address="", num_processes=0, process_id=-1,
+        local_device_ids=""))
     return c

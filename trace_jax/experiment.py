@@ -91,6 +91,8 @@ def encode_prompts(exp: Experiment, examples) -> tuple[jnp.ndarray, jnp.ndarray]
 
 
 def completions(exp: Experiment, ro: R.Rollout) -> list[str]:
-    toks = np.asarray(ro.tokens)
-    starts, lens = np.asarray(ro.prompt_lens), np.asarray(ro.response_lens)
+    from trace_jax.distributed import to_host  # (sharded, possibly multi-host) -> numpy
+
+    toks = to_host(ro.tokens)
+    starts, lens = to_host(ro.prompt_lens), to_host(ro.response_lens)
     return [exp.tokenizer.decode(toks[b, starts[b]:starts[b] + lens[b]]) for b in range(len(toks))]

@@ -10,9 +10,11 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)  # orbax/jax INFO chatter
-    from trace_jax import run
+    from trace_jax import distributed, run
 
-    run.run(_CONFIG.value)
+    config = _CONFIG.value
+    distributed.initialize(config.get("distributed"))  # before anything touches a device
+    run.run(config)
 
 
 if __name__ == "__main__":

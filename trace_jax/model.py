@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from trace_jax import attention, moe
 from trace_jax import numerics as nx
 from trace_jax import quant as Q
+from trace_jax import sharding as SH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +244,7 @@ def forward(
                              f"{(cfg.n_layers, B, T, cfg.top_k)}")
     sio = nx.SiteIO(numerics, hints, capture_hints, capture_codes, hint_valid_BxT)
 
-    x = params["embed"][tokens_BxT].astype(dt)
+    x = SH.constrain_batch(params["embed"][tokens_BxT].astype(dt))
     all_experts, lbs, zs, new_cache = [], [], [], []
     for layer in range(cfg.n_layers):
         p = jax.tree.map(lambda a, l=layer: a[l], params["layers"])
@@ -258,7 +259,7 @@ def forward(
             p["moe"], h, cfg=cfg, sio=sio, layer=layer, valid_BxT=valid_BxT,
             forced_BxTxK=None if forced_experts_LxBxTxK is None else forced_experts_LxBxTxK[layer],
             hint_experts_BxTxK=None if hint_experts_LxBxTxK is None else hint_experts_LxBxTxK[layer])
-        x = x + m
+        x = SH.constrain_batch(x + m)
         all_experts.append(experts.astype(expert_dtype(cfg.n_experts)))
         lbs.append(lb)
         zs.append(z)

@@ -4,14 +4,29 @@ Letters: N tokens (B*T flattened), E experts, k experts per token, M model dim, 
 Each token's k chosen experts are kept in ascending expert-id order ("slots"), so a slot names
 the same expert in rollout and trainer whenever both chose the same set -- the per-slot
 ``moe/expert_hidden`` hints stay aligned even if the routing probabilities' order flips.
+
+Expert parallelism. Traced under a mesh context (``jax.set_mesh``) whose ``expert`` axis has
+size ep > 1, the two expert GEMM stages run in a ``shard_map``: each device holds E/ep experts
+and its own tokens (the batch is split over the expert axis too); per stage it all-gathers the
+tokens of its expert group, computes the (token, slot) pairs routed to its local experts (zero
+elsewhere) and reduce-scatters the slot outputs back to the tokens' owners. Each (token, slot)
+is nonzero on exactly one device, so the reduction adds zeros only: results are bit-identical to
+one device. The ``moe/expert_hidden`` site sits between the stages in token layout, so its
+quantization and hints are the same code on one device or many. (Exchanging [N, k, *] slot
+tensors costs k x the bytes of an all-to-all of combined outputs; it buys exactness and keeps the
+token exchange in two collectives that XLA schedules itself.)
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from trace_jax import ops
+from trace_jax import sharding as SH
+
+EXPERT_AXIS = "expert"
 
 
 def route(x_NxM, router_MxE, top_k: int, norm_topk: bool, forced_NxK=None):
@@ -40,8 +55,8 @@ def router_losses(probs_NxE, logits_NxE, experts_NxK, valid_N):
     n = jnp.maximum(jnp.sum(w), 1.0)
     counts = jnp.sum(jax.nn.one_hot(experts_NxK, E, dtype=jnp.float32), axis=1)  # N,E
     f = jnp.sum(counts * w[:, None], axis=0) / (n * experts_NxK.shape[-1])
-    P = jnp.sum(probs_NxE * w[:, None], axis=0) / n
-    lb = E * jnp.sum(f * P)
+    p_mean = jnp.sum(probs_NxE * w[:, None], axis=0) / n
+    lb = E * jnp.sum(f * p_mean)
     z = jnp.sum(jnp.square(jax.nn.logsumexp(logits_NxE, axis=-1)) * w) / n
     return lb, z
 
@@ -57,31 +72,21 @@ def moe_block(p, x_BxTxM, *, cfg, sio, layer, valid_BxT, forced_BxTxK=None, hint
     losses = router_losses(probs, logits, experts, valid_BxT.reshape(N))
 
     x_in, _ = sio.activation(f"layers/{layer}/moe/expert_in", x_BxTxM)
-    flat_e = experts.reshape(N * k)
-    order = jnp.argsort(flat_e, stable=True)  # sorted position -> (token, slot)
-    inverse = jnp.argsort(order)  # (token, slot) -> sorted position
-    group_sizes = jnp.bincount(flat_e, length=E).astype(jnp.int32)
-    xs = x_in.reshape(N, M)[order // k]
-
     wname = f"layers/{layer}/moe/expert_weights"
     w_gate = sio.weight(wname, p["w_gate"])
     w_up = sio.weight(wname, p["w_up"])
     w_down = sio.weight(wname, p["w_down"])
-    g = ops.grouped_matmul(xs, w_gate, group_sizes).astype(jnp.float32)
-    u = ops.grouped_matmul(xs, w_up, group_sizes).astype(jnp.float32)
-    h = (jax.nn.silu(g) * u).astype(dt)  # sorted order, [N*k, F]
 
+    # gate/up + SwiGLU for every (token, slot), in site layout [B, T, k, F]
+    h = experts_apply(_gate_up_local, x_in.reshape(N, M), experts, w_gate, w_up)
     F = h.shape[-1]
-    to_site = lambda a: a[inverse].reshape(B, T, k, F)  # noqa: E731
-    from_site = lambda a: a.reshape(N * k, F)[order]  # noqa: E731
+    h = h.reshape(B, T, k, F)
     hint_rows = None
     if hint_experts_BxTxK is not None:
         hint_rows = hint_experts_BxTxK.astype(jnp.int32) == experts.reshape(B, T, k)
-    h, _ = sio.activation(f"layers/{layer}/moe/expert_hidden", h, hint_rows=hint_rows,
-                          layout=(to_site, from_site))
-    d = ops.grouped_matmul(h, w_down, group_sizes)  # [N*k, M] sorted
-    d = d[inverse].reshape(N, k, M).astype(jnp.float32)
-    y = jnp.sum(d * weights[:, :, None], axis=1)
+    h, _ = sio.activation(f"layers/{layer}/moe/expert_hidden", h, hint_rows=hint_rows)
+    d = experts_apply(_down_local, h.reshape(N, k, F), experts, w_down)  # [N, k, M]
+    y = jnp.sum(d.astype(jnp.float32) * weights[:, :, None], axis=1)
 
     if "shared" in p:
         sp = p["shared"]
@@ -92,3 +97,81 @@ def moe_block(p, x_BxTxM, *, cfg, sio, layer, valid_BxT, forced_BxTxK=None, hint
         gate = jax.nn.sigmoid(jnp.dot(x, sp["gate"].astype(dt), preferred_element_type=jnp.float32))
         y = y + gate * sy
     return y.astype(dt).reshape(B, T, M), experts.reshape(B, T, k), losses
+
+
+# --------------------------------------------------------------------------------------------
+# Expert stages: local computation and the expert-parallel wrapper
+
+
+def _n_experts(w) -> int:
+    return w.shape[0]
+
+
+def _local_slots(experts_NxK, e0, n_local: int):
+    """(token, slot) pairs routed to experts e0..e0+n_local-1: mask, sort order, its inverse and
+    the local group sizes. Pairs of other experts sort last, past the groups' sum."""
+    flat = experts_NxK.reshape(-1).astype(jnp.int32) - e0
+    local = (flat >= 0) & (flat < n_local)
+    key = jnp.where(local, flat, n_local)
+    order = jnp.argsort(key, stable=True)
+    inverse = jnp.argsort(order)
+    sizes = jnp.bincount(key, length=n_local).astype(jnp.int32)  # drops key == n_local
+    return local, order, inverse, sizes
+
+
+def _gate_up_local(x_NxM, experts_NxK, w_gate, w_up, e0):
+    """silu(x W_gate) * (x W_up) for the pairs of local experts, [N, k, F] (zero elsewhere)."""
+    N, k = experts_NxK.shape
+    local, order, inverse, sizes = _local_slots(experts_NxK, e0, _n_experts(w_gate))
+    xs = x_NxM[order // k]
+    g = ops.grouped_matmul(xs, w_gate, sizes).astype(jnp.float32)
+    u = ops.grouped_matmul(xs, w_up, sizes).astype(jnp.float32)
+    h = (jax.nn.silu(g) * u).astype(x_NxM.dtype)[inverse]
+    return jnp.where(local[:, None], h, 0).reshape(N, k, -1)
+
+
+def _down_local(h_NxKxF, experts_NxK, w_down, e0):
+    """h W_down for the pairs of local experts, [N, k, M] (zero elsewhere)."""
+    N, k, F = h_NxKxF.shape
+    local, order, inverse, sizes = _local_slots(experts_NxK, e0, _n_experts(w_down))
+    d = ops.grouped_matmul(h_NxKxF.reshape(N * k, F)[order], w_down, sizes)[inverse]
+    return jnp.where(local[:, None], d, 0).reshape(N, k, -1)
+
+
+def expert_parallel_size() -> int:
+    """Size of the context mesh's ``expert`` axis (1 without a mesh context)."""
+    mesh = SH.context_mesh()
+    return 1 if mesh is None else int(dict(mesh.shape).get(EXPERT_AXIS, 1))
+
+
+def experts_apply(stage, tokens_NxX, experts_NxK, *weights):
+    """Run an expert stage (``_gate_up_local`` / ``_down_local``) on one device, or expert
+    parallel over the context mesh's ``expert`` axis (see the module docstring)."""
+    ep = expert_parallel_size()
+    if ep == 1:
+        return stage(tokens_NxX, experts_NxK, *weights, 0)
+    mesh = SH.context_mesh()
+    E = _n_experts(weights[0])
+    if E % ep:
+        raise ValueError(f"expert parallelism: {E} experts do not split over the mesh's "
+                         f"'{EXPERT_AXIS}' axis of size {ep}")
+    bax = SH.token_batch_axes(mesh)
+    shards = 1
+    for a in bax:
+        shards *= mesh.shape[a]
+    N = tokens_NxX.shape[0]
+    if N % shards:
+        raise ValueError(f"expert parallelism: {N} tokens do not split over the {shards} devices "
+                         f"of mesh axes {bax}; use a batch that is a multiple of {shards}")
+    tok = P(bax)
+
+    def body(x, e, *ws):
+        e0 = jax.lax.axis_index(EXPERT_AXIS) * _n_experts(ws[0])
+        xg = jax.lax.all_gather(x, EXPERT_AXIS, axis=0, tiled=True)
+        eg = jax.lax.all_gather(e, EXPERT_AXIS, axis=0, tiled=True)
+        y = stage(xg, eg, *ws, e0)
+        return jax.lax.psum_scatter(y, EXPERT_AXIS, scatter_dimension=0, tiled=True)
+
+    w_specs = tuple(jax.tree.map(lambda _: P(EXPERT_AXIS), w) for w in weights)
+    return jax.shard_map(body, mesh=mesh, in_specs=(tok, tok, *w_specs), out_specs=tok)(
+        tokens_NxX, experts_NxK, *weights)

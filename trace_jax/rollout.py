@@ -13,6 +13,7 @@ samples from the shared key.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import NamedTuple
@@ -170,19 +171,25 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
         from trace_jax import sharding as SH
         rules = rules or SH.make_rules("sampling")
         SH.check_batch_divisible(B, mesh, rules)
-        prompts_BxP = jax.device_put(prompts_BxP, SH.data_sharding(mesh, rules, 2))
-        prompt_lens_B = jax.device_put(prompt_lens_B, SH.data_sharding(mesh, rules, 1))
+        from trace_jax.distributed import put_global  # multi-host safe placement
+
+        prompts_BxP, prompt_lens_B = put_global(
+            (prompts_BxP, prompt_lens_B),
+            (SH.data_sharding(mesh, rules, 2), SH.data_sharding(mesh, rules, 1)))
     T = P + sampling.max_new_tokens
     if T > cfg.max_seq_len:
         raise ValueError(f"prompt width {P} + max_new_tokens {sampling.max_new_tokens} = {T} exceeds "
                          f"model.max_seq_len={cfg.max_seq_len}")
     if not isinstance(prompt_lens_B, jax.core.Tracer):
-        lens = np.asarray(prompt_lens_B)
+        from trace_jax.distributed import to_host
+
+        lens = to_host(prompt_lens_B)
         if lens.shape != (B,) or lens.min() < 1 or lens.max() > P:
             raise ValueError(f"prompt_lens must be [B]={B} values in 1..{P}, got shape {lens.shape}, "
                              f"range {lens.min()}..{lens.max()}")
-    return _generate(params, prompts_BxP, prompt_lens_B.astype(jnp.int32), key, cfg=cfg,
-                     numerics=numerics, sampling=sampling, capture_hints=capture_hints)
+    with contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh):
+        return _generate(params, prompts_BxP, prompt_lens_B.astype(jnp.int32), key, cfg=cfg,
+                         numerics=numerics, sampling=sampling, capture_hints=capture_hints)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "numerics", "sampling", "capture_hints"))

@@ -9,6 +9,7 @@ position and PRNG keys are functions of the step number).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax import checkpoint as C
+from trace_jax import distributed as D
 from trace_jax import experiment as X
 from trace_jax import grpo
 from trace_jax import model as M
@@ -78,7 +80,9 @@ class Placement:
         return jax.device_put(tree, self.params)
 
     def put_batch(self, tree, batch: int):
-        return jax.device_put(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
+        """Host (numpy) trajectories, identical on every process, split by trajectory; each
+        process places only its own shards (multi-host safe)."""
+        return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
 
 
 def make_placement(config, exp: X.Experiment) -> Placement | None:
@@ -110,7 +114,7 @@ def opt_init(opt, params, pl: Placement | None):
     def fix(x):
         sh = getattr(x, "sharding", None)
         on_mesh = isinstance(sh, jax.sharding.NamedSharding) and sh.mesh == pl.mesh
-        return x if on_mesh else jax.device_put(x, rep)
+        return x if on_mesh else D.put_global(np.asarray(x), rep)  # multi-host safe
 
     return jax.tree.map(fix, state)
 
@@ -120,7 +124,7 @@ def place_state(state: dict, pl: Placement | None, opt) -> dict:
     if pl is None:
         return state
     out = dict(state)
-    out["params"] = pl.put_params(state["params"])
+    out["params"] = pl.put_params(state["params"])  # (already there when built by initial_state)
     out["opt_state"] = opt_init(opt, out["params"], pl)
     out["stale"] = [pl.put_params(p) for p in state["stale"]]
     if "ref" in state:
@@ -132,9 +136,12 @@ def workdir_of(config) -> str:
     return config.workdir or os.path.join("runs", "default")
 
 
-def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig):
+def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement | None = None):
     key = jax.random.key(config.seed)
-    params = M.init_params(exp.cfg, key)
+    if pl is None:
+        params = M.init_params(exp.cfg, key)
+    else:  # built in place on the (possibly multi-host) mesh
+        params = jax.jit(lambda k: M.init_params(exp.cfg, k), out_shardings=pl.params)(key)
     opt = rl_optimizer(tc)
     state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0),
              "stale": [params] * tc.max_version_diff}
@@ -164,6 +171,21 @@ def sft_batch(exp: X.Experiment, step: int, batch_size: int):
         toks[i, : len(p) + len(s)] = p + s
         mask[i, len(p): len(p) + len(s)] = True
     return jnp.asarray(toks), jnp.asarray(mask)
+
+
+def log(msg: str) -> None:
+    if D.is_main_process():
+        print(msg, flush=True)
+
+
+class NullLogger:
+    """The logger of processes other than 0."""
+
+    def write(self, m: dict, prefix="rl"):
+        pass
+
+    def close(self):
+        pass
 
 
 class Logger:
@@ -210,19 +232,21 @@ def run(config) -> dict:
 
     ckpt = C.Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.checkpoint.keep)
     placement = make_placement(config, exp)
-    fresh = place_state(initial_state(exp, config, tc), placement, rl_optimizer(tc))
+    fresh = place_state(initial_state(exp, config, tc, placement), placement, rl_optimizer(tc))
     # restoring into the fresh state's shardings also reshards a checkpoint from another mesh
     step0, state = ckpt.restore_latest(C.abstract_like(fresh))
     if state is None:
         state, step0 = fresh, 0
-        print(f"starting {config.variant} run in {workdir}", flush=True)
+        log(f"starting {config.variant} run in {workdir}")
     else:
-        print(f"resumed from checkpoint step {step0} in {workdir}", flush=True)
+        log(f"resumed from checkpoint step {step0} in {workdir}")
     del fresh
-    logger = Logger(workdir, resume_step=step0 - config.sft.steps)
+    main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar
+    logger = Logger(workdir, resume_step=step0 - config.sft.steps) if main else NullLogger()
     total = config.sft.steps + tc.steps
     from tqdm import tqdm
-    bar = tqdm(total=total, initial=step0, desc=config.variant, unit="step", dynamic_ncols=True)
+    bar = tqdm(total=total, initial=step0, desc=config.variant, unit="step", dynamic_ncols=True,
+               disable=not main)
     base_key = jax.random.key(config.seed + 1)
     nonfinite = 0
     last = {}
@@ -232,6 +256,9 @@ def run(config) -> dict:
     sft_opt, rl_opt = sft_optimizer(config), rl_optimizer(tc)
     sft_num = dataclasses.replace(exp.train_numerics, hinted=frozenset())
 
+    scope = contextlib.ExitStack()
+    if placement is not None:  # jit traces under the mesh: expert parallelism, batch constraints
+        scope.enter_context(jax.set_mesh(placement.mesh))
     try:
         for g_step in range(step0, total):
             if g_step < config.sft.steps:  # ---------------------------------------- SFT warm start
@@ -266,8 +293,8 @@ def run(config) -> dict:
                           f"codes {m['code_agreement_hinted']:.4f}/{m['code_agreement_unhinted']:.4f} "
                           f"t {m['time_rollout_s']:.2f}+{m['time_train_s']:.2f}s")
             if nonfinite:
-                print(f"WARNING: non-finite loss or gradients at step {g_step}; update skipped "
-                      f"({nonfinite} in a row)", flush=True)
+                log(f"WARNING: non-finite loss or gradients at step {g_step}; update skipped "
+                      f"({nonfinite} in a row)")
                 if nonfinite >= tc.max_nonfinite_steps:
                     raise FloatingPointError(
                         f"{nonfinite} consecutive non-finite steps (train.max_nonfinite_steps="
@@ -282,6 +309,7 @@ def run(config) -> dict:
                     st["ref"] = ref if ref is not None else ts.params
                 ckpt.save(done, st)
     finally:  # also on a crash: flush metrics/TensorBoard, release the checkpointer
+        scope.close()
         bar.close()
         logger.close()
         ckpt.close()
@@ -321,6 +349,8 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     correct = np.asarray([exp.task.is_correct(e, tasks.extract_answer(c))
                           for e, c in zip(reps, comps)], np.float32)
     adv = grpo.group_advantages(jnp.asarray(rewards), exp.group_size, tc.grpo.adv_std_norm)
+    if placement is not None:  # every process computed all rewards; keep only its shards
+        adv = placement.put_batch(adv, adv.shape[0])
     batch = TR.make_batch(ro, adv, exp.train_numerics, rec_codes)
     if placement is not None:  # trajectories stay split by trajectory from rollout to train
         batch = placement.put_batch(batch, batch.tokens.shape[0])
@@ -334,7 +364,7 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
         "step": step,
         "reward_mean": float(np.mean(rewards)),
         "accuracy": float(np.mean(correct)),
-        "response_len_mean": float(np.mean(np.asarray(ro.response_lens))),
+        "response_len_mean": float(np.mean(D.to_host(ro.response_lens))),
         "entropy": float(m["entropy"]),
         "logprob_gap_max": float(m["logprob_gap_max"]),
         "logprob_gap_mean": float(m["logprob_gap_mean"]),
@@ -352,7 +382,7 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
         "grad_norm": float(m["grad_norm"]),
         "prob_gap_max": float(m["prob_gap_max"]),
         "mismatch_one_step_frac": float(m.get("mismatch_one_step_frac", nan)),
-        "finished_frac": float(np.mean(np.asarray(ro.finished))),
+        "finished_frac": float(np.mean(D.to_host(ro.finished))),
     }
     out["_state"], out["_finite"] = new_ts, bool(finite)
     return out

@@ -22,8 +22,13 @@ Guarantees:
   sharding per field: codes, scales and global_scale have the weight's rank, so each is sharded
   on the weight's logical axes where its own (halved / blocked / size-1) extent divides.
 
-Meshes use ``AxisType.Auto`` (GSPMD propagation): the model code carries no sharding annotations;
-placing inputs and params (``jax.device_put`` or ``jit`` in/out shardings) is enough.
+Meshes use ``AxisType.Auto`` (GSPMD propagation). Placing inputs and params (``jax.device_put``
+or ``jit`` in/out shardings) is enough for data/FSDP/tensor parallelism. Inside ``forward`` the
+residual stream is constrained to the batch sharding, and the routed experts run **expert
+parallel** (``trace_jax.moe``: ``shard_map`` with a token all-gather / reduce-scatter over the
+``expert`` axis) whenever the function is traced under a mesh context with an ``expert`` axis
+of size > 1: callers trace under ``with jax.set_mesh(mesh)`` (``run.run`` and
+``rollout.generate(mesh=...)`` do). Without a mesh context the model code is purely local.
 
 Config (``config.mesh``)::
 
@@ -54,7 +59,9 @@ BATCH = "activation_batch"  # the logical name of the trajectory / batch axis
 # Multi-axis entries shard one dimension over several mesh axes (major to minor).
 RULE_TABLE: dict[str, tuple[MeshAxes, MeshAxes]] = {
     # activations and trajectory records
-    "activation_batch": (("data", "fsdp"), ("data", "fsdp")),  # B: trajectories / sequences
+    # B: trajectories / sequences; over the expert axis too (expert parallelism is also data
+    # parallelism: each expert-group device holds its own tokens and exchanges them per layer)
+    "activation_batch": (("data", "fsdp", "expert"), ("data", "fsdp", "expert")),
     "activation_length": (None, None),  # T
     "activation_embed": (None, None),  # M of the residual stream
     "activation_vocab": ("tensor", "tensor"),  # V of the logits
@@ -195,6 +202,35 @@ def logical_to_spec(axes: Sequence[str | None], rules: Rules, mesh: Mesh,
     while spec and spec[-1] is None:
         spec.pop()
     return P(*spec)
+
+
+def context_mesh():
+    """The mesh of the enclosing ``jax.set_mesh`` (an AbstractMesh while tracing), or None."""
+    m = jax.sharding.get_abstract_mesh()
+    return None if m.empty else m
+
+
+def token_batch_axes(mesh) -> tuple[str, ...]:
+    """Mesh axes (size > 1) the token batch is split over inside the model: the table's
+    ``activation_batch`` entry (the same in both rule sets)."""
+    return tuple(a for a in _as_tuple(RULE_TABLE[BATCH][0])
+                 if a in mesh.shape and mesh.shape[a] > 1)
+
+
+def constrain_batch(x: jax.Array) -> jax.Array:
+    """Inside ``forward``: split ``x``'s leading (batch) axis over the token batch axes of the
+    context mesh; a no-op without a mesh context, or where the batch does not divide."""
+    mesh = context_mesh()
+    if mesh is None:
+        return x
+    axes, n = [], 1
+    for a in token_batch_axes(mesh):
+        if x.shape[0] % (n * mesh.shape[a]) == 0:
+            axes.append(a)
+            n *= mesh.shape[a]
+    if not axes:
+        return x
+    return jax.lax.with_sharding_constraint(x, P(tuple(axes)))
 
 
 def named(axes, rules: Rules, mesh: Mesh, shape) -> NamedSharding:

@@ -1,0 +1,104 @@
+"""Multi-process (multi-host style) run of the RL loop on one CPU machine: N processes, each with
+D faked CPU devices, joined by ``jax.distributed`` into one N*D-device mesh, run
+``trace_jax.main`` exactly as the README's multi-host recipe does on GPU hosts; then the same
+job as one process with N*D devices. Prints both runs' per-step metrics and exits non-zero
+unless the multi-process run finished and matches the single-process one.
+
+    python experiments/multihost_cpu.py [--processes 2] [--devices 2] [--steps 3] \
+        [--mesh "(1,-1,1,1)"] [--workdir /tmp/mh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEYS = ("reward_mean", "logprob_gap_max", "loss")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _cmd(workdir, steps, mesh, extra=()):
+    return [sys.executable, "-m", "trace_jax.main", "--config=configs/tiny.py",
+            f"--config.workdir={workdir}", "--config.sft.steps=2", f"--config.train.steps={steps}",
+            f"--config.mesh.shape={mesh}", "--config.checkpoint.every=100", *extra]
+
+
+def _env(devices):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--devices", type=int, default=2, help="CPU devices per process")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--mesh", default="(1,-1,1,1)")
+    ap.add_argument("--workdir", default="/tmp/trace_jax_multihost")
+    ap.add_argument("--timeout", type=int, default=600)
+    a = ap.parse_args(argv)
+    shutil.rmtree(a.workdir, ignore_errors=True)
+    multi, single = os.path.join(a.workdir, "multi"), os.path.join(a.workdir, "single")
+
+    addr = f"localhost:{_free_port()}"
+    procs = []
+    for pid in range(a.processes):
+        cmd = _cmd(multi, a.steps, a.mesh, (
+            f"--config.distributed.coordinator_address={addr}",
+            f"--config.distributed.num_processes={a.processes}",
+            f"--config.distributed.process_id={pid}"))
+        log = open(os.path.join(a.workdir + f"_p{pid}.log"), "w")
+        procs.append((subprocess.Popen(cmd, cwd=ROOT, env=_env(a.devices), stdout=log,
+                                       stderr=subprocess.STDOUT), log))
+    rcs = []
+    for p, log in procs:
+        try:
+            rcs.append(p.wait(timeout=a.timeout))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rcs.append(-9)
+        log.close()
+    if any(rcs):
+        for pid in range(a.processes):
+            print(f"--- process {pid} (rc {rcs[pid]}):")
+            print(open(a.workdir + f"_p{pid}.log").read()[-3000:])
+        return 1
+    rc = subprocess.run(_cmd(single, a.steps, a.mesh), cwd=ROOT,
+                        env=_env(a.processes * a.devices), capture_output=True, text=True,
+                        timeout=a.timeout)
+    if rc.returncode:
+        print(rc.stdout[-2000:], rc.stderr[-3000:])
+        return 1
+    mm, ms = _metrics(multi), _metrics(single)
+    print(f"| step | {' | '.join(f'{k} (multi / single)' for k in KEYS)} |")
+    print("|---" * (len(KEYS) + 1) + "|")
+    ok = len(mm) == len(ms) == a.steps
+    for x, y in zip(mm, ms):
+        print(f"| {x['step']} | " + " | ".join(f"{x[k]:.5f} / {y[k]:.5f}" for k in KEYS) + " |")
+        ok &= abs(x["reward_mean"] - y["reward_mean"]) < 1e-6
+        ok &= abs(x["loss"] - y["loss"]) < 1e-3 * max(1.0, abs(y["loss"]))
+    print(f"{a.processes} processes x {a.devices} CPU devices vs 1 process x "
+          f"{a.processes * a.devices}: {'MATCH' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Run reproduction studies as parallel processes on one or more GPUs, then aggregate.
+
+One process per (study, variant) runs that variant's seeds in turn (``experiments/repro.py
+--variants V``: compiled steps are shared between seeds); up to ``--parallel`` processes run at
+once, spread round-robin over ``--gpus`` with a GPU memory fraction each. Runs are resumable
+(``repro.py`` skips finished runs and resumes unfinished ones), so a study can be completed over
+several calls. Afterwards each study is aggregated (``repro.py --aggregate_only``), the
+deployment study last (it evaluates the headline study's bf16 and trace policies).
+
+    python experiments/repro_parallel.py --config=configs/small.py \
+        --studies headline,hint_layers,replay_is,deployment --seeds 0,1,2 --ablation_seeds 0 \
+        --gpus 0,1 --parallel 16 --out /tmp/repro --results experiments/results/repro
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+TRAINING_STUDIES = ("headline", "hint_layers", "replay_is")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--studies", default="headline")
+    ap.add_argument("--seeds", default="0,1,2", help="seeds of the headline study")
+    ap.add_argument("--ablation_seeds", default="0", help="seeds of hint_layers / replay_is")
+    ap.add_argument("--gpus", default="0")
+    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--mem_fraction", type=float, default=0.0,
+                    help="GPU memory fraction per process (default 0.9 * gpus / parallel)")
+    ap.add_argument("--out", default="/tmp/trace_jax_repro")
+    ap.add_argument("--results", default="experiments/results/repro")
+    ap.add_argument("--steps", type=int, default=0, help="override train.steps (0: config's)")
+    ap.add_argument("--note", default="")
+    ap.add_argument("--cpu", action="store_true", help="no GPUs: run on the CPU")
+    ap.add_argument("--no_aggregate", action="store_true")
+    a = ap.parse_args(argv)
+
+    from experiments import repro
+
+    studies = [s for s in a.studies.split(",") if s]
+    bad = [s for s in studies if s not in repro.STUDIES]
+    if bad:
+        raise SystemExit(f"unknown studies {bad}; expected {repro.STUDIES}")
+    gpus = [g for g in a.gpus.split(",") if g]
+    frac = a.mem_fraction or min(0.9, 0.9 * len(gpus) / max(1, a.parallel))
+    jobs = []  # (study, variant, seeds)
+    for study in studies:
+        train_study = "headline" if study == "deployment" else study
+        if train_study not in TRAINING_STUDIES:
+            continue
+        seeds = a.seeds if train_study == "headline" else a.ablation_seeds
+        for name, _ in repro.study_variants(train_study):
+            job = (train_study, name, seeds)
+            if job not in jobs:
+                jobs.append(job)
+
+    common = [sys.executable, "experiments/repro.py", f"--config={a.config}", f"--out={a.out}",
+              "--skip_diagnose"]
+    if a.steps:
+        common.append(f"--steps={a.steps}")
+    os.makedirs(a.out, exist_ok=True)
+    running, failed = [], []
+    t0 = time.time()
+    for i, (study, variant, seeds) in enumerate(jobs):
+        while len(running) >= a.parallel:
+            running = _reap(running, failed)
+            time.sleep(1)
+        env = dict(os.environ, PYTHONUNBUFFERED="1",
+                   XLA_PYTHON_CLIENT_MEM_FRACTION=f"{frac:.3f}")
+        if a.cpu:
+            env["JAX_PLATFORMS"] = "cpu"
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+        log = open(os.path.join(a.out, f"log_{study}_{variant}.txt"), "a")
+        # each job's own table is scratch (in --out); the aggregation writes the real ones
+        cmd = common + [f"--study={study}", f"--variants={variant}", f"--seeds={seeds}",
+                        f"--results={os.path.join(a.out, 'job_' + variant)}"]
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        running.append((p, log, f"{study}/{variant}"))
+        print(f"[{time.time() - t0:6.0f}s] started {study}/{variant} seeds {seeds}", flush=True)
+    while running:
+        running = _reap(running, failed)
+        time.sleep(1)
+    print(f"[{time.time() - t0:6.0f}s] training done; failed: {failed or 'none'}", flush=True)
+    if a.no_aggregate:
+        return 1 if failed else 0
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if a.cpu:
+        env["JAX_PLATFORMS"] = "cpu"
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[0]
+    rc = 0
+    for study in sorted(studies, key=lambda s: s == "deployment"):
+        seeds = a.seeds if study in ("headline", "deployment") else a.ablation_seeds
+        cmd = [sys.executable, "experiments/repro.py", f"--config={a.config}", f"--out={a.out}",
+               f"--results={a.results}", f"--study={study}", f"--seeds={seeds}", f"--note={a.note}"]
+        if study != "deployment":  # (deployment evaluates the finished headline policies)
+            cmd.append("--aggregate_only")
+        if a.steps:
+            cmd.append(f"--steps={a.steps}")
+        if study != "headline":
+            cmd.append("--skip_diagnose")
+        print(f"[{time.time() - t0:6.0f}s] aggregating {study}", flush=True)
+        rc |= subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    return 1 if (failed or rc) else 0
+
+
+def _reap(running, failed):
+    keep = []
+    for p, log, name in running:
+        if p.poll() is None:
+            keep.append((p, log, name))
+            continue
+        log.close()
+        if p.returncode:
+            failed.append(name)
+        print(f"  finished {name} (rc {p.returncode})", flush=True)
+    return keep
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Expert parallelism on 8 faked CPU devices: forward, FP4 rollout forward with hint capture,
+hint-guided QAT gradient and a rollout under a mesh with an ``expert`` axis equal the
+single-device results; the expert stage really runs as a shard_map; clear errors."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from trace_jax import model as M
+from trace_jax import moe
+from trace_jax import numerics as nx
+from trace_jax import rollout as R
+from trace_jax import sharding as S
+
+CFG = M.ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
+                    n_experts=8, top_k=2, d_expert=32, max_seq_len=32, rope_theta=10_000.0,
+                    dtype="float32")
+AXES = ("data", "fsdp", "expert", "tensor")
+
+
+def mesh_of(shape):
+    return S.make_mesh(ml_collections.ConfigDict(dict(axes=AXES, shape=shape)))
+
+
+@pytest.fixture(scope="module")
+def params():
+    rng = np.random.default_rng(0)
+    like = jax.eval_shape(lambda: M.init_params(CFG, jax.random.key(0)))
+    flat, treedef = jax.tree_util.tree_flatten_with_path(like)
+    leaves = [np.ones(x.shape, np.float32) if "norm" in jax.tree_util.keystr(path)
+              else (0.08 * rng.standard_normal(x.shape)).astype(np.float32) for path, x in flat]
+    return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in leaves])
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return jnp.asarray(np.random.default_rng(1).integers(1, CFG.vocab_size, (8, 6)), jnp.int32)
+
+
+def _fwd(numerics, **kw):
+    @jax.jit
+    def f(params, tokens):
+        logits, aux, _ = M.forward(params, tokens, cfg=CFG, numerics=numerics, **kw)
+        return logits, aux.experts, aux.hints
+    return f
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 4, 1), (1, 1, 8, 1), (2, 1, 2, 2)])
+def test_forward_expert_parallel_equals_one_device(params, tokens, shape):
+    num = nx.make_numerics("bf16", CFG.n_layers)
+    ref = _fwd(num)(params, tokens)
+    mesh = mesh_of(shape)
+    sp = jax.device_put(params, S.param_shardings(CFG, mesh, S.make_rules("training")))
+    with jax.set_mesh(mesh):
+        f = _fwd(num)
+        assert "shard_map" in str(jax.make_jaxpr(f)(sp, tokens))  # the EP path is taken
+        out = f(sp, tokens)
+    np.testing.assert_array_equal(np.asarray(out[1]), np.asarray(ref[1]))  # routing
+    np.testing.assert_allclose(np.asarray(out[0]), np.asarray(ref[0]), rtol=1e-5, atol=1e-5)
+
+
+def test_expert_stages_bit_identical(params):
+    """On identical inputs the two EP stages reproduce one device exactly (the reduce-scatter
+    adds zeros only), bf16 and packed FP4 weights."""
+    rng = np.random.default_rng(4)
+    N, k = 16, CFG.top_k
+    x = jnp.asarray(rng.standard_normal((N, CFG.d_model)), jnp.bfloat16)
+    h = jnp.asarray(rng.standard_normal((N, k, CFG.d_expert)), jnp.bfloat16)
+    e = jnp.asarray(np.sort(np.stack([rng.choice(CFG.n_experts, k, replace=False)
+                                      for _ in range(N)]), -1), jnp.int32)
+    e = e.at[:, 0].set(jnp.minimum(e[:, 0], 2))  # crowd a few experts, leave some empty
+    mp = {n: params["layers"]["moe"][n][0].astype(jnp.bfloat16) for n in ("w_gate", "w_up", "w_down")}
+    fp4 = {n: nx.quantize_weight(w.astype(jnp.float32), "nvfp4") for n, w in mp.items()}
+    mesh = mesh_of((1, 2, 4, 1))
+    for w in (mp, fp4):
+        def stages(x, h, e, w):
+            return (moe.experts_apply(moe._gate_up_local, x, e, w["w_gate"], w["w_up"]),
+                    moe.experts_apply(moe._down_local, h, e, w["w_down"]))
+        ref = jax.jit(stages)(x, h, e, w)
+        with jax.set_mesh(mesh):
+            out = jax.jit(stages)(x, h, e, w)
+        for a, b in zip(out, ref):
+            np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+            assert float(jnp.max(jnp.abs(b.astype(jnp.float32)))) > 0
+
+
+def test_fp4_rollout_forward_and_hints_match(params, tokens):
+    """Packed FP4 experts split over the expert axis: logits and captured hints (incl. the
+    per-slot expert_hidden site between the two exchanges) match one device (to the last-ulp
+    differences XLA's CPU dots make on a different batch split)."""
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
+    packed = M.pack_params(params, num, jnp.float32)
+    ref = _fwd(num, capture_hints=True)(packed, tokens)
+    mesh = mesh_of((1, 2, 4, 1))
+    sh = S.param_shardings(CFG, mesh, S.make_rules("sampling"), packed)
+    with jax.set_mesh(mesh):
+        out = _fwd(num, capture_hints=True)(jax.device_put(packed, sh), tokens)
+    np.testing.assert_allclose(np.asarray(out[0]), np.asarray(ref[0]), rtol=1e-5, atol=1e-5)
+    assert set(out[2]) == set(ref[2]) and any("expert_hidden" in k for k in out[2])
+    for name in ref[2]:
+        a, b = out[2][name], ref[2][name]
+        assert np.mean(np.asarray(a.bits) == np.asarray(b.bits)) > 0.995, name
+        np.testing.assert_allclose(np.asarray(a.global_scale), np.asarray(b.global_scale),
+                                   rtol=1e-6)
+
+
+def test_guided_qat_gradient_expert_parallel(params, tokens):
+    """The trainer's hint-guided W4A4 loss and its gradient (through all-gather / reduce-scatter
+    transposes) match one device."""
+    roll = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
+    qat = roll.with_mode("fp4_qat")
+    _, _, hints = _fwd(roll, capture_hints=True)(M.pack_params(params, roll, jnp.float32), tokens)
+
+    def loss(p, toks):
+        logits, aux, _ = M.forward(p, toks, cfg=CFG, numerics=qat, hints=hints)
+        return jnp.mean(jax.nn.logsumexp(logits, -1)) + aux.lb_loss
+
+    g_ref = jax.jit(jax.grad(loss))(params, tokens)
+    mesh = mesh_of((1, 2, 4, 1))
+    sp = jax.device_put(params, S.param_shardings(CFG, mesh, S.make_rules("training")))
+    with jax.set_mesh(mesh):
+        g = jax.jit(jax.grad(loss))(sp, tokens)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-6)
+
+
+def test_rollout_expert_parallel_equals_one_device(params):
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    sampling = R.SamplingConfig(max_new_tokens=4, temperature=1.0, eos_id=2, pad_id=0)
+    prompts = jnp.asarray(np.random.default_rng(2).integers(3, CFG.vocab_size, (8, 5)), jnp.int32)
+    lens = jnp.asarray([5, 3, 4, 5, 2, 5, 1, 4], jnp.int32)
+    rp = R.sync_weights(params, num)
+    ref = R.generate(rp, prompts, lens, jax.random.key(3), cfg=CFG, numerics=num,
+                     sampling=sampling)
+    mesh = mesh_of((1, 2, 4, 1))
+    rules = S.make_rules("sampling")
+    rp = R.sync_weights(params, num, shardings=S.rollout_param_shardings(CFG, mesh, rules, num))
+    out = R.generate(rp, prompts, lens, jax.random.key(3), cfg=CFG, numerics=num,
+                     sampling=sampling, mesh=mesh, rules=rules)
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
+    np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(ref.logprobs), atol=1e-5)
+    assert out.tokens.sharding.spec[0] == ("fsdp", "expert")  # trajectories split over DP x EP
+
+
+def test_errors_name_the_problem(params):
+    mesh = mesh_of((1, 1, 8, 1))
+    num = nx.make_numerics("bf16", CFG.n_layers)
+    toks = jnp.ones((4, 3), jnp.int32)  # 12 tokens over 8 devices
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match="12 tokens do not split"):
+        _fwd(num)(params, toks)
+    w = jnp.zeros((6, 4, 4))  # 6 experts over 8
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match="6 experts do not split"):
+        jax.jit(lambda x, e: moe.experts_apply(moe._down_local, x, e, w))(
+            jnp.zeros((8, 2, 4)), jnp.zeros((8, 2), jnp.int32))
