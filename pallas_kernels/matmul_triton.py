@@ -317,10 +317,10 @@ def _run(x, w, items, row_gw, cfg: Config):
 
 def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") -> Config:
     """Heuristic tile choice (see NOTES_matmul.md for the measurements behind it)."""
-    bm = 16 if m <= 16 else (32 if m <= 32 else 64)
+    bm = 16 if m <= 16 else 32  # M=64: two BM=32 mma.sync tiles beat one wgmma tile (GPU run 4)
     if grouped:
         bm = 16 if m <= 2048 else 32  # mean group size m/E for 128 experts
-    bn = next(b for b in (128, 64, 32) if n % b == 0)
+    bn = next(b for b in ((64, 32) if grouped else (128, 64, 32)) if n % b == 0)
     bk = 256
     split = 1
     if not grouped:
