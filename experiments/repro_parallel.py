@@ -9,7 +9,8 @@ deployment study last (it evaluates the headline study's bf16 and trace policies
 
     python experiments/repro_parallel.py --config=configs/small.py \
         --studies headline,hint_layers,replay_is,deployment --seeds 0,1,2 --ablation_seeds 0 \
-        --gpus 0,1 --parallel 16 --out /tmp/repro --results experiments/results/repro
+        --gpus 0,1 --parallel 16 --out /tmp/repro --results experiments/results/repro \
+        [-- --config.sft.steps=100 ...]   # config overrides passed to every repro.py call
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ TRAINING_STUDIES = ("headline", "hint_layers", "replay_is")
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # config overrides for repro.py
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
     ap.add_argument("--studies", default="headline")
@@ -42,6 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--note", default="")
     ap.add_argument("--cpu", action="store_true", help="no GPUs: run on the CPU")
     ap.add_argument("--no_aggregate", action="store_true")
+    ap.add_argument("--skip_diagnose", action="store_true", help="no code-distance histogram")
     a = ap.parse_args(argv)
 
     from experiments import repro
@@ -64,7 +69,7 @@ def main(argv=None) -> int:
                 jobs.append(job)
 
     common = [sys.executable, "experiments/repro.py", f"--config={a.config}", f"--out={a.out}",
-              "--skip_diagnose"]
+              "--skip_diagnose", *extra]
     if a.steps:
         common.append(f"--steps={a.steps}")
     os.makedirs(a.out, exist_ok=True)
@@ -102,12 +107,13 @@ def main(argv=None) -> int:
     for study in sorted(studies, key=lambda s: s == "deployment"):
         seeds = a.seeds if study in ("headline", "deployment") else a.ablation_seeds
         cmd = [sys.executable, "experiments/repro.py", f"--config={a.config}", f"--out={a.out}",
-               f"--results={a.results}", f"--study={study}", f"--seeds={seeds}", f"--note={a.note}"]
+               f"--results={a.results}", f"--study={study}", f"--seeds={seeds}", f"--note={a.note}",
+               *extra]
         if study != "deployment":  # (deployment evaluates the finished headline policies)
             cmd.append("--aggregate_only")
         if a.steps:
             cmd.append(f"--steps={a.steps}")
-        if study != "headline":
+        if study != "headline" or a.skip_diagnose:
             cmd.append("--skip_diagnose")
         print(f"[{time.time() - t0:6.0f}s] aggregating {study}", flush=True)
         rc |= subprocess.run(cmd, cwd=ROOT, env=env).returncode
