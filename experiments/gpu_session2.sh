@@ -14,7 +14,7 @@ CUDA_VISIBLE_DEVICES=1 timeout 100 python3 experiments/calibrate_sft.py --config
   --max_steps=250 --every=25 --eval_batches=2 --json "$OUT/calib_small.json" \
   > "$OUT/calib_small.txt" 2>&1 &
 CAL=$!
-timeout 240 python3 experiments/scaling.py --config=configs/small.py --steps 8 \
+timeout 240 python3 experiments/scaling.py --config=configs/small.py --steps 6 \
   --hardware "2x NVIDIA H200 (one host)" --out "$OUT/scaling" \
   --layout "1 GPU=0:(1,1,1,1)" --layout "2 GPUs DP+FSDP=0,1:(1,2,1,1)" \
   --layout "2 GPUs EP=0,1:(1,1,2,1)" \

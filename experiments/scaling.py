@@ -77,7 +77,13 @@ def main(argv=None):
     ap.add_argument("--cpu", action="store_true", help="fake the devices on the CPU")
     ap.add_argument("--hardware", default="", help="named in the table header")
     a = ap.parse_args(argv)
-    rows = [run_layout(*parse_layout(s), a, extra) for s in a.layout]
+    rows = []
+    for s in a.layout:  # tables rewritten after every layout: a cut-off run keeps what it measured
+        rows.append(run_layout(*parse_layout(s), a, extra))
+        write(rows, a, extra)
+
+
+def write(rows, a, extra):
     base = rows[0]
     lines = [f"Hardware: {a.hardware or ('CPU (faked devices)' if a.cpu else 'GPU')}; config "
              f"`{a.config}` {' '.join(extra)}; {a.steps} RL steps, medians after the first two.",
@@ -90,7 +96,8 @@ def main(argv=None):
                      f"{r['train_s']:.3f} | {base['train_s'] / r['train_s']:.2f} | "
                      f"{r['sync_s']:.3f} |")
     text = "\n".join(lines)
-    print(text)
+    if len(rows) == len(a.layout):
+        print(text)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out + ".md", "w") as f:
         f.write(text + "\n")
