@@ -346,8 +346,8 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
                      "num_stages", "precision", "decode", "out_dtype", "interpret"))
-def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=64,
-                            num_splits=None, split_target=None, num_warps=4, num_stages=2,
+def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
+                            num_splits=None, split_target=None, num_warps=None, num_stages=2,
                             precision="f32", decode="v2", out_dtype=jnp.bfloat16,
                             interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
@@ -378,6 +378,11 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=6
             raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
     if hq % h:
         raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
+    # defaults = the best configs measured on the H200 (NOTES_attention.md)
+    if block_k is None:
+        block_k = 128 if fmt == "bf16" else (32 if decode == "v2" else 64)
+    if num_warps is None:
+        num_warps = 8 if fmt == "bf16" else (1 if decode == "v2" else 4)
     g = hq // h
     gp = max(16, 1 << (g - 1).bit_length())
     block_k = min(block_k, max(16, 1 << (s - 1).bit_length()))
