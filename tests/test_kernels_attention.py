@@ -234,7 +234,7 @@ def test_v1_and_v2_decode_agree(fmt):
 def test_f32_p_precision_beats_bf16_p(fmt):
     """precision="f32" (P split into two bf16 terms) is f32-accurate against float64 before the
     output rounding; precision="bf16" (v1) is ~1e-3 off."""
-    b, hq, h, s, d = 1, 8, 1, 2048, 128
+    b, hq, h, s, d = 1, 8, 1, 512, 128
     q, k, v = _inputs(21, b, hq, h, s, d)
     lengths = np.asarray([s - 5], np.int32)
     kc, vc = _cache(k * 0.3, fmt), _cache(v, fmt)
@@ -244,7 +244,7 @@ def test_f32_p_precision_beats_bf16_p(fmt):
     err = {}
     for prec in ("f32", "bf16"):
         out = AT.decode_attention_triton(q, kc, vc, jnp.asarray(lengths), sm_scale=d ** -0.5,
-                                         block_k=64, num_splits=4, precision=prec,
+                                         block_k=64, num_splits=2, precision=prec,
                                          out_dtype=jnp.float32, interpret=True)
         err[prec] = _rel(out, want)
     assert err["f32"] < 2e-5, err
