@@ -73,6 +73,9 @@ _AGG_ONLY = flags.DEFINE_bool("aggregate_only", False, "Only rebuild tables from
                               flag_values=FV)
 _NOTE = flags.DEFINE_string("note", "", "Markdown paragraph placed under the table header "
                             "(scale caveats, what is missing).", flag_values=FV)
+_DEVICE = flags.DEFINE_string("device", "", "Device named in the table header (default: this "
+                              "process's; set it when aggregating elsewhere than the runs ran).",
+                              flag_values=FV)
 _NO_DIAG = flags.DEFINE_bool("skip_diagnose", False, "Skip the code-distance histogram.",
                              flag_values=FV)
 
@@ -517,7 +520,7 @@ def main(argv):
             print(f"FAILED {k}: {v}", flush=True)
     header = (f"# Reproduction study `{study}` on `{tag}` config\n\n"
               f"config `{_config_path()}`, seeds {seeds}, "
-              f"device {_device()}; mean ± sample std (ddof=1) over seeds.")
+              f"device {_DEVICE.value or _device()}; mean ± sample std (ddof=1) over seeds.")
     rc = next((c for c in (run_config(r.workdir) for r in runs) if c is not None), None)
     if rc is not None:
         header += (f"\n\nRecorded run config (`config.json` of the runs): task {rc.task.name} "
