@@ -65,8 +65,10 @@ class Batch(NamedTuple):
 
 def check_alignment(tokens_BxT, guidance: R.HintBatch):
     """Raise if the hint batch was not recorded for these tokens (shifted or foreign batch)."""
-    want = np.asarray(R.fingerprint(tokens_BxT))
-    got = np.asarray(guidance.fingerprint)
+    from trace_jax.distributed import to_host  # sharded (possibly multi-host) -> numpy
+
+    want = to_host(R.fingerprint(tokens_BxT))
+    got = to_host(guidance.fingerprint)
     bad = np.nonzero(want != got)[0]
     if bad.size:
         raise ValueError(f"hint batch does not belong to these trajectories: fingerprint mismatch "
