@@ -236,6 +236,19 @@ def random_params(cfg: M.ModelConfig, numerics: nx.Numerics, key) -> dict:
     return random_tree(param_structs(cfg, numerics), key, role)
 
 
+def to_kernel_layout(params: dict, enabled: bool) -> dict:
+    """FP4 routed experts repacked for the Pallas grouped matmul (what
+    ``sync_weights(kernel_layout=True)`` produces); other params unchanged."""
+    moe_p = params["layers"]["moe"]
+    if not enabled or not isinstance(moe_p["w_gate"], Q.QTensor):
+        return params
+    from pallas_kernels.fp4_matmul import prepare_weights
+
+    conv = jax.jit(jax.vmap(prepare_weights))
+    moe_p = dict(moe_p, **{k: conv(moe_p[k]) for k in EXPERT_LEAVES})
+    return dict(params, layers=dict(params["layers"], moe=moe_p))
+
+
 def random_cache(cfg, numerics, batch, slots, key):
     """A full cache with random, valid contents (every slot written)."""
     structs = jax.eval_shape(lambda: attention.init_cache(cfg, numerics, batch, slots))
@@ -360,7 +373,8 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
     fp4_w, fp4_kv = engine_precisions(name)
     row = {"engine": name, "context": context, "batch": batch, "capture_hints": capture,
            "attention": attn, "fp4_weights": fp4_w, "fp4_kv": fp4_kv}
-    params = random_params(cfg_run, numerics, jax.random.fold_in(key, 1))
+    params = to_kernel_layout(random_params(cfg_run, numerics, jax.random.fold_in(key, 1)),
+                              args.kernel_layout)
     cache = random_cache(cfg_run, numerics, batch, context, jax.random.fold_in(key, 2))
     row["params_bytes_run"] = tree_nbytes(params)
     row["cache_bytes_run"] = tree_nbytes(cache)
@@ -460,7 +474,8 @@ def breakdown(cfg, numerics, params, cache, experts, batch, context, attn, args,
 def prefill(cfg, name, length, args, key):
     mode, sites, hsites, capture, _ = ENGINES[name]
     numerics = nx.make_numerics(mode, cfg.n_layers, fmt=args.fmt, sites=sites, hint_sites=hsites)
-    params = random_params(cfg, numerics, jax.random.fold_in(key, 11))
+    params = to_kernel_layout(random_params(cfg, numerics, jax.random.fold_in(key, 11)),
+                              args.kernel_layout)
     toks = jax.random.randint(jax.random.fold_in(key, 12), (1, length), 0, cfg.vocab_size, jnp.int32)
 
     @jax.jit
@@ -635,6 +650,8 @@ def main(argv=None):
     ap.add_argument("--time_budget_s", type=float, default=0, help="skip what is left after this")
     ap.add_argument("--out", default=str(REPO / "experiments/results"))
     ap.add_argument("--smoke", action="store_true", help="CPU: tiny shapes, 2 steps per engine")
+    ap.add_argument("--kernel_layout", action="store_true",
+                    help="FP4 experts through the Pallas grouped matmul (sync_weights(kernel_layout))")
     args = ap.parse_args(argv)
     if args.smoke:
         args.config = str(REPO / "configs/tiny.py")

@@ -47,7 +47,7 @@ def _fwd(numerics, **kw):
     return f
 
 
-@pytest.mark.parametrize("shape", [(1, 2, 4, 1), (1, 1, 8, 1), (2, 1, 2, 2)])
+@pytest.mark.parametrize("shape", [(1, 1, 8, 1), (2, 1, 2, 2)])
 def test_forward_expert_parallel_equals_one_device(params, tokens, shape):
     num = nx.make_numerics("bf16", CFG.n_layers)
     ref = _fwd(num)(params, tokens)
@@ -154,3 +154,61 @@ def test_errors_name_the_problem(params):
     with jax.set_mesh(mesh), pytest.raises(ValueError, match="6 experts do not split"):
         jax.jit(lambda x, e: moe.experts_apply(moe._down_local, x, e, w))(
             jnp.zeros((8, 2, 4)), jnp.zeros((8, 2), jnp.int32))
+
+
+def test_rollout_on_a_device_subset_from_trainer_on_all_devices(params):
+    """Trainer params FSDP-sharded over all 8 devices; the rollout runs on a 4-device subset
+    (expert parallel there): sync_weights reshards across the two meshes and the samples match
+    one device."""
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    sampling = R.SamplingConfig(max_new_tokens=3, temperature=0.0, eos_id=-1, pad_id=0)
+    prompts = jnp.asarray(np.random.default_rng(5).integers(3, CFG.vocab_size, (4, 4)), jnp.int32)
+    lens = jnp.asarray([4, 2, 3, 1], jnp.int32)
+    ref = R.generate(R.sync_weights(params, num), prompts, lens, jax.random.key(0), cfg=CFG,
+                     numerics=num, sampling=sampling)
+    train_mesh = mesh_of((1, 8, 1, 1))
+    tp = jax.device_put(params, S.param_shardings(CFG, train_mesh, S.make_rules("training")))
+    sub = S.make_mesh(ml_collections.ConfigDict(dict(axes=AXES, shape=(1, 1, 4, 1))),
+                      devices=jax.devices()[4:])
+    rules = S.make_rules("sampling")
+    rp = R.sync_weights(tp, num, shardings=S.rollout_param_shardings(CFG, sub, rules, num))
+    assert rp["layers"]["moe"]["w_gate"].codes.sharding.device_set == set(jax.devices()[4:])
+    out = R.generate(rp, prompts, lens, jax.random.key(0), cfg=CFG, numerics=num,
+                     sampling=sampling, mesh=sub, rules=rules)
+    assert out.tokens.sharding.device_set == set(jax.devices()[4:])
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
+
+
+def test_kernel_layout_weights_through_the_model(params, tokens):
+    """FP4 experts packed once in the Pallas kernel layout (``sync_weights(kernel_layout=True)``)
+    run through the model (the kernel's pure-JAX reference off the GPU), one device and expert
+    parallel; the expert stages agree with the QTensor path to bf16 rounding (the kernel path
+    returns bf16 and applies the global scale in f32); sharding specs cover the layout."""
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    qp = R.sync_weights(params, num, dtype=jnp.float32)
+    kp = R.sync_weights(params, num, dtype=jnp.float32, kernel_layout=True)
+    assert type(kp["layers"]["moe"]["w_gate"]).__name__ == "FP4Weights"
+    rng = np.random.default_rng(6)
+    x = jnp.asarray(rng.standard_normal((12, CFG.d_model)), jnp.float32)
+    e = jnp.asarray(np.sort(np.stack([rng.choice(CFG.n_experts, 2, replace=False)
+                                      for _ in range(12)]), -1), jnp.int32)
+    for p in (qp, kp):
+        moe_p = jax.tree.map(lambda a: a[0], p["layers"]["moe"])
+        h = moe.experts_apply(moe._gate_up_local, x, e, moe_p["w_gate"], moe_p["w_up"])
+        d = moe.experts_apply(moe._down_local, h, e, moe_p["w_down"])
+        if p is qp:
+            h_ref, d_ref = h, d
+    np.testing.assert_allclose(np.asarray(h, np.float32), np.asarray(h_ref), rtol=2e-2, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(d, np.float32), np.asarray(d_ref), rtol=2e-2, atol=1e-3)
+
+    out = _fwd(num)(kp, tokens)
+    ref = _fwd(num)(qp, tokens)
+    assert np.mean(np.asarray(out[1]) == np.asarray(ref[1])) > 0.9  # routing mostly the same
+    mesh = mesh_of((1, 2, 4, 1))
+    sh = S.rollout_param_shardings(CFG, mesh, S.make_rules("sampling"), num, dtype="float32",
+                                   kernel_layout=True)
+    assert sh["layers"]["moe"]["w_gate"].codes.spec == jax.sharding.PartitionSpec(None, "expert")
+    with jax.set_mesh(mesh):
+        ep = _fwd(num)(jax.device_put(kp, sh), tokens)
+    np.testing.assert_array_equal(np.asarray(ep[1]), np.asarray(out[1]))
+    np.testing.assert_allclose(np.asarray(ep[0]), np.asarray(out[0]), rtol=1e-4, atol=1e-4)

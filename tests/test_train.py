@@ -164,7 +164,7 @@ def test_repeated_nonfinite_steps_stop_with_message(tmp_path, monkeypatch):
 
     monkeypatch.setattr(TR, "rl_step", nan_step)
     with pytest.raises(FloatingPointError, match="max_nonfinite_steps=3"):
-        RUN.run(small(tmp_path, **{"train.steps": 6}))
+        RUN.run(small(tmp_path, **{"train.steps": 4}))
 
 
 def test_config_errors_before_compute(tmp_path):

@@ -163,11 +163,14 @@ def init_params(cfg: ModelConfig, key: jax.Array, dtype=None) -> dict:
     return jax.tree.unflatten(treedef, out)
 
 
-def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16, scale_rule="max") -> dict:
+def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16, scale_rule="max",
+                kernel_layout: bool = False) -> dict:
     """Rollout params: every weight cast to ``dtype`` and, for ``fp4_rollout``, the quantized
     expert weights packed to FP4 QTensors (quantized once, the same way the QAT trainer
     fake-quantizes them, so identical masters give identical codes). ``scale_rule`` selects
-    the block-scale rule (``"four_over_six"`` for that PTQ baseline)."""
+    the block-scale rule (``"four_over_six"`` for that PTQ baseline). ``kernel_layout`` stores
+    the packed experts in the Pallas FP4 grouped-matmul layout (``pallas_kernels.fp4_matmul.
+    FP4Weights``: the same codes and scales, rearranged once here, not per step)."""
     out = jax.tree.map(lambda a: a.astype(dtype), params)
     if numerics.mode != "fp4_rollout":
         return out
@@ -183,6 +186,10 @@ def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16, scale_r
     for w in ("w_gate", "w_up", "w_down"):
         moe_p[w] = nx.quantize_weight(params["layers"]["moe"][w].astype(jnp.float32), numerics.fmt,
                                       scale_rule)
+        if kernel_layout:
+            from pallas_kernels.fp4_matmul import prepare_weights
+
+            moe_p[w] = jax.vmap(prepare_weights)(moe_p[w])  # over the stacked layers
     out["layers"] = dict(out["layers"], moe=moe_p)
     return out
 

@@ -252,7 +252,7 @@ class SiteIO:
         """Expert weights [E, K, N] (contraction axis -2): bf16 array in, bf16 array or packed
         FP4 out. In fp4_rollout the weight is already packed (see :func:`pack_weight`)."""
         nm = self.numerics
-        if isinstance(w, Q.QTensor):
+        if not isinstance(w, jax.Array):  # packed FP4: a QTensor or kernel-layout FP4Weights
             if nm.mode != "fp4_rollout":
                 raise ValueError(f"{name}: packed FP4 weights given to numerics mode {nm.mode!r}")
             return w

@@ -1,7 +1,9 @@
 """The model's heavy operations behind one interface each: the pure-JAX reference everywhere, the
 Pallas kernels from ``pallas_kernels`` on GPU where they exist.
 
-* :func:`grouped_matmul` -- tokens sorted by expert times per-expert weights (bf16 or packed FP4).
+* :func:`grouped_matmul` -- tokens sorted by expert times per-expert weights (bf16, packed FP4
+  QTensors: dequantize + ``ragged_dot``, or FP4 weights in the Pallas kernel layout: the Pallas
+  FP4 grouped matmul on GPU, its pure-JAX reference elsewhere).
 * :func:`decode_attention` -- one query token per sequence against a bf16 or FP4 KV cache.
 """
 
@@ -38,11 +40,10 @@ def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
     dt = x_MxK.dtype
     if isinstance(w, Q.QTensor):
         w = Q.dequantize(w, dt)
-    elif not isinstance(w, jax.Array):  # kernel-prepared FP4 weights
-        fn = _kernel("fp4_matmul", "fp4_grouped_matmul")
-        if fn is None:
-            raise ValueError(f"no kernel available for weights of type {type(w).__name__}")
-        return fn(x_MxK, w, group_sizes_E)
+    elif not isinstance(w, jax.Array):  # FP4 weights in kernel layout (pack_params)
+        from pallas_kernels.fp4_matmul import fp4_grouped_matmul  # its reference off the GPU
+
+        return fp4_grouped_matmul(x_MxK, w, group_sizes_E.astype(jnp.int32)).astype(dt)
     out = jax.lax.ragged_dot(x_MxK, w.astype(dt), group_sizes_E.astype(jnp.int32),
                              preferred_element_type=jnp.float32)
     return out.astype(dt)

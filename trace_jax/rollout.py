@@ -87,19 +87,21 @@ def repeat_prompts(prompts_BxP, prompt_lens_B, group_size: int):
             jnp.repeat(prompt_lens_B, group_size, axis=0))
 
 
-def sync_weights(trainer_params, numerics: nx.Numerics, shardings=None, dtype=jnp.bfloat16):
+def sync_weights(trainer_params, numerics: nx.Numerics, shardings=None, dtype=jnp.bfloat16,
+                 kernel_layout: bool = False):
     """The one place where the trainer's BF16/FP32 masters become rollout weights: cast to
-    ``dtype`` and, for FP4 rollout, routed-expert weights quantized and packed. ``shardings`` (a
-    pytree of NamedShardings matching the result) reshards onto the rollout mesh."""
-    out = _pack(trainer_params, numerics, jnp.dtype(dtype))
+    ``dtype`` and, for FP4 rollout, routed-expert weights quantized and packed (``kernel_layout``:
+    in the Pallas FP4 grouped-matmul layout). ``shardings`` (a pytree of NamedShardings matching
+    the result) reshards onto the rollout mesh."""
+    out = _pack(trainer_params, numerics, jnp.dtype(dtype), kernel_layout)
     if shardings is not None:
         out = jax.device_put(out, shardings)
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("numerics", "dtype"))
-def _pack(params, numerics, dtype):
-    return M.pack_params(params, numerics, dtype)
+@functools.partial(jax.jit, static_argnames=("numerics", "dtype", "kernel_layout"))
+def _pack(params, numerics, dtype, kernel_layout):
+    return M.pack_params(params, numerics, dtype, kernel_layout=kernel_layout)
 
 
 # --------------------------------------------------------------------------------------------

@@ -99,8 +99,10 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
     n = config.rollout.batch_prompts * exp.group_size
     SH.check_batch_divisible(n, mesh, tr)
     SH.check_batch_divisible(config.sft.batch_size, mesh, tr)
+    kl = bool(config.rollout.kernel_layout)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
-                     SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics))
+                     SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,
+                                                kernel_layout=kl))
 
 
 def opt_init(opt, params, pl: Placement | None):
@@ -331,7 +333,8 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     t0 = time.perf_counter()
     source = stale[0] if tc.max_version_diff else ts.params  # async: oldest allowed version
     rparams = jax.block_until_ready(R.sync_weights(
-        source, roll_num, shardings=None if placement is None else placement.rollout_params))
+        source, roll_num, shardings=None if placement is None else placement.rollout_params,
+        kernel_layout=bool(config.rollout.kernel_layout) and roll_num.is_fp4))
     t1 = time.perf_counter()
 
     examples = exp.train_data.batch(step)

@@ -244,11 +244,20 @@ def constrain(x: jax.Array, axes, mesh: Mesh, rules: Rules) -> jax.Array:
 
 
 def _sharding_for(axes, leaf, rules, mesh):
-    """A NamedSharding for an array-like leaf, or a QTensor of NamedShardings (one per field)."""
+    """A NamedSharding for an array-like leaf, or a QTensor / kernel-layout FP4Weights of
+    NamedShardings (one per field)."""
     if isinstance(leaf, Q.QTensor):
         return Q.QTensor(*(named(axes, rules, mesh, f.shape)
                            for f in (leaf.codes, leaf.scales, leaf.global_scale)),
                          fmt=leaf.fmt, axis=leaf.axis)
+    if not isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
+        # FP4Weights [..., (2,) K', N]: each field keeps the weight's leading and trailing two
+        # axes; extra middle axes are replicated
+        def field(f):
+            extra = len(f.shape) - len(axes)
+            return named(tuple(axes[:-2]) + (None,) * extra + tuple(axes[-2:]), rules, mesh,
+                         f.shape)
+        return jax.tree.map(field, leaf)
     return named(axes, rules, mesh, np.shape(leaf))
 
 
@@ -274,13 +283,16 @@ def param_shardings(cfg, mesh: Mesh, rules: Rules, params_like=None):
         raise ValueError(f"params do not match model.param_axes(cfg): {e}") from e
 
 
-def rollout_param_shardings(cfg, mesh: Mesh, rules: Rules, numerics, dtype="bfloat16"):
-    """Shardings for ``rollout.sync_weights(params, numerics, dtype=dtype)``'s result (packed
-    FP4 expert weights for ``fp4_rollout``); computed from shapes, nothing is allocated."""
+def rollout_param_shardings(cfg, mesh: Mesh, rules: Rules, numerics, dtype="bfloat16",
+                            kernel_layout: bool = False):
+    """Shardings for ``rollout.sync_weights(params, numerics, dtype=dtype,
+    kernel_layout=...)``'s result (packed FP4 expert weights for ``fp4_rollout``); computed from
+    shapes, nothing is allocated."""
     from trace_jax import model as M
 
     packed = jax.eval_shape(
-        lambda k: M.pack_params(M.init_params(cfg, k), numerics, np.dtype(dtype)),
+        lambda k: M.pack_params(M.init_params(cfg, k), numerics, np.dtype(dtype),
+                                kernel_layout=kernel_layout),
         jax.random.key(0))
     return param_shardings(cfg, mesh, rules, packed)
 
