@@ -28,9 +28,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cmd(workdir, steps, mesh, extra=()):
+def _cmd(workdir, steps, mesh, sft, extra=()):
     return [sys.executable, "-m", "trace_jax.main", "--config=configs/tiny.py",
-            f"--config.workdir={workdir}", "--config.sft.steps=2", f"--config.train.steps={steps}",
+            f"--config.workdir={workdir}", f"--config.sft.steps={sft}",
+            f"--config.train.steps={steps}",
             f"--config.mesh.shape={mesh}", "--config.checkpoint.every=100", *extra]
 
 
@@ -51,6 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--devices", type=int, default=2, help="CPU devices per process")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--sft_steps", type=int, default=60,
+                    help="SFT warm start, so that rewards (and advantages) are not all zero")
     ap.add_argument("--mesh", default="(1,-1,1,1)")
     ap.add_argument("--workdir", default="/tmp/trace_jax_multihost")
     ap.add_argument("--timeout", type=int, default=600)
@@ -61,7 +64,7 @@ def main(argv=None) -> int:
     addr = f"localhost:{_free_port()}"
     procs = []
     for pid in range(a.processes):
-        cmd = _cmd(multi, a.steps, a.mesh, (
+        cmd = _cmd(multi, a.steps, a.mesh, a.sft_steps, (
             f"--config.distributed.coordinator_address={addr}",
             f"--config.distributed.num_processes={a.processes}",
             f"--config.distributed.process_id={pid}"))
@@ -81,7 +84,7 @@ def main(argv=None) -> int:
             print(f"--- process {pid} (rc {rcs[pid]}):")
             print(open(a.workdir + f"_p{pid}.log").read()[-3000:])
         return 1
-    rc = subprocess.run(_cmd(single, a.steps, a.mesh), cwd=ROOT,
+    rc = subprocess.run(_cmd(single, a.steps, a.mesh, a.sft_steps), cwd=ROOT,
                         env=_env(a.processes * a.devices), capture_output=True, text=True,
                         timeout=a.timeout)
     if rc.returncode:

@@ -148,7 +148,7 @@ def test_errors_name_the_problem(params):
     mesh = mesh_of((1, 1, 8, 1))
     num = nx.make_numerics("bf16", CFG.n_layers)
     toks = jnp.ones((4, 3), jnp.int32)  # 12 tokens over 8 devices
-    with jax.set_mesh(mesh), pytest.raises(ValueError, match="12 tokens do not split"):
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match="12 tokens .* do not split"):
         _fwd(num)(params, toks)
     w = jnp.zeros((6, 4, 4))  # 6 experts over 8
     with jax.set_mesh(mesh), pytest.raises(ValueError, match="6 experts do not split"):

@@ -41,8 +41,9 @@ class Checkpointer:
             except Exception as e:  # noqa: BLE001 - any read failure means unusable
                 log.warning("checkpoint %s/%d is incomplete or corrupted (%s: %s); skipping it",
                             self.directory, step, type(e).__name__, str(e)[:200])
-                print(f"WARNING: skipping unreadable checkpoint step {step} "
-                      f"({type(e).__name__}: {str(e)[:120]})", flush=True)
+                if jax.process_index() == 0:
+                    print(f"WARNING: skipping unreadable checkpoint step {step} "
+                          f"({type(e).__name__}: {str(e)[:120]})", flush=True)
                 continue
             return step, state
         return None, None

@@ -14,12 +14,16 @@ Config (``config.distributed``)::
     coordinator_address = ""  # "host:port" of process 0; "" = from the environment
     num_processes = 0         # 0 = from the environment
     process_id = -1           # -1 = from the environment
-    local_device_ids = ""     # e.g. "0,1" (default: all local GPUs)
+    local_device_ids = ""     # e.g. "0,1"; default: JAX's choice (all local GPUs with an explicit
+                              # coordinator; one GPU per process, the local rank, under SLURM/MPI)
 
 "auto" initializes when the environment says this is one of several processes
 (``JAX_COORDINATOR_ADDRESS`` / ``TRACE_JAX_COORDINATOR``, SLURM with more than one task, Open MPI
 with more than one rank) or when ``coordinator_address`` is set; with neither it is a
-single-process run and nothing happens. Launch recipe: README, "Several GPUs and hosts".
+single-process run and nothing happens. Under SLURM / Open MPI, JAX gives each process the GPU of
+its local rank: launch one task per GPU. With an explicit coordinator each process takes all its
+host's GPUs (one process per host). The mesh must cover every process's devices (``run`` checks).
+Launch recipe: README, "Several GPUs and hosts".
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ size ep > 1, the two expert GEMM stages run in a ``shard_map``: each device hold
 and its own tokens (the batch is split over the expert axis too); per stage it all-gathers the
 tokens of its expert group, computes the (token, slot) pairs routed to its local experts (zero
 elsewhere) and reduce-scatters the slot outputs back to the tokens' owners. Each (token, slot)
-is nonzero on exactly one device, so the reduction adds zeros only: results are bit-identical to
-one device. The ``moe/expert_hidden`` site sits between the stages in token layout, so its
+is nonzero on exactly one device, so the reduction adds zeros only: on identical inputs a stage
+reproduces one device bit for bit wherever the grouped matmul's row results do not depend on how
+many rows it is given (tested on CPU; GPU matmul tiling may round differently). The ``moe/expert_hidden`` site sits between the stages in token layout, so its
 quantization and hints are the same code on one device or many. (Exchanging [N, k, *] slot
 tensors costs k x the bytes of an all-to-all of combined outputs; it buys exactness and keeps the
 token exchange in two collectives that XLA schedules itself.)
@@ -161,8 +162,9 @@ def experts_apply(stage, tokens_NxX, experts_NxK, *weights):
         shards *= mesh.shape[a]
     N = tokens_NxX.shape[0]
     if N % shards:
-        raise ValueError(f"expert parallelism: {N} tokens do not split over the {shards} devices "
-                         f"of mesh axes {bax}; use a batch that is a multiple of {shards}")
+        raise ValueError(f"expert parallelism: {N} tokens (batch x sequence length, per "
+                         f"micro-batch) do not split over the {shards} devices of mesh axes {bax}; "
+                         f"use a (micro-)batch of sequences that is a multiple of {shards}")
     tok = P(bax)
 
     def body(x, e, *ws):

@@ -88,6 +88,10 @@ class Placement:
 def make_placement(config, exp: X.Experiment) -> Placement | None:
     """None on a one-device mesh (everything stays on the default device)."""
     shape = tuple(config.mesh.shape)
+    if jax.process_count() > 1 and -1 not in shape and int(np.prod(shape)) != jax.device_count():
+        raise ValueError(f"mesh.shape {shape} covers {int(np.prod(shape))} of the "
+                         f"{jax.device_count()} devices of {jax.process_count()} processes; a "
+                         f"multi-process run needs a mesh over all of them (use -1)")
     if -1 not in shape and int(np.prod(shape)) == 1:
         return None
     # an explicit shape uses the first devices; -1 takes all of them
@@ -140,10 +144,10 @@ def workdir_of(config) -> str:
 
 def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement | None = None):
     key = jax.random.key(config.seed)
-    if pl is None:
-        params = M.init_params(exp.cfg, key)
-    else:  # built in place on the (possibly multi-host) mesh
-        params = jax.jit(lambda k: M.init_params(exp.cfg, k), out_shardings=pl.params)(key)
+    # jitted on one device and on a mesh alike (identical values; eager init rounds differently),
+    # built in place on the (possibly multi-host) mesh
+    params = jax.jit(lambda k: M.init_params(exp.cfg, k),
+                     out_shardings=None if pl is None else pl.params)(key)
     opt = rl_optimizer(tc)
     state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0),
              "stale": [params] * tc.max_version_diff}
@@ -229,8 +233,9 @@ def run(config) -> dict:
     validate(config, exp, tc)
     workdir = workdir_of(config)
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=1))
+    if D.is_main_process():
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=1))
 
     ckpt = C.Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.checkpoint.keep)
     placement = make_placement(config, exp)
@@ -289,11 +294,13 @@ def run(config) -> dict:
                 last = m
                 bar.set_postfix(reward=f"{m['reward_mean']:.3f}", acc=f"{m['accuracy']:.2f}",
                                 gap=f"{m['logprob_gap_max']:.3f}")
-                bar.write(f"step {step:4d} reward {m['reward_mean']:.3f} acc {m['accuracy']:.3f} "
-                          f"len {m['response_len_mean']:.1f} H {m['entropy']:.3f} "
-                          f"gap {m['logprob_gap_max']:.4f}/{m['logprob_gap_mean']:.5f} "
-                          f"codes {m['code_agreement_hinted']:.4f}/{m['code_agreement_unhinted']:.4f} "
-                          f"t {m['time_rollout_s']:.2f}+{m['time_train_s']:.2f}s")
+                if main:
+                    bar.write(
+                        f"step {step:4d} reward {m['reward_mean']:.3f} acc {m['accuracy']:.3f} "
+                        f"len {m['response_len_mean']:.1f} H {m['entropy']:.3f} "
+                        f"gap {m['logprob_gap_max']:.4f}/{m['logprob_gap_mean']:.5f} codes "
+                        f"{m['code_agreement_hinted']:.4f}/{m['code_agreement_unhinted']:.4f} "
+                        f"t {m['time_rollout_s']:.2f}+{m['time_train_s']:.2f}s")
             if nonfinite:
                 log(f"WARNING: non-finite loss or gradients at step {g_step}; update skipped "
                       f"({nonfinite} in a row)")

@@ -212,7 +212,9 @@ def context_mesh():
 
 def token_batch_axes(mesh) -> tuple[str, ...]:
     """Mesh axes (size > 1) the token batch is split over inside the model: the table's
-    ``activation_batch`` entry (the same in both rule sets)."""
+    ``activation_batch`` entry (the same in both rule sets). ``config.mesh.rules`` overrides of
+    ``activation_batch`` place trajectories but do not reach inside ``forward`` (the model sees only
+    the mesh): the layers then reshard to this layout; results are unchanged."""
     return tuple(a for a in _as_tuple(RULE_TABLE[BATCH][0])
                  if a in mesh.shape and mesh.shape[a] > 1)
 
@@ -250,13 +252,16 @@ def _sharding_for(axes, leaf, rules, mesh):
         return Q.QTensor(*(named(axes, rules, mesh, f.shape)
                            for f in (leaf.codes, leaf.scales, leaf.global_scale)),
                          fmt=leaf.fmt, axis=leaf.axis)
-    if not isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
-        # FP4Weights [..., (2,) K', N]: each field keeps the weight's leading and trailing two
-        # axes; extra middle axes are replicated
+    from pallas_kernels.fp4_matmul import FP4Weights
+
+    if isinstance(leaf, FP4Weights):
+        # [..., (2,) K', N] ("kn") or [..., (2,) N, K'] ("nk"): each field keeps the weight's
+        # leading axes and its K/N axes (in the layout's order); extra middle axes replicate
+        kn = tuple(axes[-2:]) if leaf.layout == "kn" else tuple(axes[-2:])[::-1]
+
         def field(f):
             extra = len(f.shape) - len(axes)
-            return named(tuple(axes[:-2]) + (None,) * extra + tuple(axes[-2:]), rules, mesh,
-                         f.shape)
+            return named(tuple(axes[:-2]) + (None,) * extra + kn, rules, mesh, f.shape)
         return jax.tree.map(field, leaf)
     return named(axes, rules, mesh, np.shape(leaf))
 
