@@ -14,6 +14,8 @@ from trace_jax import numerics as nx
 from trace_jax import rollout as R
 from trace_jax import sharding as S
 
+from tests._params import numpy_params
+
 CFG = M.ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
                     n_experts=8, top_k=2, d_expert=32, max_seq_len=32, rope_theta=10_000.0,
                     dtype="float32")
@@ -26,12 +28,7 @@ def mesh_of(shape):
 
 @pytest.fixture(scope="module")
 def params():
-    rng = np.random.default_rng(0)
-    like = jax.eval_shape(lambda: M.init_params(CFG, jax.random.key(0)))
-    flat, treedef = jax.tree_util.tree_flatten_with_path(like)
-    leaves = [np.ones(x.shape, np.float32) if "norm" in jax.tree_util.keystr(path)
-              else (0.08 * rng.standard_normal(x.shape)).astype(np.float32) for path, x in flat]
-    return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in leaves])
+    return numpy_params(CFG, 0.08)
 
 
 @pytest.fixture(scope="module")
