@@ -28,9 +28,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cmd(workdir, steps, mesh, sft, extra=()):
+def _cmd(workdir, steps, mesh, sft, dtype, variant, extra=()):
     return [sys.executable, "-m", "trace_jax.main", "--config=configs/tiny.py",
             f"--config.workdir={workdir}", f"--config.sft.steps={sft}",
+            f"--config.model.dtype={dtype}", f"--config.variant={variant}",
             f"--config.train.steps={steps}",
             f"--config.mesh.shape={mesh}", "--config.checkpoint.every=100", *extra]
 
@@ -48,12 +49,23 @@ def _metrics(workdir):
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # config overrides for both runs
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     ap = argparse.ArgumentParser()
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--devices", type=int, default=2, help="CPU devices per process")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--sft_steps", type=int, default=60,
                     help="SFT warm start, so that rewards (and advantages) are not all zero")
+    ap.add_argument("--variant", default="bf16",
+                    help="bf16: no fake-quant in the trainer. Under FP4 QAT (trace) a last-bit "
+                         "difference in a reduction can flip an FP4 code, and tens of SFT steps "
+                         "turn that into different trajectories even between 1 and 4 devices of "
+                         "one process, so only the first steps of such runs can be compared")
+    ap.add_argument("--dtype", default="float32",
+                    help="activations; bf16 rounding flips from a different reduction order grow "
+                         "into visibly different trajectories within tens of SFT steps")
     ap.add_argument("--mesh", default="(1,-1,1,1)")
     ap.add_argument("--workdir", default="/tmp/trace_jax_multihost")
     ap.add_argument("--timeout", type=int, default=600)
@@ -64,7 +76,7 @@ def main(argv=None) -> int:
     addr = f"localhost:{_free_port()}"
     procs = []
     for pid in range(a.processes):
-        cmd = _cmd(multi, a.steps, a.mesh, a.sft_steps, (
+        cmd = _cmd(multi, a.steps, a.mesh, a.sft_steps, a.dtype, a.variant, (*extra,
             f"--config.distributed.coordinator_address={addr}",
             f"--config.distributed.num_processes={a.processes}",
             f"--config.distributed.process_id={pid}"))
@@ -84,7 +96,8 @@ def main(argv=None) -> int:
             print(f"--- process {pid} (rc {rcs[pid]}):")
             print(open(a.workdir + f"_p{pid}.log").read()[-3000:])
         return 1
-    rc = subprocess.run(_cmd(single, a.steps, a.mesh, a.sft_steps), cwd=ROOT,
+    rc = subprocess.run(_cmd(single, a.steps, a.mesh, a.sft_steps, a.dtype, a.variant, extra),
+                        cwd=ROOT,
                         env=_env(a.processes * a.devices), capture_output=True, text=True,
                         timeout=a.timeout)
     if rc.returncode:

@@ -66,7 +66,10 @@ def load_params(path: str, config):
     if not os.path.isdir(d):
         raise FileNotFoundError(f"no checkpoint directory at {path!r}")
     exp, tc = X.build(config), RUN.train_config(config)
-    abstract = jax.eval_shape(lambda: RUN.initial_state(exp, config, tc))
+    # onto this process's first device, whatever mesh or process count saved it
+    dev = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=dev),
+                            jax.eval_shape(lambda: RUN.initial_state(exp, config, tc)))
     ck = Checkpointer(d)
     step, state = ck.restore_latest(abstract)
     ck.close()
