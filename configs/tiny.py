@@ -25,7 +25,7 @@ def get_config():
         rope_theta=10_000.0,
     )
     c.workdir = "runs/tiny"
-    # one-digit addition, "7+8=" -> "15": SFT leaves it at ~40% accuracy, GRPO raises it to ~80%
+    # one-digit addition, "7+8=" -> "15": SFT leaves it at ~40-60% accuracy, GRPO raises it to ~80%
     # in 300 steps (2-core CPU, ~3.5 minutes in all)
     c.task.kwargs = ml_collections.ConfigDict(dict(digits=1))
     c.rollout.update(batch_prompts=16, group_size=8, max_new_tokens=5)
