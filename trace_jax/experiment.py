@@ -8,6 +8,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from trace_jax import distributed as D
 from trace_jax import model as M
 from trace_jax import numerics as nx
 from trace_jax import rollout as R
@@ -91,8 +92,6 @@ def encode_prompts(exp: Experiment, examples) -> tuple[jnp.ndarray, jnp.ndarray]
 
 
 def completions(exp: Experiment, ro: R.Rollout) -> list[str]:
-    from trace_jax.distributed import to_host  # (sharded, possibly multi-host) -> numpy
-
-    toks = to_host(ro.tokens)
-    starts, lens = to_host(ro.prompt_lens), to_host(ro.response_lens)
+    toks = D.to_host(ro.tokens)  # (sharded, possibly multi-host) -> numpy
+    starts, lens = D.to_host(ro.prompt_lens), D.to_host(ro.response_lens)
     return [exp.tokenizer.decode(toks[b, starts[b]:starts[b] + lens[b]]) for b in range(len(toks))]

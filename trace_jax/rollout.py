@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trace_jax import attention
+from trace_jax import distributed as D
 from trace_jax import model as M
 from trace_jax import numerics as nx
 from trace_jax import quant as Q
@@ -173,9 +174,7 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
         from trace_jax import sharding as SH
         rules = rules or SH.make_rules("sampling")
         SH.check_batch_divisible(B, mesh, rules)
-        from trace_jax.distributed import put_global  # multi-host safe placement
-
-        prompts_BxP, prompt_lens_B = put_global(
+        prompts_BxP, prompt_lens_B = D.put_global(  # multi-host safe placement
             (prompts_BxP, prompt_lens_B),
             (SH.data_sharding(mesh, rules, 2), SH.data_sharding(mesh, rules, 1)))
     T = P + sampling.max_new_tokens
@@ -183,9 +182,7 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
         raise ValueError(f"prompt width {P} + max_new_tokens {sampling.max_new_tokens} = {T} exceeds "
                          f"model.max_seq_len={cfg.max_seq_len}")
     if not isinstance(prompt_lens_B, jax.core.Tracer):
-        from trace_jax.distributed import to_host
-
-        lens = to_host(prompt_lens_B)
+        lens = D.to_host(prompt_lens_B)
         if lens.shape != (B,) or lens.min() < 1 or lens.max() > P:
             raise ValueError(f"prompt_lens must be [B]={B} values in 1..{P}, got shape {lens.shape}, "
                              f"range {lens.min()}..{lens.max()}")

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from trace_jax import distributed as D
 from trace_jax import grpo
 from trace_jax import metrics as MT
 from trace_jax import model as M
@@ -65,10 +66,8 @@ class Batch(NamedTuple):
 
 def check_alignment(tokens_BxT, guidance: R.HintBatch):
     """Raise if the hint batch was not recorded for these tokens (shifted or foreign batch)."""
-    from trace_jax.distributed import to_host  # sharded (possibly multi-host) -> numpy
-
-    want = to_host(R.fingerprint(tokens_BxT))
-    got = to_host(guidance.fingerprint)
+    want = D.to_host(R.fingerprint(tokens_BxT))  # sharded (possibly multi-host) -> numpy
+    got = D.to_host(guidance.fingerprint)
     bad = np.nonzero(want != got)[0]
     if bad.size:
         raise ValueError(f"hint batch does not belong to these trajectories: fingerprint mismatch "
