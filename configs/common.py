@@ -7,6 +7,9 @@ def base_config():
     c = ml_collections.ConfigDict()
     c.seed = 0  # PRNG seed for everything
     c.workdir = ""  # output directory (metrics, checkpoints); "" = runs/<config name>
+    # warm start: a finished run's directory whose newest checkpoint's params (not its optimizer)
+    # start this run instead of a random init; "" = random init (then config.sft)
+    c.init_from = ""
 
     # The policy network (trace_jax.model.ModelConfig fields).
     c.model = ml_collections.ConfigDict(dict(

@@ -280,6 +280,39 @@ def attention_backend(kind: str):
 
 
 @contextlib.contextmanager
+def bf16_kernel_matmul(enabled: bool):
+    """Route bf16 expert weights through pallas_kernels.fp4_matmul.bf16_grouped_matmul (the
+    Pallas grouped kernel) instead of ``jax.lax.ragged_dot`` while tracing (``--kernel_layout``:
+    the BF16 engine gets our fastest expert matmul too, so the FP4 ratio is not against a weak
+    baseline)."""
+    if not enabled:
+        yield
+        return
+    from pallas_kernels import fp4_matmul as FM
+
+    orig = ops.grouped_matmul
+
+    def gm(x, w, gs):
+        if isinstance(w, jax.Array) and w.dtype == jnp.bfloat16:
+            return FM.bf16_grouped_matmul(x, w, gs).astype(x.dtype)
+        return orig(x, w, gs)
+
+    ops.grouped_matmul = gm
+    try:
+        yield
+    finally:
+        ops.grouped_matmul = orig
+
+
+def expert_backend(name: str, kernel_layout: bool) -> str:
+    """How an engine's routed-expert matmuls run (a table column)."""
+    fp4_w, _ = engine_precisions(name)
+    if fp4_w:
+        return "pallas fp4" if kernel_layout else "dequant+ragged_dot"
+    return "pallas bf16" if kernel_layout and ENGINES[name][4] == "kernel" else "ragged_dot"
+
+
+@contextlib.contextmanager
 def fp4_kernel_matmul():
     """Route QTensor expert weights through pallas_kernels.fp4_matmul.fp4_grouped_matmul."""
     from pallas_kernels import fp4_matmul as FM
@@ -371,8 +404,9 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
     mode, sites, hsites, capture, attn = ENGINES[name]
     numerics = nx.make_numerics(mode, cfg_run.n_layers, fmt=args.fmt, sites=sites, hint_sites=hsites)
     fp4_w, fp4_kv = engine_precisions(name)
+    experts_via = expert_backend(name, args.kernel_layout)
     row = {"engine": name, "context": context, "batch": batch, "capture_hints": capture,
-           "attention": attn, "fp4_weights": fp4_w, "fp4_kv": fp4_kv}
+           "attention": attn, "experts_via": experts_via, "fp4_weights": fp4_w, "fp4_kv": fp4_kv}
     params = to_kernel_layout(random_params(cfg_run, numerics, jax.random.fold_in(key, 1)),
                               args.kernel_layout)
     cache = random_cache(cfg_run, numerics, batch, context, jax.random.fold_in(key, 2))
@@ -382,7 +416,7 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
     pos = jnp.full((batch,), context - 1, jnp.int32)  # lengths after the write = context
     step = make_step(cfg_run, numerics, capture)
     t0 = time.perf_counter()
-    with attention_backend(attn):
+    with attention_backend(attn), bf16_kernel_matmul(experts_via == "pallas bf16"):
         compiled = step.lower(params, cache, tok, pos).compile()
     row["compile_s"] = time.perf_counter() - t0
     try:
@@ -422,8 +456,9 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
         row["mem_peak_est"] = ms["bytes_in_use"] + row["step_temp_bytes"]
 
     if want_breakdown:
-        row["breakdown"] = breakdown(cfg_run, numerics, params, state["cache"], experts, batch,
-                                     context, attn, args, t, key)
+        with bf16_kernel_matmul(experts_via == "pallas bf16"):
+            row["breakdown"] = breakdown(cfg_run, numerics, params, state["cache"], experts,
+                                         batch, context, attn, args, t, key)
     del params, cache, state, compiled
     return row
 
@@ -485,9 +520,12 @@ def prefill(cfg, name, length, args, key):
                                        capture_hints=capture)
         return logits[:, -1], aux.hints, cache
 
-    c = f.lower(params, toks).compile()
+    via = expert_backend(name, args.kernel_layout)
+    with bf16_kernel_matmul(via == "pallas bf16"):
+        c = f.lower(params, toks).compile()
     t = time_calls(lambda: c(params, toks), max(3, args.steps // 5), warmup=1)
-    return {"engine": name, "prompt_len": length, "batch": 1, "step_s": t, "tokens_per_s": length / t}
+    return {"engine": name, "prompt_len": length, "batch": 1, "experts_via": via, "step_s": t,
+            "tokens_per_s": length / t}
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,20 +537,20 @@ def fmt_bytes(b):
 
 
 def table(rows, copy_bw):
-    lines = ["| engine | context | batch | step ms | tokens/s | x bf16 | experts touched | "
-             "GB/step (w + kv) | TB/s | % copy | mem in use GB | step temp GB | compile s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| engine | experts via | context | batch | step ms | tokens/s | x bf16 | experts "
+             "touched | GB/step (w + kv) | TB/s | % copy | mem in use GB | step temp GB | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base = {r["context"]: r for r in rows if r["engine"] == "bf16" and "step_s" in r}
     for r in rows:
         if "step_s" not in r:
-            lines.append(f"| {r['engine']} | {r['context']} | {r.get('batch', '-')} | "
-                         f"{r.get('error', 'skipped')} |||||||||")
+            lines.append(f"| {r['engine']} | {r.get('experts_via', '-')} | {r['context']} | "
+                         f"{r.get('batch', '-')} | {r.get('error', 'skipped')} |||||||||")
             continue
         b = base.get(r["context"])
         x = f"{r['tokens_per_s'] / b['tokens_per_s']:.2f}" if b else "-"
         lines.append(
-            f"| {r['engine']} | {r['context']} | {r['batch']} | {1e3 * r['step_s']:.2f} | "
-            f"{r['tokens_per_s']:.1f} | {x} | {100 * r['experts_touched_frac']:.0f}% | "
+            f"| {r['engine']} | {r.get('experts_via', '-')} | {r['context']} | {r['batch']} | "
+            f"{1e3 * r['step_s']:.2f} | {r['tokens_per_s']:.1f} | {x} | {100 * r['experts_touched_frac']:.0f}% | "
             f"{r['weight_bytes_touched'] / GB:.2f} + {r['kv_read_bytes'] / GB:.2f} | "
             f"{r['achieved_Bps'] / 1e12:.2f} | {r['pct_copy']:.1f} | {fmt_bytes(r['mem_bytes_in_use'])} | "
             f"{fmt_bytes(r['step_temp_bytes'])} | {r['compile_s']:.1f} |")

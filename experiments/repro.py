@@ -76,6 +76,13 @@ _NOTE = flags.DEFINE_string("note", "", "Markdown paragraph placed under the tab
 _DEVICE = flags.DEFINE_string("device", "", "Device named in the table header (default: this "
                               "process's; set it when aggregating elsewhere than the runs ran).",
                               flag_values=FV)
+_WARM = flags.DEFINE_bool(
+    "warm_start", False, "Run the SFT warm start once per (seed, trainer numerics) in "
+    "OUT/warm_start/<train mode>/seed<k> and start every run's RL from its params (the variants of "
+    "a seed then share their starting point); default: every run does its own SFT.", flag_values=FV)
+_PHASE = flags.DEFINE_enum("phase", "all", ["all", "warm_start"], "warm_start: only run the "
+                           "planned runs' shared warm starts (parallel launchers do these first).",
+                           flag_values=FV)
 _NO_DIAG = flags.DEFINE_bool("skip_diagnose", False, "Skip the code-distance histogram.",
                              flag_values=FV)
 
@@ -88,6 +95,11 @@ DEPLOY_ROWS = (
     ("bf16_policy/fp4_ptq_4over6", "bf16", "fp4_rollout", "four_over_six"),
     ("trace_policy/fp4_engine", "trace", "fp4_rollout", "max"),
 )
+
+
+# --warm_start: the variant whose trainer numerics stand for each trainer mode's shared SFT (SFT
+# never uses hints, so every trace variant shares the fp4_qat_rtn warm start)
+WARM_VARIANT = {"bf16": "bf16", "fp4_qat": "fp4_qat_rtn", "fp4_qat_w4a16": "fp4_qat_w4a16"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +141,29 @@ def plan(study: str, seeds, out: str, steps=None, only=None) -> list[RunSpec]:
             wd = os.path.join(out, run_study, name, f"seed{s}")
             runs.append(RunSpec(study, name, int(s), tuple(sorted(ov.items())), wd))
     return runs
+
+
+def warm_start_spec(base, spec: RunSpec) -> RunSpec:
+    """The SFT-only run whose params start ``spec``'s RL under --warm_start: one per (seed,
+    trainer mode), in OUT/warm_start/<mode>/seed<k>; it keeps none of the study's overrides."""
+    from trace_jax import experiment as X
+    mode = X.get_variant(make_config(base, spec).variant).train_mode
+    out = os.path.dirname(os.path.dirname(os.path.dirname(spec.workdir)))  # OUT/study/row/seed
+    ov = (("train.steps", 0), ("variant", WARM_VARIANT[mode]))
+    return RunSpec("warm_start", mode, spec.seed, ov,
+                   os.path.join(out, "warm_start", mode, f"seed{spec.seed}"))
+
+
+def with_warm_start(base, spec: RunSpec) -> RunSpec:
+    """``spec`` starting from its shared warm start's params, without an SFT of its own."""
+    ov = dict(spec.overrides, init_from=warm_start_spec(base, spec).workdir)
+    ov["sft.steps"] = 0
+    return dataclasses.replace(spec, overrides=tuple(sorted(ov.items())))
+
+
+def warm_starts(base, runs: list[RunSpec]) -> list[RunSpec]:
+    """The distinct warm starts of ``runs``, in order."""
+    return list(dict.fromkeys(warm_start_spec(base, s) for s in runs))
 
 
 def make_config(base, spec: RunSpec):
@@ -495,6 +530,11 @@ def main(argv):
     runs = plan(study, seeds, _OUT.value, _STEPS.value, _VARIANTS.value)
     tag = _TAG.value or os.path.splitext(os.path.basename(_config_path()))[0]
     prefix = f"{_RESULTS.value or _OUT.value}_{tag}_{study}"
+    if _PHASE.value == "warm_start" and not _WARM.value:
+        raise app.UsageError("--phase=warm_start needs --warm_start")
+    if _WARM.value:  # the shared warm starts run first (runs lists them first)
+        ws = warm_starts(base, runs)
+        runs = ws if _PHASE.value == "warm_start" else ws + [with_warm_start(base, s) for s in runs]
 
     if _DRY.value:
         from trace_jax import experiment as X
@@ -502,7 +542,8 @@ def main(argv):
         print(f"study {study}: {len(runs)} runs, results -> {prefix}.{{md,json,png}}")
         for spec in runs:
             config = make_config(base, spec)
-            RUN.validate(config, X.build(config), RUN.train_config(config))  # fail before compute
+            if not config.init_from:  # (a warm start's directory may not exist yet)
+                RUN.validate(config, X.build(config), RUN.train_config(config))
             total = config.sft.steps + config.train.steps
             state = "finished" if is_complete(spec.workdir, config.train.steps, total) else (
                 "resume" if read_metrics(spec.workdir) else "new")
@@ -518,16 +559,22 @@ def main(argv):
         failed = {k: v for k, v in status.items() if v.startswith("failed")}
         for k, v in failed.items():
             print(f"FAILED {k}: {v}", flush=True)
+        if _PHASE.value == "warm_start":
+            sys.exit(1 if failed else 0)
     header = (f"# Reproduction study `{study}` on `{tag}` config\n\n"
               f"config `{_config_path()}`, seeds {seeds}, "
               f"device {_DEVICE.value or _device()}; mean ± sample std (ddof=1) over seeds.")
+    runs = [r for r in runs if r.study != "warm_start"]
     rc = next((c for c in (run_config(r.workdir) for r in runs) if c is not None), None)
     if rc is not None:
+        ws = run_config(rc.init_from) if rc.get("init_from", "") else None
+        sft = (f"SFT {ws.sft.steps} steps (one warm start per seed and trainer numerics, shared "
+               f"by the variants)" if ws is not None else f"SFT {rc.sft.steps}")
         header += (f"\n\nRecorded run config (`config.json` of the runs): task {rc.task.name} "
                    f"{dict(rc.task.kwargs)}, model {rc.model.n_layers} layers d_model "
                    f"{rc.model.d_model} {rc.model.n_experts} experts top-{rc.model.top_k}, "
-                   f"SFT {rc.sft.steps} + RL {rc.train.steps} steps, {rc.rollout.batch_prompts} "
-                   f"prompts x {rc.rollout.group_size} samples per step.")
+                   f"{sft} + RL {rc.train.steps} steps at lr {rc.train.lr:g}, "
+                   f"{rc.rollout.batch_prompts} prompts x {rc.rollout.group_size} samples per step.")
     if _NOTE.value:
         header += "\n\n" + _NOTE.value
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)

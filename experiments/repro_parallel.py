@@ -1,8 +1,11 @@
 """Run reproduction studies as parallel processes on one or more GPUs, then aggregate.
 
 One process per (study, variant) runs that variant's seeds in turn (``experiments/repro.py
---variants V``: compiled steps are shared between seeds); up to ``--parallel`` processes run at
-once, spread round-robin over ``--gpus`` with a GPU memory fraction each. Runs are resumable
+--variants V``: compiled steps are shared between seeds), or one per (study, variant, seed) with
+``--per_seed`` (more processes in flight); up to ``--parallel`` processes run at once, spread
+round-robin over ``--gpus`` with a GPU memory fraction each. With ``--warm_start`` the SFT warm
+starts (one per seed and trainer numerics, ``repro.py --warm_start``) run first, as processes of
+their own, and every RL run starts from one. Runs are resumable
 (``repro.py`` skips finished runs and resumes unfinished ones), so a study can be completed over
 several calls. Afterwards each study is aggregated (``repro.py --aggregate_only``), the
 deployment study last (it evaluates the headline study's bf16 and trace policies).
@@ -47,6 +50,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu", action="store_true", help="no GPUs: run on the CPU")
     ap.add_argument("--no_aggregate", action="store_true")
     ap.add_argument("--skip_diagnose", action="store_true", help="no code-distance histogram")
+    ap.add_argument("--per_seed", action="store_true", help="one process per (variant, seed)")
+    ap.add_argument("--warm_start", action="store_true",
+                    help="shared SFT warm starts first (repro.py --warm_start)")
     a = ap.parse_args(argv)
 
     from experiments import repro
@@ -63,39 +69,58 @@ def main(argv=None) -> int:
         if train_study not in TRAINING_STUDIES:
             continue
         seeds = a.seeds if train_study == "headline" else a.ablation_seeds
-        for name, _ in repro.study_variants(train_study):
-            job = (train_study, name, seeds)
-            if job not in jobs:
-                jobs.append(job)
+        for name, overrides in repro.study_variants(train_study):
+            for s in (seeds.split(",") if a.per_seed else [seeds]):
+                job = (train_study, name, s, overrides["variant"])
+                if job not in jobs:
+                    jobs.append(job)
 
     common = [sys.executable, "experiments/repro.py", f"--config={a.config}", f"--out={a.out}",
               "--skip_diagnose", *extra]
     if a.steps:
         common.append(f"--steps={a.steps}")
+    if a.warm_start:
+        common.append("--warm_start")
     os.makedirs(a.out, exist_ok=True)
-    running, failed = [], []
     t0 = time.time()
-    for i, (study, variant, seeds) in enumerate(jobs):
-        while len(running) >= a.parallel:
+
+    def launch(jobs, phase):
+        running, failed = [], []
+        for i, (study, variant, seeds, _) in enumerate(jobs):
+            while len(running) >= a.parallel:
+                running = _reap(running, failed)
+                time.sleep(1)
+            env = dict(os.environ, PYTHONUNBUFFERED="1",
+                       XLA_PYTHON_CLIENT_MEM_FRACTION=f"{frac:.3f}")
+            if a.cpu:
+                env["JAX_PLATFORMS"] = "cpu"
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+            name = f"{phase}_{study}_{variant}_s{seeds.replace(',', '-')}"
+            log = open(os.path.join(a.out, f"log_{name}.txt"), "a")
+            # each job's own table is scratch (in --out); the aggregation writes the real ones
+            cmd = common + [f"--study={study}", f"--variants={variant}", f"--seeds={seeds}",
+                            f"--results={os.path.join(a.out, 'job_' + name)}"]
+            if phase == "warm_start":
+                cmd.append("--phase=warm_start")
+            p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            running.append((p, log, name))
+            print(f"[{time.time() - t0:6.0f}s] started {name}", flush=True)
+        while running:
             running = _reap(running, failed)
             time.sleep(1)
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
-                   XLA_PYTHON_CLIENT_MEM_FRACTION=f"{frac:.3f}")
-        if a.cpu:
-            env["JAX_PLATFORMS"] = "cpu"
-        else:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
-        log = open(os.path.join(a.out, f"log_{study}_{variant}.txt"), "a")
-        # each job's own table is scratch (in --out); the aggregation writes the real ones
-        cmd = common + [f"--study={study}", f"--variants={variant}", f"--seeds={seeds}",
-                        f"--results={os.path.join(a.out, 'job_' + variant)}"]
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        running.append((p, log, f"{study}/{variant}"))
-        print(f"[{time.time() - t0:6.0f}s] started {study}/{variant} seeds {seeds}", flush=True)
-    while running:
-        running = _reap(running, failed)
-        time.sleep(1)
-    print(f"[{time.time() - t0:6.0f}s] training done; failed: {failed or 'none'}", flush=True)
+        print(f"[{time.time() - t0:6.0f}s] {phase} done; failed: {failed or 'none'}", flush=True)
+        return failed
+
+    failed = []
+    if a.warm_start:  # one process per (trainer mode, seed): the first job that needs it
+        from trace_jax import experiment as X
+        firsts = {}
+        for study, variant, seeds, v in jobs:
+            for s in seeds.split(","):
+                firsts.setdefault((X.get_variant(v).train_mode, s), (study, variant, s, v))
+        failed += launch(list(firsts.values()), "warm_start")
+    failed += launch(jobs, "rl")
     if a.no_aggregate:
         return 1 if failed else 0
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -113,6 +138,8 @@ def main(argv=None) -> int:
             cmd.append("--aggregate_only")
         if a.steps:
             cmd.append(f"--steps={a.steps}")
+        if a.warm_start:
+            cmd.append("--warm_start")
         if study != "headline" or a.skip_diagnose:
             cmd.append("--skip_diagnose")
         print(f"[{time.time() - t0:6.0f}s] aggregating {study}", flush=True)

@@ -92,6 +92,28 @@ def test_dry_run_and_aggregate(tmp_path):
     assert "1.500 ± 0.707" in row and "–" in row
 
 
+def test_warm_start_plan_shares_one_sft_per_seed_and_trainer_numerics(tmp_path):
+    out = str(tmp_path / "runs")
+    plan = _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1", f"--out={out}",
+                  "--warm_start", "--dry_run").splitlines()
+    plan = [l for l in plan if "] " in l]  # one line per run
+    workdir = lambda l: l.split("]")[1].split()[0]  # noqa: E731
+    ws = [l for l in plan if "/warm_start/" in workdir(l)]
+    assert sorted((l.split()[0], int(l.split()[2])) for l in ws) == [
+        (m, s) for m in ("bf16", "fp4_qat", "fp4_qat_w4a16") for s in (0, 1)]
+    from configs import tiny
+    tiny_sft = tiny.get_config().sft.steps
+    assert all(f"sft {tiny_sft} + rl 0 steps" in l for l in ws)
+    rl = {(l.split()[0], int(l.split()[2])): l for l in plan if "/headline/" in workdir(l)}
+    assert len(rl) == 10 and all("sft 0 + rl" in l for l in rl.values())
+    for variant, mode in [("bf16", "bf16"), ("fp4_naive", "bf16"), ("fp4_qat_rtn", "fp4_qat"),
+                          ("trace", "fp4_qat"), ("fp4_qat_w4a16", "fp4_qat_w4a16")]:
+        assert f"init_from={os.path.join(out, 'warm_start', mode, 'seed1')} " in rl[(variant, 1)]
+    only = _repro("--config=configs/tiny.py", "--study=hint_layers", "--seeds=0", f"--out={out}",
+                  "--warm_start", "--phase=warm_start", "--dry_run")
+    assert [l.split()[0] for l in only.splitlines() if " seed " in l] == ["fp4_qat"]
+
+
 def test_evaluate_ptq_packing_and_greedy_eval():
     import jax
     import jax.numpy as jnp

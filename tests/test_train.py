@@ -155,6 +155,32 @@ def test_corrupted_latest_checkpoint_is_skipped(tmp_path, capsys):
     assert [m["step"] for m in read_metrics(tmp_path)] == [0, 1, 2, 3, 4]
 
 
+def test_warm_start_from_a_finished_run(tmp_path, monkeypatch):
+    from trace_jax import checkpoint
+    RUN.run(small(tmp_path / "sft", **{"train.steps": 0}))  # an SFT-only run
+    sft_params = checkpoint.load_params(str(tmp_path / "sft"), small(tmp_path / "sft"))
+    seen = []
+    real = RUN.rl_iteration
+
+    def spy(exp, tc, ts, *a, **k):
+        seen.append(jax.tree.map(np.asarray, ts.params))
+        return real(exp, tc, ts, *a, **k)
+
+    monkeypatch.setattr(RUN, "rl_iteration", spy)
+    warm = small(tmp_path / "rl", init_from=str(tmp_path / "sft"), **{"sft.steps": 0,
+                                                                     "train.steps": 1})
+    RUN.run(warm)
+    assert [m["step"] for m in read_metrics(tmp_path / "rl")] == [0]
+    jax.tree.map(np.testing.assert_array_equal, seen[0], jax.tree.map(np.asarray, sft_params))
+    cold = jax.tree.map(np.asarray, RUN.initial_state(
+        RUN.X.build(warm), warm, RUN.train_config(warm))["params"])
+    assert not np.array_equal(cold["embed"], seen[0]["embed"])
+    with pytest.raises(FileNotFoundError, match="init_from"):
+        RUN.run(small(tmp_path / "x", init_from=str(tmp_path / "nowhere")))
+    with pytest.raises(ValueError, match="init_from=.*model shapes"):
+        RUN.run(small(tmp_path / "y", init_from=str(tmp_path / "sft"), **{"model.d_model": 64}))
+
+
 def test_repeated_nonfinite_steps_stop_with_message(tmp_path, monkeypatch):
     real = TR.rl_step
 

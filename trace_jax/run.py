@@ -63,6 +63,21 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
         raise ValueError("sft.steps and train.steps must be >= 0")
     if tc.max_version_diff < 0:
         raise ValueError("train.max_version_diff must be >= 0")
+    init_from = config.get("init_from", "")
+    if init_from and not os.path.isdir(init_from):
+        raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
+
+
+def warm_start_params(config, pl: Placement | None):
+    """The trainer params of the finished run ``config.init_from`` (its newest readable
+    checkpoint), placed like a fresh run's params; its model must match this config's."""
+    try:
+        params = C.load_params(config.init_from, config)
+    except Exception as e:  # none there, or none that restores into this config's state tree
+        raise ValueError(f"init_from={config.init_from!r}: no checkpoint there restores into this "
+                         f"config's state; the source run's model shapes, train.max_version_diff "
+                         f"and train.kl_coef must match this run's ({type(e).__name__}: {e})") from e
+    return params if pl is None else D.put_global(params, pl.params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,12 +157,15 @@ def workdir_of(config) -> str:
     return config.workdir or os.path.join("runs", "default")
 
 
-def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement | None = None):
-    key = jax.random.key(config.seed)
-    # jitted on one device and on a mesh alike (identical values; eager init rounds differently),
-    # built in place on the (possibly multi-host) mesh
-    params = jax.jit(lambda k: M.init_params(exp.cfg, k),
-                     out_shardings=None if pl is None else pl.params)(key)
+def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement | None = None,
+                  params=None):
+    """A fresh run state: ``params`` (a warm start) or a random init, a fresh RL optimizer."""
+    if params is None:
+        key = jax.random.key(config.seed)
+        # jitted on one device and on a mesh alike (identical values; eager init rounds
+        # differently), built in place on the (possibly multi-host) mesh
+        params = jax.jit(lambda k: M.init_params(exp.cfg, k),
+                         out_shardings=None if pl is None else pl.params)(key)
     opt = rl_optimizer(tc)
     state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0),
              "stale": [params] * tc.max_version_diff}
@@ -244,7 +262,13 @@ def run(config) -> dict:
     step0, state = ckpt.restore_latest(C.abstract_like(fresh))
     if state is None:
         state, step0 = fresh, 0
-        log(f"starting {config.variant} run in {workdir}")
+        if config.get("init_from", ""):
+            state = place_state(initial_state(exp, config, tc, placement,
+                                              params=warm_start_params(config, placement)),
+                                placement, rl_optimizer(tc))
+            log(f"starting {config.variant} run in {workdir} from the params of {config.init_from}")
+        else:
+            log(f"starting {config.variant} run in {workdir}")
     else:
         log(f"resumed from checkpoint step {step0} in {workdir}")
     del fresh
