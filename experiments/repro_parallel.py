@@ -51,6 +51,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no_aggregate", action="store_true")
     ap.add_argument("--skip_diagnose", action="store_true", help="no code-distance histogram")
     ap.add_argument("--per_seed", action="store_true", help="one process per (variant, seed)")
+    ap.add_argument("--deadline_s", type=float, default=0,
+                    help="stop training processes still running this many seconds after the "
+                         "start (their logged steps are kept; runs resume later), then aggregate")
     ap.add_argument("--warm_start", action="store_true",
                     help="shared SFT warm starts first (repro.py --warm_start)")
     a = ap.parse_args(argv)
@@ -108,6 +111,13 @@ def main(argv=None) -> int:
             print(f"[{time.time() - t0:6.0f}s] started {name}", flush=True)
         while running:
             running = _reap(running, failed)
+            if a.deadline_s and time.time() - t0 > a.deadline_s:
+                for p, _, name in running:
+                    p.terminate()
+                    print(f"  deadline: stopped {name}", flush=True)
+                for p, _, _ in running:
+                    p.wait()
+                running = _reap(running, [])
             time.sleep(1)
         print(f"[{time.time() - t0:6.0f}s] {phase} done; failed: {failed or 'none'}", flush=True)
         return failed
@@ -134,8 +144,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "experiments/repro.py", f"--config={a.config}", f"--out={a.out}",
                f"--results={a.results}", f"--study={study}", f"--seeds={seeds}", f"--note={a.note}",
                *extra]
-        if study != "deployment":  # (deployment evaluates the finished headline policies)
-            cmd.append("--aggregate_only")
+        cmd.append("--aggregate_only")  # (deployment evaluates the finished headline policies)
         if a.steps:
             cmd.append(f"--steps={a.steps}")
         if a.warm_start:

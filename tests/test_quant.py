@@ -74,6 +74,19 @@ def test_dense_sweep_matches_ml_dtypes():
     np.testing.assert_array_equal(np.asarray(e2m1.encode(jnp.asarray(z))), ref_codes(z))
 
 
+def test_reciprocal_is_correctly_rounded():
+    """quant._recip (integer long division) equals IEEE float32 1/v: random magnitudes over the
+    whole normal range, every power of two and both its neighbours."""
+    rng = np.random.default_rng(0)
+    p2 = (2.0 ** np.arange(-126, 126)).astype(np.float32)
+    v = np.concatenate([np.exp(rng.uniform(-87, 87, 200_000)).astype(np.float32), p2,
+                        np.nextafter(p2, np.float32(np.inf)), np.nextafter(p2[1:], np.float32(0)),
+                        np.float32([1.0, 3.0, 6.0 * 448, 2688.0, 1 / 2688])])
+    got = np.asarray(jax.jit(Q._recip)(jnp.asarray(v)))
+    want = np.float32(1) / v
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_decode_values():
     codes = np.arange(16, dtype=np.uint8)
     want = codes.view(F4).astype(np.float32)

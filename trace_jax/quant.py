@@ -176,9 +176,26 @@ GLOBAL_FACTOR = np.float32(1.0 / (e2m1.MAX * E4M3_MAX))
 
 
 def _recip(v):
-    """Correctly rounded float32 reciprocal. The barrier keeps XLA's algebraic simplifier from
-    folding it into a neighbouring multiply (``a * (1/b) -> a / b``) or division."""
-    return jax.lax.optimization_barrier(jnp.float32(1.0) / jax.lax.optimization_barrier(v))
+    """Correctly rounded float32 reciprocal of positive finite ``v``, by integer long division,
+    so every backend gives IEEE ``1 / v`` bit for bit (XLA's GPU float division is not correctly
+    rounded: ``experiments/check_gpu_numerics.py`` measured 13.5% of quotients off on an H200).
+    Outside the normal range (``v`` subnormal or ``1 / v`` subnormal) it falls back to ``1 / v``."""
+    v = jnp.asarray(v, jnp.float32)
+    bits = jax.lax.bitcast_convert_type(v, jnp.uint32)
+    e = (bits >> 23) & 0xFF
+    m = (bits & 0x7FFFFF) | 0x800000  # 24-bit significand, v = m * 2**(e - 150)
+    d = jnp.where(m == 0x800000, 0x800001, m)  # (powers of two are exact, handled below)
+    # q = floor(2**47 / d) in three base-2**8 steps of 32-bit unsigned division, rounded to
+    # nearest (2**47 / d is never a tie: d would have to be a power of two)
+    q1, r = jnp.uint32(1 << 31) // d, jnp.uint32(1 << 31) % d
+    q2, r = (r << 8) // d, (r << 8) % d
+    q3, r = (r << 8) // d, (r << 8) % d
+    q = (q1 << 16) + (q2 << 8) + q3 + jnp.where(2 * r > d, 1, 0).astype(jnp.uint32)
+    general = ((253 - e) << 23) | (q & 0x7FFFFF)  # 2**47 / m in (2**23, 2**24): exponent 253 - e
+    power2 = (254 - e) << 23
+    out = jax.lax.bitcast_convert_type(jnp.where(m == 0x800000, power2, general), jnp.float32)
+    normal = (e >= 1) & ((e <= 252) | ((e == 253) & (m == 0x800000)))
+    return jnp.where(normal, out, jnp.float32(1.0) / v)
 
 
 def _nvfp4_block_scale(amax_b, bad_b, g, target):
