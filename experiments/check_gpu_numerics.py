@@ -41,6 +41,20 @@ def ref_nvfp4_scales(x2d: np.ndarray, row: bool) -> np.ndarray:
     return np.minimum(amax_b * inv, np.float32(448)).astype(E4M3).astype(np.float32)
 
 
+def explain(x, q, q_cpu, fmt):
+    """Print the first few elements whose codes differ between this device and the CPU."""
+    g, g_cpu = np.asarray(q.global_scale).ravel(), np.asarray(q_cpu.global_scale).ravel()
+    print(f"  global scale here {g[:1].view(np.uint32)} cpu {g_cpu[:1].view(np.uint32)}")
+    c, c_cpu = np.asarray(Q.unpacked_codes(q)), np.asarray(Q.unpacked_codes(q_cpu))
+    s = np.asarray(q.scales).astype(np.float32)
+    d, d_cpu = np.asarray(Q.dequantize(q, jnp.float32)), np.asarray(Q.dequantize(q_cpu, jnp.float32))
+    for i, j in list(zip(*np.nonzero(c != c_cpu)))[:6]:
+        eff = s[i, j // 16] * g_cpu[0]
+        z = x[i, j] * (np.float32(1) / np.float32(eff))
+        print(f"  [{i},{j}] x {x[i, j]!r} scale {s[i, j // 16]} z(numpy) {z!r} code here "
+              f"{c[i, j]} cpu {c_cpu[i, j]} deq here {d[i, j]!r} cpu {d_cpu[i, j]!r}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="")
@@ -90,8 +104,10 @@ def main(argv=None) -> int:
         for fmt in ("nvfp4", "mxfp4"):
             f = jax.jit(lambda x, fmt=fmt: Q.quantize(x, fmt))
             q, q_cpu = f(jnp.asarray(x)), f(jax.device_put(x, cpu))
-            row(f"quantize {fmt}/tensor {shape} packed codes vs CPU", np.sum(
-                np.asarray(q.codes) != np.asarray(q_cpu.codes)), q.codes.size)
+            bad = np.asarray(q.codes) != np.asarray(q_cpu.codes)
+            row(f"quantize {fmt}/tensor {shape} packed codes vs CPU", np.sum(bad), q.codes.size)
+            if bad.any() and shape == (1024, 1024):  # what differs: the global scale or z?
+                explain(x, q, q_cpu, fmt)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"device": jax.devices()[0].device_kind, "rows": rows}, fh, indent=1)
