@@ -1,6 +1,8 @@
 """Pallas (Triton backend) split-K decode attention over a bf16 or FP4 (NVFP4 / MXFP4) KV cache.
 
-Shapes (letters): B batch, H kv heads, G query heads per kv head (padded to Gp >= 16 for the MMA),
+Shapes (letters): B batch, H kv heads, G query heads per kv head (padded to Gp >= 16 for the MMA
+in the bf16 / v1 / v2 kernels; to max(8, G) in the default FP4 kernel v3, which puts the heads on
+the MMA's N side: see ``_fp4_kernel_v3``),
 S max cache length, D head_dim, D2 = D / 2 packed FP4 bytes, NB = D / block FP4 scales per row,
 P number of KV splits (flash-decoding), C = S / P rows per split, BK rows per inner step.
 
@@ -329,6 +331,105 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     l_ref[...] = l
 
 
+# --- v3: transposed MMAs (K rows on the MMA's M side, the G query heads on N = 8) ---------------
+#
+# Why (NOTES_attention.md, v3): v2 computed with Q and acc padded to Gp = 16 rows for G = 8 real
+# heads (half its MMAs on zero rows; 252 registers per thread at 1 warp). Here
+# S^T [BK, Gq] = K [BK, D] @ Q^T [D, Gq] and O^T [D, Gq] += V^T [D, BK] @ P^T [BK, Gq] with
+# Gq = max(8, G) (mma.sync m16n8k16 takes N = 8): no padded rows in q, acc, the MMAs, the
+# softmax, or the partial outputs written to HBM. ``chains`` > 1 processes that many BK-row
+# chunks per iteration with independent (acc, m, l), merged at the end (ILP for the scheduler).
+# Measured on the H200: 1.07-1.25x v2 at 32K+ contexts, about its instruction cut per cache row
+# (-20%); more resident warps (BK=16: 130 registers) or chains=2 did not add speed: the loop is
+# bound by the (half-rate) integer work of the decode and its operand plumbing, not occupancy.
+
+
+def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
+                   fmt, block_k, chunk, scale, precision, interpret, chains):
+    if fmt == "nvfp4":
+        kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref = rest
+    else:
+        oe_ref, oo_ref, m_ref, l_ref = rest
+    j = pl.program_id(2)
+    length = len_ref[0]
+    start = j * chunk
+    n = jnp.clip(length - start, 0, chunk)
+    step = block_k * chains
+    nblk = (n + step - 1) // step
+    qe = qe_ref[...]  # [D2, Gq] bf16
+    qo = qo_ref[...]
+    d2, gq = qe.shape
+    unit = float(2.0 ** (126 - KSHIFT[fmt]))
+
+    def load_half(c_ref, s_ref, rows, valid):
+        c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
+        sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
+        return _decode_v2(c, _expand_cols(_scale_bf16(sc, fmt), d2), fmt, interpret)
+
+    def load_half_t(c_ref, s_ref, rows, valid):
+        """V codes transposed *before* the decode: [D2, BK] tiles, so that the MMA operand
+        layout can be read from shared memory (transposed) with no bf16 round trip."""
+        c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
+        sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
+        sf = _expand_cols(_scale_bf16(sc, fmt), d2)
+        return _decode_v2(c.T, sf.T, fmt, interpret)
+
+    def pv(vt, p):  # vt [D2, BK] bf16, p [BK, Gq] f32 -> vt @ p [D2, Gq] f32
+        hi = p.astype(jnp.bfloat16)
+        out = jnp.dot(vt, hi, preferred_element_type=jnp.float32)
+        if precision == "f32":
+            lo = (p - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+            out = out + jnp.dot(vt, lo, preferred_element_type=jnp.float32)
+        return out
+
+    def chunk_step(off, acc_e, acc_o, m, l):
+        valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
+        k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
+        s = jnp.dot(k_lo, qe, preferred_element_type=jnp.float32)
+        s = s + jnp.dot(k_hi, qo, preferred_element_type=jnp.float32)  # [BK, Gq]
+        if fmt == "nvfp4":
+            kg = plgpu.load(kg_ref.at[rows], mask=valid, other=0.0)
+            s = s * (kg * (scale * unit))[:, None]
+        else:
+            s = s * (scale * unit)
+        s = jnp.where(valid[:, None], s, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(s, axis=0))
+        alpha = jnp.exp2(m - m_new)
+        p = jnp.exp2(s - m_new[None, :])
+        l = l * alpha + jnp.sum(p, axis=0)
+        v_lo, v_hi = load_half_t(vc_ref, vs_ref, rows, valid)
+        if fmt == "nvfp4":
+            vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
+            p = p * vg[:, None]
+        acc_e = acc_e * alpha[None, :] + pv(v_lo, p)
+        acc_o = acc_o * alpha[None, :] + pv(v_hi, p)
+        return acc_e, acc_o, m_new, l
+
+    def body(i, carry):
+        out = []
+        for c in range(chains):
+            out.append(chunk_step(i * step + c * block_k, *carry[c]))
+        return tuple(out)
+
+    zero = (jnp.zeros((d2, gq), jnp.float32), jnp.zeros((d2, gq), jnp.float32),
+            jnp.full((gq,), _NEG, jnp.float32), jnp.zeros((gq,), jnp.float32))
+    res = jax.lax.fori_loop(0, nblk, body, tuple(zero for _ in range(chains)))
+    acc_e, acc_o, m, l = res[0]
+    for c in range(1, chains):  # merge the independent chains (same formula as combine)
+        ae, ao, mc, lc = res[c]
+        mx = jnp.maximum(m, mc)
+        w0, w1 = jnp.exp2(m - mx), jnp.exp2(mc - mx)
+        acc_e = acc_e * w0[None, :] + ae * w1[None, :]
+        acc_o = acc_o * w0[None, :] + ao * w1[None, :]
+        l = l * w0 + lc * w1
+        m = mx
+    oe_ref[...] = acc_e * unit
+    oo_ref[...] = acc_o * unit
+    m_ref[...] = m
+    l_ref[...] = l
+
+
 # ---------------------------------------------------------------------------------------------
 # Wrapper
 
@@ -345,23 +446,26 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
-                     "num_stages", "precision", "decode", "out_dtype", "interpret"))
+                     "num_stages", "precision", "decode", "chains", "out_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=2,
-                            precision="f32", decode="v2", out_dtype=jnp.bfloat16,
-                            interpret=False):
+                            precision="f32", decode="v3", chains=None,
+                            out_dtype=jnp.bfloat16, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
-    accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour). ``decode``: ``"v2"``
-    (inline-PTX FP4 decode) or ``"v1"`` (the first kernel, kept for comparison). ``out_dtype``:
+    accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour). ``decode`` (FP4 caches;
+    bf16 caches ignore it): ``"v3"`` (default: v2's inline-PTX decode with transposed MMAs, K rows
+    on M and the query heads on N = 8, no padded heads; ``chains`` independent row chunks per
+    iteration, default 1), ``"v2"`` (inline-PTX decode, Q padded to 16 rows) or ``"v1"`` (the
+    first kernel), the older ones kept for side-by-side measurement. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None; default
     8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency."""
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
-    if decode not in ("v1", "v2"):
-        raise ValueError(f"decode must be 'v1' or 'v2', got {decode!r}")
+    if decode not in ("v1", "v2", "v3"):
+        raise ValueError(f"decode must be 'v1', 'v2' or 'v3', got {decode!r}")
     b, hq, d = q.shape
     fp4 = isinstance(k_cache, QTensor)
     if fp4:
@@ -378,17 +482,23 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
     if hq % h:
         raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
-    # defaults = the best configs measured on the H200 (NOTES_attention.md)
+    # defaults = the best configs measured on the H200 (NOTES_attention.md; v3: run 3's sweep,
+    # B=32 x 32K; the configs within ~15% of each other are within run-to-run noise)
+    tuned = {"v1": (64, 4), "v2": (32, 1),
+             "v3": (128, 4) if fmt == "nvfp4" else (16, 1)}.get(decode, (32, 1))
     if block_k is None:
-        block_k = 128 if fmt == "bf16" else (32 if decode == "v2" else 64)
+        block_k = 128 if fmt == "bf16" else tuned[0]
     if num_warps is None:
-        num_warps = 8 if fmt == "bf16" else (1 if decode == "v2" else 4)
+        num_warps = 8 if fmt == "bf16" else tuned[1]
+    v3 = fp4 and decode == "v3"
+    chains = (chains or 1) if v3 else 1
     g = hq // h
-    gp = max(16, 1 << (g - 1).bit_length())
+    gp = max(8 if v3 else 16, 1 << (g - 1).bit_length())
     block_k = min(block_k, max(16, 1 << (s - 1).bit_length()))
     while s % block_k and block_k > 16:
         block_k //= 2
-    pad = (-s) % block_k
+    step = block_k * chains  # rows per loop iteration; a split holds a multiple of it
+    pad = (-s) % step
     if pad:  # rare (S not a multiple of the block): pad the cache rows, they are masked anyway
 
         def padrows(a):
@@ -404,7 +514,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         else:
             k_cache, v_cache = padrows(k_cache), padrows(v_cache)
         s += pad
-    n_blocks = s // block_k
+    n_blocks = s // step
     target = split_target or max(2048, 8192 // num_warps)
     p = num_splits or _pick_splits(b, h, n_blocks, target_programs=target)
     if n_blocks % p:
@@ -460,6 +570,35 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                 args.append(gs.reshape(b, h, s))
             g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
             in_specs += [g_spec, g_spec]
+        if v3:
+            qe, qo = jnp.swapaxes(qe, 2, 3), jnp.swapaxes(qo, 2, 3)  # [B, H, D2, Gq]
+            q_spec = pl.BlockSpec((None, None, d2, gp), lambda i, j, k: (i, j, 0, 0))
+            in_specs[1] = in_specs[2] = q_spec
+            args[1], args[2] = qe, qo
+            kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
+                                       scale=scale, precision=precision, interpret=interpret,
+                                       chains=chains)
+            o_spec = pl.BlockSpec((None, None, None, d2, gp), lambda i, j, k: (i, j, k, 0, 0))
+            o_shape = jax.ShapeDtypeStruct((b, h, p, d2, gp), jnp.float32)
+            acc_e, acc_o, m, l = pl.pallas_call(
+                kernel,
+                grid=grid,
+                in_specs=in_specs,
+                out_specs=[o_spec, o_spec, ml_spec, ml_spec],
+                out_shape=[o_shape, o_shape, ml_shape, ml_shape],
+                compiler_params=params,
+                interpret=interpret,
+                name=f"decode_attention_{fmt}_v3",
+            )(*args)
+            # combine each half separately ([B, H, P, D2, Gq]), interleave only the result
+            mx = jnp.max(m, axis=2, keepdims=True)
+            w = jnp.exp2(m - mx)  # [B, H, P, Gq]
+            den = jnp.sum(l * w, axis=2)  # [B, H, Gq]
+            halves = [jnp.sum(a * w[:, :, :, None, :], axis=2) / den[:, :, None, :]
+                      for a in (acc_e, acc_o)]  # [B, H, D2, Gq]
+            out = jnp.stack(halves, axis=-1)  # [B, H, D2, Gq, 2]
+            out = jnp.swapaxes(out, 2, 3).reshape(b, h, gp, d)
+            return out[:, :, :g, :].reshape(b, hq, d).astype(out_dtype)
         if decode == "v1":
             kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale)

@@ -76,15 +76,19 @@ def make_cache(key, b, h, s, d, fmt):
     return q
 
 
-def attention_rows(ctxs, batches, cfgs, bw, quick):
+def attention_rows(ctxs, batches, cfgs, bw, quick, deadline=float("inf"), rows=None,
+                   on_row=None):
     from jax.experimental.pallas.ops.gpu import decode_attention as shipped
 
     hq, h, d = 32, 4, 128
-    rows = []
+    rows = [] if rows is None else rows
     budget = 10e9  # bytes of bf16 KV allowed per config (sizes the batch)
     for s in ctxs:
         for b in batches:
             if kv_bytes(b, h, s, d, "bf16") > budget:
+                continue
+            if time.time() > deadline:
+                print("time budget spent: attention row", b, s, "skipped", flush=True)
                 continue
             kq, kk, kv = jax.random.split(jax.random.PRNGKey(s + b), 3)
             q = jax.random.normal(kq, (b, hq, d), jnp.bfloat16)
@@ -98,17 +102,19 @@ def attention_rows(ctxs, batches, cfgs, bw, quick):
             t_base = timeit(base, q, ks, vs, lengths)
             del ks, vs
             res["shipped_bf16_us"] = t_base * 1e6
-            for fmt in ("bf16", "nvfp4", "mxfp4"):
+            keys = [k for k in ("bf16", "nvfp4", "nvfp4_v2", "mxfp4", "mxfp4_v2") if k in cfgs]
+            for fmt in keys:
+                cfmt = fmt.split("_")[0]
                 if fmt == "bf16":
                     kc, vc = kb, vb
-                else:
-                    kc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(kb)
-                    vc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(vb)
+                elif fmt == cfmt:
+                    kc = jax.jit(lambda a: quantize(a, cfmt, axis=-1, global_scope="row"))(kb)
+                    vc = jax.jit(lambda a: quantize(a, cfmt, axis=-1, global_scope="row"))(vb)
                 cfg = cfgs[fmt]
                 f = jax.jit(lambda q, k, v, L, cfg=cfg: decode_attention_triton(
                     q, k, v, L, sm_scale=d ** -0.5, **cfg))
                 out = f(q, kc, vc, lengths)
-                if b <= 8 or quick:
+                if True:  # relerr on the first 2 sequences at every shape (cheap)
                     refb = min(b, 2)
                     ref = decode_attention_reference(
                         q[:refb], jax.tree.map(lambda a: a[:refb] if a.shape[0] == b else a, kc),
@@ -117,23 +123,38 @@ def attention_rows(ctxs, batches, cfgs, bw, quick):
                     res[f"{fmt}_relerr"] = rel(out[:refb].astype(jnp.float32),
                                                ref.astype(jnp.float32))
                 t = timeit(f, q, kc, vc, lengths)
-                nbytes = kv_bytes(b, h, s, d, fmt)
+                nbytes = kv_bytes(b, h, s, d, cfmt)
                 res[f"{fmt}_us"] = t * 1e6
                 res[f"{fmt}_TBps"] = nbytes / t / 1e12
                 res[f"{fmt}_pct_copy"] = 100 * nbytes / t / bw
                 res[f"{fmt}_vs_shipped"] = t_base / t
-                if fmt != "bf16":
+                if fmt != "bf16" and fmt != cfmt:
                     del kc, vc
-            for fmt in ("nvfp4", "mxfp4"):
+            for fmt in keys[1:]:
                 res[f"{fmt}_vs_our_bf16"] = res["bf16_us"] / res[f"{fmt}_us"]
+            for fmt in ("nvfp4", "mxfp4"):
+                if f"{fmt}_v2_us" in res:
+                    res[f"{fmt}_v3_vs_v2"] = res[f"{fmt}_v2_us"] / res[f"{fmt}_us"]
             del kb, vb
             rows.append(res)
             print(json.dumps(res), flush=True)
+            if on_row:
+                on_row()
     return rows
 
 
-def sweep(bw):
-    """Tune block_k / num_warps / num_stages on B=32, 32K for each cache format."""
+V2_CFG = dict(decode="v2", block_k=32, num_warps=1, num_stages=2, split_target=8192)
+# v3 knobs: (block_k, num_warps, num_stages, split_target, chains)
+V3_GRID = [(16, 1, 2, 8192, 1), (32, 1, 2, 8192, 1), (16, 1, 2, 4096, 1), (16, 1, 3, 8192, 1),
+           (16, 1, 2, 16384, 1), (32, 2, 2, 4096, 1), (32, 4, 2, 2048, 1), (64, 4, 2, 2048, 1),
+           (64, 2, 2, 4096, 1), (16, 1, 2, 8192, 2), (128, 4, 2, 2048, 1), (32, 4, 3, 2048, 1),
+           (64, 4, 3, 1024, 1), (32, 1, 2, 2048, 1)]
+
+
+def sweep(bw, deadline=float("inf")):
+    """Tune the kernels on B=32, 32K for each cache format: bf16 (its known best), FP4 v2 (its
+    known best, for the side-by-side) and the v3 knob grid; every config's output is checked
+    against the pure-JAX reference on the first 2 sequences."""
     b, hq, h, s, d = (2, 32, 4, 256, 128) if TINY else (32, 32, 4, 32768, 128)
     q = jax.random.normal(jax.random.PRNGKey(1), (b, hq, d), jnp.bfloat16)
     lengths = jnp.full((b,), s, jnp.int32)
@@ -141,34 +162,51 @@ def sweep(bw):
     vb = make_cache(jax.random.PRNGKey(3), b, h, s, d, "bf16")
     best, log = {}, []
     for fmt in ("bf16", "nvfp4", "mxfp4"):
+        if time.time() > deadline and fmt in best:
+            continue
         if fmt == "bf16":
             kc, vc = kb, vb
         else:
             kc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(kb)
             vc = jax.jit(lambda a: quantize(a, fmt, axis=-1, global_scope="row"))(vb)
         bt = None
-        if TINY:
-            grid = [(64, 4, 2)]
-        elif fmt == "bf16":
-            grid = [(64, 4, 2, 2048), (128, 8, 2, 2048), (64, 4, 2, 4096)]
-        else:  # v2 decode: 1-2 warps keep the softmax reductions inside a warp (no barriers);
-            # many programs (split_target) to hide the latency of the load-decode-MMA chain
-            grid = [(32, 1, 2, 8192), (32, 1, 2, 16384), (32, 1, 2, 4096), (32, 1, 3, 8192),
-                    (64, 2, 2, 8192), (32, 2, 2, 8192), (64, 4, 2, 4096)]
-        for bk, nw, ns, tgt in grid:
-                    cfg = dict(block_k=bk, num_warps=nw, num_stages=ns, split_target=tgt)
+        if fmt == "bf16":
+            grid = [dict(block_k=128, num_warps=8, num_stages=2, split_target=2048)]
+        else:
+            grid = [dict(V2_CFG)] + [
+                dict(decode="v3", block_k=bk, num_warps=nw, num_stages=ns, split_target=tgt,
+                     chains=ch) for bk, nw, ns, tgt, ch in V3_GRID]
+            if TINY:
+                grid = grid[:3] + [c for c in grid if c.get("chains") == 2]
+            ref = decode_attention_reference(
+                q[:2], jax.tree.map(lambda a: a[:2] if a.shape[0] == b else a, kc),
+                jax.tree.map(lambda a: a[:2] if a.shape[0] == b else a, vc), lengths[:2])
+        for cfg in grid:
+                    if time.time() > deadline and fmt in best and fmt + "_v2" in best:
+                        print("time budget spent: sweep stops", fmt, flush=True)
+                        break
+                    relerr = None
                     try:
                         f = jax.jit(lambda q, k, v, L, cfg=cfg: decode_attention_triton(
                             q, k, v, L, sm_scale=d ** -0.5, **cfg))
+                        out = f(q, kc, vc, lengths)
+                        if fmt != "bf16":
+                            relerr = rel(out[:2].astype(jnp.float32), ref.astype(jnp.float32))
                         t = timeit(f, q, kc, vc, lengths, reps=10, warm=1)
                     except Exception as e:  # noqa: BLE001
                         log.append({"fmt": fmt, **cfg, "error": repr(e)[:200]})
                         print("sweep fail", fmt, cfg, repr(e)[:300], flush=True)
                         continue
                     pct = 100 * kv_bytes(b, h, s, d, fmt) / t / bw
-                    log.append({"fmt": fmt, **cfg, "us": t * 1e6, "pct_copy": pct})
-                    print("sweep", fmt, cfg, f"{t * 1e6:.0f} us {pct:.1f}%", flush=True)
-                    if bt is None or t < bt:
+                    log.append({"fmt": fmt, **cfg, "us": t * 1e6, "pct_copy": pct,
+                                "relerr": relerr})
+                    print("sweep", fmt, cfg, f"{t * 1e6:.0f} us {pct:.1f}% relerr {relerr}",
+                          flush=True)
+                    if cfg.get("decode") == "v2":
+                        best[fmt + "_v2"] = cfg
+                    elif relerr is not None and not relerr < 2e-2:
+                        print("sweep: config rejected (inexact)", fmt, cfg, flush=True)
+                    elif bt is None or t < bt:
                         bt, best[fmt] = t, cfg
     return best, log
 
@@ -204,6 +242,34 @@ def variants_rows(best, bw):
             rows.append(row)
             print("variant", row, flush=True)
     return rows
+
+
+def v3_check():
+    """GPU correctness of the v3 kernel: ragged lengths (1 row, a partial block, full), several
+    configs, f32 output, against the pure-JAX reference (f32 out) and the v2 kernel."""
+    b, hq, h, s, d = (4, 32, 4, (512 if TINY else 32768), 128)
+    q = jax.random.normal(jax.random.PRNGKey(31), (b, hq, d), jnp.bfloat16)
+    lengths = jnp.asarray([1, 1000, s - 13, s], jnp.int32)
+    kb = jax.random.normal(jax.random.PRNGKey(32), (b, h, s, d), jnp.float32) * 2
+    vb = jax.random.normal(jax.random.PRNGKey(33), (b, h, s, d), jnp.float32)
+    from trace_jax import ops
+    out = {}
+    for fmt in ("nvfp4", "mxfp4"):
+        kc = quantize(kb, fmt, axis=-1, global_scope="row")
+        vc = quantize(vb, fmt, axis=-1, global_scope="row")
+        ref = ops.decode_attention_reference(q.astype(jnp.float32), kc, vc, lengths)
+        v2 = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, decode="v2",
+                                     out_dtype=jnp.float32)
+        out[f"{fmt}_v2_vs_ref"] = rel(v2, ref)
+        for cfg in (dict(), dict(block_k=16), dict(block_k=16, chains=2),
+                    dict(block_k=64, num_warps=4, num_splits=4)):
+            got = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, decode="v3",
+                                          out_dtype=jnp.float32, **cfg)
+            name = "_".join(f"{k}{v}" for k, v in cfg.items()) or "default"
+            out[f"{fmt}_v3_{name}_vs_ref"] = rel(got, ref)
+            out[f"{fmt}_v3_{name}_vs_v2"] = rel(got, v2)
+    print("v3_check", json.dumps(out), flush=True)
+    return out
 
 
 def long_context_check():
@@ -243,6 +309,11 @@ def long_context_check():
             g32 = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5,
                                           precision=prec, out_dtype=jnp.float32)
             out[fmt][f"kernel_f32out_{prec}P_vs_f64"] = rel(g32[1], o64)
+        if fmt != "bf16":
+            for dec in ("v2", "v3"):
+                g32 = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5,
+                                              decode=dec, out_dtype=jnp.float32)
+                out[fmt][f"{dec}_f32out_f32P_vs_f64"] = rel(g32[1], o64)
         print("long128k", fmt, out[fmt], flush=True)
     return out
 
@@ -366,6 +437,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--skip", default="")
+    ap.add_argument("--sweep-seconds", type=float, default=1e9,
+                    help="stop the sweep (after the v2 config and one v3 config per format) "
+                         "once this much time has passed since the start")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="skip the remaining sections once this much time has passed")
     a = ap.parse_args()
@@ -395,20 +469,27 @@ def main():
             return False
         return True
 
-    if want("long"):
-        res["long_context_128k"] = long_context_check()
+    if want("v3check"):
+        res["v3_check"] = v3_check()
         save()
-    best = {f: dict(block_k=64, num_warps=4, num_stages=2) for f in ("bf16", "nvfp4", "mxfp4")}
+    best = {"bf16": dict(block_k=128, num_warps=8, num_stages=2, split_target=2048),
+            "nvfp4": dict(decode="v3"), "mxfp4": dict(decode="v3"),
+            "nvfp4_v2": dict(decode="v2"), "mxfp4_v2": dict(decode="v2")}
     if want("sweep"):
-        best, log = sweep(bw)
+        best, log = sweep(bw, deadline=t0 + a.sweep_seconds)
         res["sweep"] = log
     res["best_cfg"] = best
     print("best", best, flush=True)
     save()
     if want("attention"):
-        ctxs = (8192, 32768, 131072) if not TINY else (256,)
+        ctxs = (32768, 131072, 8192) if not TINY else (256,)  # most important first (time guard)
         batches = ((8, 32, 128) if not a.quick else (8,)) if not TINY else (2,)
-        res["attention"] = attention_rows(ctxs, batches, best, bw, a.quick)
+        res["attention"] = []
+        attention_rows(ctxs, batches, best, bw, a.quick, deadline=t0 + a.max_seconds,
+                       rows=res["attention"], on_row=save)
+        save()
+    if want("long"):
+        res["long_context_128k"] = long_context_check()
         save()
     if want("qh"):
         res["quantize_hint"] = quantize_rows(bw)
@@ -428,19 +509,41 @@ def to_markdown(res):
     lines = [f"# Decode attention / quantize-with-hint on {i['device']} (jax {i['jax']})", "",
              f"copy bandwidth {i['copy_TBps']:.2f} TB/s; command `{i['command']}`; "
              f"best configs {res.get('best_cfg')}", "",
+             "FP4 columns: the tuned kernel (`best_cfg`, v3 when the sweep ran) and the v2 kernel "
+             "(`_v2`) side by side.", "",
              "| B | ctx | shipped bf16 us | our bf16 us (%copy) | nvfp4 us (%copy, x shipped, "
-             "x our bf16) | mxfp4 us (%copy, x shipped, x our bf16) | relerr bf16/nv/mx |",
-             "|---|---|---|---|---|---|---|"]
-    for r in res.get("attention", []):
+             "x our bf16) | nvfp4 v2 us (%copy) | mxfp4 us (%copy, x shipped, x our bf16) | "
+             "mxfp4 v2 us (%copy) | relerr bf16/nv/nv_v2/mx/mx_v2 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(r, f, full=True):
+        if f"{f}_us" not in r:
+            return "-"
+        c = f"{r[f + '_us']:.0f} ({r[f + '_pct_copy']:.0f}%"
+        if full:
+            c += f", {r[f + '_vs_shipped']:.2f}x, {r[f + '_vs_our_bf16']:.2f}x"
+        return c + ")"
+
+    for r in sorted(res.get("attention", []), key=lambda r: (r["context"], r["batch"])):
         err = "/".join(f"{r.get(f + '_relerr', float('nan')):.1e}"
-                       for f in ("bf16", "nvfp4", "mxfp4"))
+                       for f in ("bf16", "nvfp4", "nvfp4_v2", "mxfp4", "mxfp4_v2"))
         lines.append(
             f"| {r['batch']} | {r['context']} | {r['shipped_bf16_us']:.0f} | "
-            f"{r['bf16_us']:.0f} ({r['bf16_pct_copy']:.0f}%) | "
-            f"{r['nvfp4_us']:.0f} ({r['nvfp4_pct_copy']:.0f}%, {r['nvfp4_vs_shipped']:.2f}x, "
-            f"{r['nvfp4_vs_our_bf16']:.2f}x) | "
-            f"{r['mxfp4_us']:.0f} ({r['mxfp4_pct_copy']:.0f}%, {r['mxfp4_vs_shipped']:.2f}x, "
-            f"{r['mxfp4_vs_our_bf16']:.2f}x) | {err} |")
+            f"{cell(r, 'bf16', False)} | {cell(r, 'nvfp4')} | {cell(r, 'nvfp4_v2', False)} | "
+            f"{cell(r, 'mxfp4')} | {cell(r, 'mxfp4_v2', False)} | {err} |")
+    if "sweep" in res:
+        lines += ["", "Sweep (B=32, 32K; us, %copy, relerr of the first 2 sequences vs the "
+                  "reference):", ""]
+        for r in res["sweep"]:
+            cfg = {k: v for k, v in r.items() if k not in ("fmt", "us", "pct_copy", "relerr")}
+            if "us" in r:
+                lines.append(f"- {r['fmt']} {cfg}: {r['us']:.0f} us ({r['pct_copy']:.0f}%), "
+                             f"relerr {r.get('relerr')}")
+            else:
+                lines.append(f"- {r['fmt']} {cfg}: error")
+    if "v3_check" in res:
+        lines += ["", "v3 GPU check (ragged lengths 1/1000/S-13/S, S=32K, f32 out, rel. L2): "
+                  + ", ".join(f"{k} {v:.1e}" for k, v in res["v3_check"].items())]
     if "variants" in res:
         lines += ["", "B=32, 32K: precision / decode variants (us, %copy):", ""]
         for r in res["variants"]:

@@ -249,3 +249,29 @@ def test_f32_p_precision_beats_bf16_p(fmt):
         err[prec] = _rel(out, want)
     assert err["f32"] < 2e-5, err
     assert err["bf16"] > 5 * err["f32"], err
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("hq,h,d,s,block_k,splits,chains", [
+    (32, 4, 128, 96, 16, 3, 1),    # G = 8 (the N = 8 MMA shape), partial blocks, 3 splits
+    (8, 2, 128, 96, 32, None, 2),  # G = 4 padded to 8, two chains per iteration
+    (4, 4, 64, 48, 16, 1, 2),      # MHA (G = 1), one split, chains with an odd block count
+    (32, 2, 256, 64, 16, 2, 1),    # G = 16, head_dim 256
+])
+def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
+    """decode="v3" (transposed MMAs, N = G query heads, ``chains`` independent row chunks):
+    same f32 output as v2 up to MMA summation order, and the reference within the usual bound."""
+    b = 3
+    q, k, v = _inputs(hash((fmt, hq, d, "v3")) % 1000, b, hq, h, s, d)
+    lengths = jnp.asarray([1, s // 2 + 3, s], jnp.int32)
+    kc, vc = _cache(k, fmt), _cache(v, fmt)
+    kw = dict(sm_scale=d ** -0.5, block_k=block_k, num_splits=splits, out_dtype=jnp.float32,
+              interpret=True)
+    o3 = AT.decode_attention_triton(q, kc, vc, lengths, decode="v3", chains=chains, **kw)
+    o2 = AT.decode_attention_triton(q, kc, vc, lengths, decode="v2", **kw)
+    assert o3.shape == (b, hq, d)
+    assert _rel(o3, o2) < 2e-6
+    ref = decode_attention_reference(q, kc, vc, lengths)
+    assert _rel(o3.astype(jnp.bfloat16), ref) < 6e-3
+    out = decode_attention(q, kc, vc, lengths, backend="triton", decode="v3", block_k=block_k)
+    assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3

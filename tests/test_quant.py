@@ -74,6 +74,15 @@ def test_dense_sweep_matches_ml_dtypes():
     np.testing.assert_array_equal(np.asarray(e2m1.encode(jnp.asarray(z))), ref_codes(z))
 
 
+def test_e4m3_integer_decode_matches_ml_dtypes_for_every_byte():
+    b = np.arange(256, dtype=np.uint8)
+    got = np.asarray(jax.jit(Q.e4m3_to_f32)(jnp.asarray(b.view(ml_dtypes.float8_e4m3fn))))
+    want = b.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))  # -0.0 too
+
+
 def test_reciprocal_is_correctly_rounded():
     """quant._recip (integer long division) equals IEEE float32 1/v: random magnitudes over the
     whole normal range, every power of two and both its neighbours."""
