@@ -20,6 +20,7 @@ def base_config():
         rope_theta=10_000.0, norm_eps=1e-6,
         tie_embeddings=False,
         max_seq_len=64,
+        scan_layers=False,  # training forwards as a lax.scan over layer groups (compile time)
         param_dtype="float32",  # trainer master weights
         dtype="bfloat16",  # activations
         init_std=0.02,

@@ -21,6 +21,7 @@ def get_config():
         rope_theta=1_000_000.0,
         max_seq_len=131_072 + 1024,
         param_dtype="bfloat16",
+        scan_layers=True,  # 48 layers: training forwards as lax.scans (compile time)
     )
     c.numerics.hint_layers = "last_half"
     return c

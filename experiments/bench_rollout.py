@@ -280,28 +280,46 @@ def attention_backend(kind: str):
 
 
 @contextlib.contextmanager
-def bf16_kernel_matmul(enabled: bool):
-    """Route bf16 expert weights through pallas_kernels.fp4_matmul.bf16_grouped_matmul (the
-    Pallas grouped kernel) instead of ``jax.lax.ragged_dot`` while tracing (``--kernel_layout``:
-    the BF16 engine gets our fastest expert matmul too, so the FP4 ratio is not against a weak
-    baseline)."""
-    if not enabled:
-        yield
-        return
-    from pallas_kernels import fp4_matmul as FM
-
+def routed_grouped_matmul(route):
+    """While tracing, ``ops.grouped_matmul(x, w, gs)`` calls ``route(x, w, gs)`` first; a None
+    result falls back to the original."""
     orig = ops.grouped_matmul
 
     def gm(x, w, gs):
-        if isinstance(w, jax.Array) and w.dtype == jnp.bfloat16:
-            return FM.bf16_grouped_matmul(x, w, gs).astype(x.dtype)
-        return orig(x, w, gs)
+        out = route(x, w, gs)
+        return orig(x, w, gs) if out is None else out
 
     ops.grouped_matmul = gm
     try:
         yield
     finally:
         ops.grouped_matmul = orig
+
+
+def bf16_kernel_matmul(enabled: bool):
+    """Route bf16 expert weights through pallas_kernels.fp4_matmul.bf16_grouped_matmul (the
+    Pallas grouped kernel) instead of ``jax.lax.ragged_dot`` (``--kernel_layout``: the BF16
+    engine gets our fastest expert matmul too, so the FP4 ratio is not against a weak baseline)."""
+    from pallas_kernels import fp4_matmul as FM
+
+    def route(x, w, gs):
+        if enabled and isinstance(w, jax.Array) and w.dtype == jnp.bfloat16:
+            return FM.bf16_grouped_matmul(x, w, gs).astype(x.dtype)
+        return None
+
+    return routed_grouped_matmul(route)
+
+
+def fp4_kernel_matmul():
+    """Route QTensor expert weights through pallas_kernels.fp4_matmul.fp4_grouped_matmul."""
+    from pallas_kernels import fp4_matmul as FM
+
+    def route(x, w, gs):
+        if isinstance(w, Q.QTensor):
+            return FM.fp4_grouped_matmul(x, FM.prepare_weights(w), gs)
+        return None
+
+    return routed_grouped_matmul(route)
 
 
 def expert_backend(name: str, kernel_layout: bool) -> str:
@@ -310,25 +328,6 @@ def expert_backend(name: str, kernel_layout: bool) -> str:
     if fp4_w:
         return "pallas fp4" if kernel_layout else "dequant+ragged_dot"
     return "pallas bf16" if kernel_layout and ENGINES[name][4] == "kernel" else "ragged_dot"
-
-
-@contextlib.contextmanager
-def fp4_kernel_matmul():
-    """Route QTensor expert weights through pallas_kernels.fp4_matmul.fp4_grouped_matmul."""
-    from pallas_kernels import fp4_matmul as FM
-
-    orig = ops.grouped_matmul
-
-    def gm(x, w, gs):
-        if isinstance(w, Q.QTensor):
-            return FM.fp4_grouped_matmul(x, FM.prepare_weights(w), gs)
-        return orig(x, w, gs)
-
-    ops.grouped_matmul = gm
-    try:
-        yield
-    finally:
-        ops.grouped_matmul = orig
 
 
 def sync(x):

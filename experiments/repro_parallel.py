@@ -72,7 +72,8 @@ def main(argv=None) -> int:
         if train_study not in TRAINING_STUDIES:
             continue
         seeds = a.seeds if train_study == "headline" else a.ablation_seeds
-        for name, overrides in repro.study_variants(train_study):
+        # (deployment trains only the headline variants it evaluates: bf16 and trace)
+        for name, overrides in repro.study_variants(study):
             for s in (seeds.split(",") if a.per_seed else [seeds]):
                 job = (train_study, name, s, overrides["variant"])
                 if job not in jobs:

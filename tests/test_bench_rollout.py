@@ -32,6 +32,29 @@ def test_smoke_runs_every_engine(tmp_path, capsys):
     assert out.rstrip().endswith(md.rstrip().splitlines()[-1])  # the markdown is printed last
 
 
+def test_kernel_layout_routes_expert_matmuls_to_the_pallas_kernels(tmp_path, monkeypatch):
+    from pallas_kernels import fp4_matmul as FM
+    calls = {"bf16": 0, "fp4": 0}
+    real_bf16, real_fp4 = FM.bf16_grouped_matmul, FM.fp4_grouped_matmul
+
+    def bf16(*a, **k):
+        calls["bf16"] += 1
+        return real_bf16(*a, **k)
+
+    def fp4(*a, **k):
+        calls["fp4"] += 1
+        return real_fp4(*a, **k)
+
+    monkeypatch.setattr(FM, "bf16_grouped_matmul", bf16)
+    monkeypatch.setattr(FM, "fp4_grouped_matmul", fp4)
+    res = bench_rollout.main(["--smoke", "--kernel_layout", "--engines", "bf16,bf16_xla,fp4",
+                              "--prefill_len", "0", "--breakdown", "never", "--out", str(tmp_path)])
+    via = {r["engine"]: r["experts_via"] for r in res["rows"]}
+    assert via == {"bf16": "pallas bf16", "bf16_xla": "ragged_dot", "fp4": "pallas fp4"}
+    assert all("step_s" in r for r in res["rows"])
+    assert calls["bf16"] > 0 and calls["fp4"] > 0  # traced through the kernels' entry points
+
+
 def test_batch_sizing_same_budget():
     """At equal HBM the FP4 engine fits more sequences; the budget is respected."""
     import argparse

@@ -50,6 +50,11 @@ class ModelConfig:
     param_dtype: str = "float32"  # the trainer's master weights
     dtype: str = "bfloat16"  # activations
     init_std: float = 0.02
+    # training forwards (no cache) run each run of identically-quantized layers as one lax.scan:
+    # compile time grows slowly with depth (experiments/bench_compile.py: 1.45x faster at 16
+    # layers, none at 8); values equal up to fusion/rounding order (f32 gradients to 1e-4; with
+    # bf16 activations a different rounding can flip unhinted FP4 codes). Rollouts stay unrolled.
+    scan_layers: bool = False
 
     def __post_init__(self):
         pos = ["vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim",
@@ -252,24 +257,36 @@ def forward(
     sio = nx.SiteIO(numerics, hints, capture_hints, capture_codes, hint_valid_BxT)
 
     x = SH.constrain_batch(params["embed"][tokens_BxT].astype(dt))
-    all_experts, lbs, zs, new_cache = [], [], [], []
-    for layer in range(cfg.n_layers):
-        p = jax.tree.map(lambda a, l=layer: a[l], params["layers"])
+    forced, hexp = forced_experts_LxBxTxK, hint_experts_LxBxTxK
+
+    def layer_fn(p, x, layer, sio, cache_l, forced_l, hexp_l):
         h = attention.rms_norm(x, p["attn_norm"], cfg.norm_eps)
-        a, c = attention.attention_block(
-            p["attn"], h, positions_BxT, cfg=cfg, sio=sio, layer=layer,
-            cache=None if cache is None else cache[layer])
-        new_cache.append(c)
+        a, c = attention.attention_block(p["attn"], h, positions_BxT, cfg=cfg, sio=sio,
+                                         layer=layer, cache=cache_l)
         x = x + a
         h = attention.rms_norm(x, p["mlp_norm"], cfg.norm_eps)
-        m, experts, (lb, z) = moe.moe_block(
-            p["moe"], h, cfg=cfg, sio=sio, layer=layer, valid_BxT=valid_BxT,
-            forced_BxTxK=None if forced_experts_LxBxTxK is None else forced_experts_LxBxTxK[layer],
-            hint_experts_BxTxK=None if hint_experts_LxBxTxK is None else hint_experts_LxBxTxK[layer])
-        x = SH.constrain_batch(x + m)
-        all_experts.append(experts.astype(expert_dtype(cfg.n_experts)))
-        lbs.append(lb)
-        zs.append(z)
+        m, experts, (lb, z) = moe.moe_block(p["moe"], h, cfg=cfg, sio=sio, layer=layer,
+                                            valid_BxT=valid_BxT, forced_BxTxK=forced_l,
+                                            hint_experts_BxTxK=hexp_l)
+        return SH.constrain_batch(x + m), experts.astype(expert_dtype(cfg.n_experts)), lb, z, c
+
+    all_experts, lbs, zs, new_cache = [], [], [], []
+    if cache is None and cfg.scan_layers:
+        for l0, l1 in _layer_groups(numerics, sio.hints_in, cfg.n_layers):
+            x, ex, lb, z = _scan_group(layer_fn, params["layers"], x, l0, l1, sio, forced, hexp)
+            all_experts += list(ex)
+            lbs += list(lb)
+            zs += list(z)
+    else:
+        for layer in range(cfg.n_layers):
+            p = jax.tree.map(lambda a, l=layer: a[l], params["layers"])
+            x, experts, lb, z, c = layer_fn(
+                p, x, layer, sio, None if cache is None else cache[layer],
+                None if forced is None else forced[layer], None if hexp is None else hexp[layer])
+            new_cache.append(c)
+            all_experts.append(experts)
+            lbs.append(lb)
+            zs.append(z)
 
     x = attention.rms_norm(x, params["final_norm"], cfg.norm_eps)
     head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
@@ -277,3 +294,49 @@ def forward(
     aux = Aux(jnp.stack(all_experts), jnp.mean(jnp.stack(lbs)), jnp.mean(jnp.stack(zs)),
               sio.hints_out, sio.codes_out)
     return logits, aux, (None if cache is None else tuple(new_cache))
+
+
+def _layer_groups(numerics: nx.Numerics, hints_in: dict, n_layers: int) -> list[tuple[int, int]]:
+    """Maximal runs [l0, l1) of consecutive layers that quantize, hint and receive hints at the
+    same site kinds (one lax.scan each)."""
+    def signature(layer):
+        names = [nx.site_name(layer, k) for k in nx.SITE_KINDS]
+        return tuple((numerics.quantizes(n), numerics.hints(n), n in hints_in) for n in names)
+
+    groups, start = [], 0
+    for layer in range(1, n_layers + 1):
+        if layer == n_layers or signature(layer) != signature(start):
+            groups.append((start, layer))
+            start = layer
+    return groups
+
+
+def _scan_group(layer_fn, layers_p, x, l0, l1, sio: nx.SiteIO, forced, hexp):
+    """Layers l0..l1-1 as one lax.scan over their stacked params, hints and routing; the body is
+    traced once as layer ``l0`` (every layer of the group has its site decisions). Captured hints
+    and codes come back keyed by each layer's own site names."""
+    def kind_of(name):
+        return name.split("/", 2)[2]  # "layers/{l}/moe/expert_in" -> "moe/expert_in"
+
+    stack = lambda trees: jax.tree.map(lambda *a: jnp.stack(a), *trees)  # noqa: E731
+    kinds_in = sorted({kind_of(n) for n in sio.hints_in if n.startswith(f"layers/{l0}/")})
+    hints = {k: stack([sio.hints_in[nx.site_name(l, k)] for l in range(l0, l1)]) for k in kinds_in}
+    xs = (jax.tree.map(lambda a: a[l0:l1], layers_p), hints,
+          None if forced is None else forced[l0:l1], None if hexp is None else hexp[l0:l1])
+
+    def body(x, xs_l):
+        p, h, forced_l, hexp_l = xs_l
+        sub = nx.SiteIO(sio.numerics, {nx.site_name(l0, k): v for k, v in h.items()},
+                        sio.capture_hints, sio.capture_codes, sio.hint_valid)
+        x, experts, lb, z, _ = layer_fn(p, x, l0, sub, None, forced_l, hexp_l)
+        outs = ({kind_of(n): v for n, v in sub.hints_out.items()},
+                {kind_of(n): v for n, v in sub.codes_out.items()})
+        return x, (experts, lb, z, outs)
+
+    x, (experts, lb, z, (h_out, c_out)) = jax.lax.scan(body, x, xs)
+    for i, layer in enumerate(range(l0, l1)):
+        for k, v in h_out.items():
+            sio.hints_out[nx.site_name(layer, k)] = jax.tree.map(lambda a, i=i: a[i], v)
+        for k, v in c_out.items():
+            sio.codes_out[nx.site_name(layer, k)] = jax.tree.map(lambda a, i=i: a[i], v)
+    return x, experts, lb, z
