@@ -254,6 +254,15 @@ def _expand_cols(a, d2):
     return jnp.broadcast_to(a[:, :, None], (bk, nb, d2 // nb)).reshape(bk, d2)
 
 
+def _unpack_words(w, d2):
+    """[BK, D2/4] uint32 words (4 code bytes each, little endian: byte k of word j = code byte
+    4j + k) -> [BK, D2] uint8. Written as shifts, truncations and two-level joins so that Triton
+    keeps the bytes in the 32-bit registers they were loaded in (v4: no per-byte repacking)."""
+    p = [(w >> (8 * k)).astype(jnp.uint8) for k in range(4)]
+    c = jnp.stack([jnp.stack([p[0], p[2]], -1), jnp.stack([p[1], p[3]], -1)], -1)
+    return c.reshape(w.shape[0], d2)  # [BK, D2/4, 2, 2]: (i, j) -> byte 2i + j
+
+
 def _decode_v2(codes, s_bf16, fmt, interpret):
     """codes [BK, D2] uint8, s_bf16 [BK, D2] bf16 -> (lo, hi) bf16 ``code * S * 2**-126``."""
     if interpret:  # the same arithmetic in plain JAX (inline asm cannot run in interpret mode)
@@ -342,6 +351,10 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
 # Measured on the H200: 1.07-1.25x v2 at 32K+ contexts, about its instruction cut per cache row
 # (-20%); more resident warps (BK=16: 130 registers) or chains=2 did not add speed: the loop is
 # bound by the (half-rate) integer work of the decode and its operand plumbing, not occupancy.
+# v4 (decode="v4") is this kernel with the V codes passed as uint32 words (``_unpack_words``):
+# with uint8 V tiles, Triton prefetched the codes into registers one byte per register across
+# the loop back-edge and rebuilt 32-bit words for the asm (~6 PRMT/LOP3 per cache row); as
+# words they go through cp.async / shared memory like K (NOTES_attention.md, v4).
 
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
@@ -370,6 +383,8 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         """V codes transposed *before* the decode: [D2, BK] tiles, so that the MMA operand
         layout can be read from shared memory (transposed) with no bf16 round trip."""
         c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
+        if c.dtype == jnp.uint32:  # v4: V codes passed as 32-bit words
+            c = _unpack_words(c, d2)
         sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
         sf = _expand_cols(_scale_bf16(sc, fmt), d2)
         return _decode_v2(c.T, sf.T, fmt, interpret)
@@ -457,15 +472,17 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour). ``decode`` (FP4 caches;
     bf16 caches ignore it): ``"v3"`` (default: v2's inline-PTX decode with transposed MMAs, K rows
     on M and the query heads on N = 8, no padded heads; ``chains`` independent row chunks per
-    iteration, default 1), ``"v2"`` (inline-PTX decode, Q padded to 16 rows) or ``"v1"`` (the
+    iteration, default 1), ``"v4"`` (v3 with the V codes read as 32-bit words: no per-byte
+    register repacking, -13% SASS per cache row on sm_90; not yet measured on the GPU; head_dim
+    a multiple of 8), ``"v2"`` (inline-PTX decode, Q padded to 16 rows) or ``"v1"`` (the
     first kernel), the older ones kept for side-by-side measurement. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None; default
     8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency."""
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
-    if decode not in ("v1", "v2", "v3"):
-        raise ValueError(f"decode must be 'v1', 'v2' or 'v3', got {decode!r}")
+    if decode not in ("v1", "v2", "v3", "v4"):
+        raise ValueError(f"decode must be 'v1', 'v2', 'v3' or 'v4', got {decode!r}")
     b, hq, d = q.shape
     fp4 = isinstance(k_cache, QTensor)
     if fp4:
@@ -485,12 +502,16 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     # defaults = the best configs measured on the H200 (NOTES_attention.md; v3: run 3's sweep,
     # B=32 x 32K; the configs within ~15% of each other are within run-to-run noise)
     tuned = {"v1": (64, 4), "v2": (32, 1),
-             "v3": (128, 4) if fmt == "nvfp4" else (16, 1)}.get(decode, (32, 1))
+             "v3": (128, 4) if fmt == "nvfp4" else (16, 1)}
+    tuned["v4"] = tuned["v3"]  # not yet tuned on the GPU: v3's configs
+    tuned = tuned.get(decode, (32, 1))
     if block_k is None:
         block_k = 128 if fmt == "bf16" else tuned[0]
     if num_warps is None:
         num_warps = 8 if fmt == "bf16" else tuned[1]
-    v3 = fp4 and decode == "v3"
+    v3 = fp4 and decode in ("v3", "v4")  # v4 = the v3 kernel with V codes as 32-bit words
+    if fp4 and decode == "v4" and d % 8:
+        raise ValueError(f"decode='v4' needs head_dim % 8 == 0, got {d}")
     chains = (chains or 1) if v3 else 1
     g = hq // h
     gp = max(8 if v3 else 16, 1 << (g - 1).bit_length())
@@ -570,6 +591,11 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                 args.append(gs.reshape(b, h, s))
             g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
             in_specs += [g_spec, g_spec]
+        if v3 and decode == "v4":
+            # V codes as uint32 words (4 code bytes; a bitcast of the contiguous cache, no copy)
+            args[5] = jax.lax.bitcast_convert_type(
+                args[5].reshape(b, h, s, d2 // 4, 4), jnp.uint32)
+            in_specs[5] = row_spec(d2 // 4)
         if v3:
             qe, qo = jnp.swapaxes(qe, 2, 3), jnp.swapaxes(qo, 2, 3)  # [B, H, D2, Gq]
             q_spec = pl.BlockSpec((None, None, d2, gp), lambda i, j, k: (i, j, 0, 0))
@@ -588,7 +614,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                 out_shape=[o_shape, o_shape, ml_shape, ml_shape],
                 compiler_params=params,
                 interpret=interpret,
-                name=f"decode_attention_{fmt}_v3",
+                name=f"decode_attention_{fmt}_{decode}",
             )(*args)
             # combine each half separately ([B, H, P, D2, Gq]), interleave only the result
             mx = jnp.max(m, axis=2, keepdims=True)

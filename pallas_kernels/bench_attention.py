@@ -102,7 +102,8 @@ def attention_rows(ctxs, batches, cfgs, bw, quick, deadline=float("inf"), rows=N
             t_base = timeit(base, q, ks, vs, lengths)
             del ks, vs
             res["shipped_bf16_us"] = t_base * 1e6
-            keys = [k for k in ("bf16", "nvfp4", "nvfp4_v2", "mxfp4", "mxfp4_v2") if k in cfgs]
+            keys = [k for k in ("bf16", "nvfp4", "nvfp4_v4", "nvfp4_v2", "mxfp4", "mxfp4_v4",
+                                "mxfp4_v2") if k in cfgs]
             for fmt in keys:
                 cfmt = fmt.split("_")[0]
                 if fmt == "bf16":
@@ -128,13 +129,15 @@ def attention_rows(ctxs, batches, cfgs, bw, quick, deadline=float("inf"), rows=N
                 res[f"{fmt}_TBps"] = nbytes / t / 1e12
                 res[f"{fmt}_pct_copy"] = 100 * nbytes / t / bw
                 res[f"{fmt}_vs_shipped"] = t_base / t
-                if fmt != "bf16" and fmt != cfmt:
+                if fmt.endswith("_v2"):  # the last variant of this format
                     del kc, vc
             for fmt in keys[1:]:
                 res[f"{fmt}_vs_our_bf16"] = res["bf16_us"] / res[f"{fmt}_us"]
             for fmt in ("nvfp4", "mxfp4"):
                 if f"{fmt}_v2_us" in res:
                     res[f"{fmt}_v3_vs_v2"] = res[f"{fmt}_v2_us"] / res[f"{fmt}_us"]
+                if f"{fmt}_v4_us" in res:  # v4 runs the tuned v3 config with decode="v4"
+                    res[f"{fmt}_v4_vs_v3"] = res[f"{fmt}_us"] / res[f"{fmt}_v4_us"]
             del kb, vb
             rows.append(res)
             print(json.dumps(res), flush=True)
@@ -245,8 +248,8 @@ def variants_rows(best, bw):
 
 
 def v3_check():
-    """GPU correctness of the v3 kernel: ragged lengths (1 row, a partial block, full), several
-    configs, f32 output, against the pure-JAX reference (f32 out) and the v2 kernel."""
+    """GPU correctness of the v3 and v4 kernels: ragged lengths (1 row, a partial block, full),
+    several configs, f32 output, against the pure-JAX reference (f32 out), v2, and v4 vs v3."""
     b, hq, h, s, d = (4, 32, 4, (512 if TINY else 32768), 128)
     q = jax.random.normal(jax.random.PRNGKey(31), (b, hq, d), jnp.bfloat16)
     lengths = jnp.asarray([1, 1000, s - 13, s], jnp.int32)
@@ -268,6 +271,10 @@ def v3_check():
             name = "_".join(f"{k}{v}" for k, v in cfg.items()) or "default"
             out[f"{fmt}_v3_{name}_vs_ref"] = rel(got, ref)
             out[f"{fmt}_v3_{name}_vs_v2"] = rel(got, v2)
+            g4 = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, decode="v4",
+                                         out_dtype=jnp.float32, **cfg)
+            out[f"{fmt}_v4_{name}_vs_ref"] = rel(g4, ref)
+            out[f"{fmt}_v4_{name}_vs_v3"] = rel(g4, got)  # expected 0 (same arithmetic)
     print("v3_check", json.dumps(out), flush=True)
     return out
 
@@ -478,6 +485,9 @@ def main():
     if want("sweep"):
         best, log = sweep(bw, deadline=t0 + a.sweep_seconds)
         res["sweep"] = log
+    for fmt in ("nvfp4", "mxfp4"):  # v4 side by side: the same knobs as the tuned v3 config
+        if best.get(fmt, {}).get("decode") == "v3":
+            best[fmt + "_v4"] = {**best[fmt], "decode": "v4"}
     res["best_cfg"] = best
     print("best", best, flush=True)
     save()
@@ -509,12 +519,13 @@ def to_markdown(res):
     lines = [f"# Decode attention / quantize-with-hint on {i['device']} (jax {i['jax']})", "",
              f"copy bandwidth {i['copy_TBps']:.2f} TB/s; command `{i['command']}`; "
              f"best configs {res.get('best_cfg')}", "",
-             "FP4 columns: the tuned kernel (`best_cfg`, v3 when the sweep ran) and the v2 kernel "
-             "(`_v2`) side by side.", "",
+             "FP4 columns: the tuned kernel (`best_cfg`, v3 when the sweep ran), v4 (same knobs, "
+             "`decode=\"v4\"`) and the v2 kernel (`_v2`) side by side.", "",
              "| B | ctx | shipped bf16 us | our bf16 us (%copy) | nvfp4 us (%copy, x shipped, "
-             "x our bf16) | nvfp4 v2 us (%copy) | mxfp4 us (%copy, x shipped, x our bf16) | "
-             "mxfp4 v2 us (%copy) | relerr bf16/nv/nv_v2/mx/mx_v2 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "x our bf16) | nvfp4 v4 us (%copy) | nvfp4 v2 us (%copy) | mxfp4 us (%copy, x "
+             "shipped, x our bf16) | mxfp4 v4 us (%copy) | mxfp4 v2 us (%copy) | relerr "
+             "bf16/nv/nv_v4/nv_v2/mx/mx_v4/mx_v2 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def cell(r, f, full=True):
         if f"{f}_us" not in r:
@@ -526,11 +537,13 @@ def to_markdown(res):
 
     for r in sorted(res.get("attention", []), key=lambda r: (r["context"], r["batch"])):
         err = "/".join(f"{r.get(f + '_relerr', float('nan')):.1e}"
-                       for f in ("bf16", "nvfp4", "nvfp4_v2", "mxfp4", "mxfp4_v2"))
+                       for f in ("bf16", "nvfp4", "nvfp4_v4", "nvfp4_v2", "mxfp4", "mxfp4_v4",
+                                 "mxfp4_v2"))
         lines.append(
             f"| {r['batch']} | {r['context']} | {r['shipped_bf16_us']:.0f} | "
-            f"{cell(r, 'bf16', False)} | {cell(r, 'nvfp4')} | {cell(r, 'nvfp4_v2', False)} | "
-            f"{cell(r, 'mxfp4')} | {cell(r, 'mxfp4_v2', False)} | {err} |")
+            f"{cell(r, 'bf16', False)} | {cell(r, 'nvfp4')} | {cell(r, 'nvfp4_v4', False)} | "
+            f"{cell(r, 'nvfp4_v2', False)} | {cell(r, 'mxfp4')} | {cell(r, 'mxfp4_v4', False)} | "
+            f"{cell(r, 'mxfp4_v2', False)} | {err} |")
     if "sweep" in res:
         lines += ["", "Sweep (B=32, 32K; us, %copy, relerr of the first 2 sequences vs the "
                   "reference):", ""]

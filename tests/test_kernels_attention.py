@@ -260,7 +260,8 @@ def test_f32_p_precision_beats_bf16_p(fmt):
 ])
 def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
     """decode="v3" (transposed MMAs, N = G query heads, ``chains`` independent row chunks):
-    same f32 output as v2 up to MMA summation order, and the reference within the usual bound."""
+    same f32 output as v2 up to MMA summation order, and the reference within the usual bound.
+    decode="v4" (v3 with the V codes read as uint32 words): bit-identical to v3."""
     b = 3
     q, k, v = _inputs(hash((fmt, hq, d, "v3")) % 1000, b, hq, h, s, d)
     lengths = jnp.asarray([1, s // 2 + 3, s], jnp.int32)
@@ -275,3 +276,20 @@ def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
     assert _rel(o3.astype(jnp.bfloat16), ref) < 6e-3
     out = decode_attention(q, kc, vc, lengths, backend="triton", decode="v3", block_k=block_k)
     assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3
+    o4 = AT.decode_attention_triton(q, kc, vc, lengths, decode="v4", chains=chains, **kw)
+    np.testing.assert_array_equal(np.asarray(o4), np.asarray(o3))
+    for prec in ("f32", "bf16"):  # default (tuned) block_k and splits, both P precisions
+        o4 = AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, decode="v4",
+                                        precision=prec, out_dtype=jnp.float32, interpret=True)
+        assert _rel(o4, ref) < 6e-3
+    out = decode_attention(q, kc, vc, lengths, backend="triton", decode="v4", block_k=block_k)
+    assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3
+
+
+def test_unpack_words_is_the_byte_order_of_the_cache():
+    """v4 reads the V codes as little-endian uint32 words (an XLA bitcast in the wrapper) and
+    ``_unpack_words`` must give back the [BK, D2] code bytes in order."""
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 256, size=(16, 64), dtype=np.uint8)
+    words = jax.lax.bitcast_convert_type(jnp.asarray(codes).reshape(16, 16, 4), jnp.uint32)
+    np.testing.assert_array_equal(np.asarray(AT._unpack_words(words, 64)), codes)

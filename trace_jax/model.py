@@ -51,9 +51,10 @@ class ModelConfig:
     dtype: str = "bfloat16"  # activations
     init_std: float = 0.02
     # training forwards (no cache) run each run of identically-quantized layers as one lax.scan:
-    # compile time grows slowly with depth (experiments/bench_compile.py: 1.45x faster at 16
-    # layers, none at 8); values equal up to fusion/rounding order (f32 gradients to 1e-4; with
-    # bf16 activations a different rounding can flip unhinted FP4 codes). Rollouts stay unrolled.
+    # compile time grows slowly with depth (experiments/results/compile_time.md: 1.8x faster at
+    # 32 layers, within noise at 8-16); values equal up to fusion/rounding order (f32 gradients to
+    # 1e-4; with bf16 activations a different rounding can flip unhinted FP4 codes). Rollouts stay
+    # unrolled.
     scan_layers: bool = False
 
     def __post_init__(self):
