@@ -604,35 +604,17 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale, precision=precision, interpret=interpret,
                                        chains=chains)
-            o_spec = pl.BlockSpec((None, None, None, d2, gp), lambda i, j, k: (i, j, k, 0, 0))
-            o_shape = jax.ShapeDtypeStruct((b, h, p, d2, gp), jnp.float32)
-            acc_e, acc_o, m, l = pl.pallas_call(
-                kernel,
-                grid=grid,
-                in_specs=in_specs,
-                out_specs=[o_spec, o_spec, ml_spec, ml_spec],
-                out_shape=[o_shape, o_shape, ml_shape, ml_shape],
-                compiler_params=params,
-                interpret=interpret,
-                name=f"decode_attention_{fmt}_{decode}",
-            )(*args)
-            # combine each half separately ([B, H, P, D2, Gq]), interleave only the result
-            mx = jnp.max(m, axis=2, keepdims=True)
-            w = jnp.exp2(m - mx)  # [B, H, P, Gq]
-            den = jnp.sum(l * w, axis=2)  # [B, H, Gq]
-            halves = [jnp.sum(a * w[:, :, :, None, :], axis=2) / den[:, :, None, :]
-                      for a in (acc_e, acc_o)]  # [B, H, D2, Gq]
-            out = jnp.stack(halves, axis=-1)  # [B, H, D2, Gq, 2]
-            out = jnp.swapaxes(out, 2, 3).reshape(b, h, gp, d)
-            return out[:, :, :g, :].reshape(b, hq, d).astype(out_dtype)
-        if decode == "v1":
+            o_block = (d2, gp)  # transposed partial outputs
+        elif decode == "v1":
             kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale)
+            o_block = (gp, d2)
         else:
             kernel = functools.partial(_fp4_kernel_v2, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale, precision=precision, interpret=interpret)
-        o_spec = pl.BlockSpec((None, None, None, gp, d2), lambda i, j, k: (i, j, k, 0, 0))
-        o_shape = jax.ShapeDtypeStruct((b, h, p, gp, d2), jnp.float32)
+            o_block = (gp, d2)
+        o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
+        o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), jnp.float32)
         acc_e, acc_o, m, l = pl.pallas_call(
             kernel,
             grid=grid,
@@ -641,10 +623,19 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             out_shape=[o_shape, o_shape, ml_shape, ml_shape],
             compiler_params=params,
             interpret=interpret,
-            name=f"decode_attention_{fmt}",
+            name=f"decode_attention_{fmt}_{decode}",
         )(*args)
-        acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
-        out = combine(acc, m, l)
+        if v3:  # combine each half separately ([B, H, P, D2, Gq]), interleave only the result
+            mx = jnp.max(m, axis=2, keepdims=True)
+            w = jnp.exp2(m - mx)  # [B, H, P, Gq]
+            den = jnp.sum(l * w, axis=2)  # [B, H, Gq]
+            halves = [jnp.sum(a * w[:, :, :, None, :], axis=2) / den[:, :, None, :]
+                      for a in (acc_e, acc_o)]  # [B, H, D2, Gq]
+            out = jnp.stack(halves, axis=-1)  # [B, H, D2, Gq, 2]
+            out = jnp.swapaxes(out, 2, 3).reshape(b, h, gp, d)
+        else:
+            acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
+            out = combine(acc, m, l)
     return out[:, :, :g, :].reshape(b, hq, d).astype(out_dtype)
 
 
