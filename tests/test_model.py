@@ -151,35 +151,33 @@ def test_scanned_layers_equal_unrolled_layers():
     """scan_layers: the training forward as lax.scans over groups of identically-quantized layers
     gives the unrolled forward's logits, routing, hints, codes and gradients."""
     cfg = dataclasses.replace(CFG, n_layers=4, dtype="float32")
-    scan = dataclasses.replace(cfg, scan_layers=True)
     p = M.init_params(cfg, jax.random.key(7))
     toks = jax.random.randint(jax.random.key(8), (2, 10), 0, cfg.vocab_size)
     roll = nx.make_numerics("fp4_rollout", 4, hint_layers="last_half")  # groups [0, 2), [2, 4)
     assert M._layer_groups(roll, {}, 4) == [(0, 2), (2, 4)]
     _, r_aux, _ = run(M.pack_params(p, roll), toks, cfg, roll, capture_hints=True)
     qat = roll.with_mode("fp4_qat")
-    kw = dict(hints=r_aux.hints, forced_experts_LxBxTxK=r_aux.experts,
-              hint_experts_LxBxTxK=r_aux.experts, capture_hints=True, capture_codes=True)
-    for num, extra in ((qat, kw), (nx.make_numerics("bf16", 4), {})):
-        a_logits, a_aux, _ = run(p, toks, cfg, num, **extra)
-        b_logits, b_aux, _ = run(p, toks, scan, num, **extra)
-        np.testing.assert_allclose(np.asarray(b_logits), np.asarray(a_logits), rtol=1e-5, atol=1e-5)
-        np.testing.assert_array_equal(np.asarray(b_aux.experts), np.asarray(a_aux.experts))
-        assert sorted(b_aux.codes) == sorted(a_aux.codes) and sorted(b_aux.hints) == sorted(a_aux.hints)
-        for name in a_aux.codes:
-            assert float(Q.code_agreement(b_aux.codes[name], a_aux.codes[name])) == 1.0, name
-        np.testing.assert_allclose(float(b_aux.lb_loss), float(a_aux.lb_loss), rtol=1e-6)
 
-    def grads(c):
+    def value_and_grad(c):
         def loss(p):
             logits, aux, _ = M.forward(p, toks, cfg=c, numerics=qat, hints=r_aux.hints,
                                        forced_experts_LxBxTxK=r_aux.experts,
-                                       hint_experts_LxBxTxK=r_aux.experts)
-            return jnp.mean(jax.nn.logsumexp(logits, -1)) + 0.01 * aux.lb_loss
-        return jax.jit(jax.grad(loss))(p)
+                                       hint_experts_LxBxTxK=r_aux.experts,
+                                       capture_hints=True, capture_codes=True)
+            return jnp.mean(jax.nn.logsumexp(logits, -1)) + 0.01 * aux.lb_loss, (logits, aux)
+        return jax.jit(jax.value_and_grad(loss, has_aux=True))(p)
 
+    (_, (a_logits, a_aux)), a_grad = value_and_grad(cfg)
+    (_, (b_logits, b_aux)), b_grad = value_and_grad(dataclasses.replace(cfg, scan_layers=True))
+    np.testing.assert_allclose(np.asarray(b_logits), np.asarray(a_logits), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(b_aux.experts), np.asarray(a_aux.experts))
+    assert sorted(b_aux.codes) == sorted(a_aux.codes) and sorted(b_aux.hints) == sorted(a_aux.hints)
+    assert sorted(a_aux.hints) == sorted(r_aux.hints) and len(a_aux.codes) == 4 * 3
+    for name in a_aux.codes:
+        assert float(Q.code_agreement(b_aux.codes[name], a_aux.codes[name])) == 1.0, name
+    np.testing.assert_allclose(float(b_aux.lb_loss), float(a_aux.lb_loss), rtol=1e-6)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4,
-                                                         atol=1e-6), grads(scan), grads(cfg))
+                                                         atol=1e-6), b_grad, a_grad)
 
 
 def test_qwen3_30b_counts_without_allocating():

@@ -43,7 +43,11 @@ class TrainConfig:
     grpo: grpo.GRPOConfig = grpo.GRPOConfig()
 
 
+@functools.lru_cache(maxsize=64)
 def make_optimizer(lr: float, warmup: int, steps: int, weight_decay: float, grad_clip: float):
+    """AdamW with warmup-cosine decay and global-norm clipping. Cached: equal settings give the
+    same (stateless) object, so jitted steps taking it as a static argument are not recompiled
+    for every run of a process."""
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(steps, warmup + 1),
                                                end_value=lr * 0.1)
     return optax.chain(optax.clip_by_global_norm(grad_clip),
