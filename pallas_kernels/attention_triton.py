@@ -115,16 +115,18 @@ def _scale_rows(s_u8, fmt, d2):
     return jnp.broadcast_to(sf[:, :, None], (bk, nb, rep)).reshape(bk, d2)
 
 
+def _fp4_refs_and_rows(rest, fmt, len_ref, chunk):
+    """The FP4 kernels' trailing refs (NVFP4 adds the K/V per-row global scales; None for MXFP4)
+    and the number of valid cache rows in this program's split."""
+    kg_ref, vg_ref = (rest[0], rest[1]) if fmt == "nvfp4" else (None, None)
+    oe_ref, oo_ref, m_ref, l_ref = rest[-4:]
+    n = jnp.clip(len_ref[0] - pl.program_id(2) * chunk, 0, chunk)
+    return kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n
+
+
 def _fp4_kernel(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                 fmt, block_k, chunk, scale):
-    if fmt == "nvfp4":
-        kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref = rest
-    else:
-        oe_ref, oo_ref, m_ref, l_ref = rest
-    j = pl.program_id(2)
-    length = len_ref[0]
-    start = j * chunk
-    n = jnp.clip(length - start, 0, chunk)
+    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     nblk = (n + block_k - 1) // block_k
     qe = qe_ref[...]
     qo = qo_ref[...]
@@ -290,14 +292,7 @@ def _pv_dot(p_f32, v, precision):
 
 def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                    fmt, block_k, chunk, scale, precision, interpret):
-    if fmt == "nvfp4":
-        kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref = rest
-    else:
-        oe_ref, oo_ref, m_ref, l_ref = rest
-    j = pl.program_id(2)
-    length = len_ref[0]
-    start = j * chunk
-    n = jnp.clip(length - start, 0, chunk)
+    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     nblk = (n + block_k - 1) // block_k
     qe = qe_ref[...]
     qo = qo_ref[...]
@@ -359,14 +354,7 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                    fmt, block_k, chunk, scale, precision, interpret, chains):
-    if fmt == "nvfp4":
-        kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref = rest
-    else:
-        oe_ref, oo_ref, m_ref, l_ref = rest
-    j = pl.program_id(2)
-    length = len_ref[0]
-    start = j * chunk
-    n = jnp.clip(length - start, 0, chunk)
+    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     step = block_k * chains
     nblk = (n + step - 1) // step
     qe = qe_ref[...]  # [D2, Gq] bf16
