@@ -635,6 +635,17 @@ def write_outputs(out_dir: Path, res: dict, md: str, plot: bool):
     plt.close(fig)
 
 
+def attention_kernel_version() -> str:
+    """Which decode-attention kernel the engines run (on the GPU ``ops.decode_attention`` calls
+    ``decode_attention_triton`` with its defaults)."""
+    import inspect
+
+    from pallas_kernels.attention_triton import decode_attention_triton
+
+    sig = inspect.signature(decode_attention_triton).parameters
+    return f"decode_attention_triton(decode={sig['decode'].default!r}, default tiling)"
+
+
 def render_md(res, copy_bw):
     md = [f"# Rollout decode throughput: {res['device']} (jax {res['jax_version']})", "",
           f"command: `{res['command']}`", "",
@@ -645,7 +656,8 @@ def render_md(res, copy_bw):
              if res["size_layers"] != res["run_layers"] else "(full depth)") + ".", "",
           f"copy bandwidth (read+write, same run): {copy_bw / 1e12:.3f} TB/s at start"
           + (f", {res['copy_bw_end_Bps'] / 1e12:.3f} TB/s at end" if res.get("copy_bw_end_Bps") else ""),
-          "", f"{res['steps']} timed steps (median) after {res['warmup']} warm-up steps; "
+          "", f"attention kernel: {res.get('attention_kernel', 'not recorded')}.", "",
+          f"{res['steps']} timed steps (median) after {res['warmup']} warm-up steps; "
           "bytes = dense weights + touched routed experts (measured from the step's routing) + "
           "KV read.", "", table(res["rows"], copy_bw), ""]
     if res.get("prefill"):
@@ -718,7 +730,7 @@ def main(argv=None):
            "hbm_gb": args.hbm_gb, "workspace_gb": args.workspace_gb, "fmt": args.fmt,
            "steps": args.steps, "warmup": args.warmup, "copy_bw_Bps": copy_bw,
            "param_count": param_count(cfg_full, args.fmt), "sizing": {}, "rows": [], "prefill": [],
-           "targets": [], "notes": []}
+           "targets": [], "notes": [], "attention_kernel": attention_kernel_version()}
     out_dir = Path(args.out)
 
     def flush():
