@@ -77,9 +77,14 @@ _DEVICE = flags.DEFINE_string("device", "", "Device named in the table header (d
                               "process's; set it when aggregating elsewhere than the runs ran).",
                               flag_values=FV)
 _WARM = flags.DEFINE_bool(
-    "warm_start", False, "Run the SFT warm start once per (seed, trainer numerics) in "
-    "OUT/warm_start/<train mode>/seed<k> and start every run's RL from its params (the variants of "
-    "a seed then share their starting point); default: every run does its own SFT.", flag_values=FV)
+    "warm_start", False, "Run the SFT warm starts once per seed (see --warm_start_numerics) under "
+    "OUT/warm_start/ and start every run's RL from their params (the variants of a seed then "
+    "share their starting point); default: every run does its own SFT.", flag_values=FV)
+_WARM_NUM = flags.DEFINE_enum(
+    "warm_start_numerics", "bf16", ["bf16", "per_mode"], "With --warm_start: bf16 = one BF16 SFT "
+    "per seed for every variant (the paper starts all variants from one BF16 checkpoint; QAT "
+    "begins with RL); per_mode = one SFT per seed and trainer numerics (bf16, fp4_qat, "
+    "fp4_qat_w4a16), so QAT variants start from a QAT-trained policy.", flag_values=FV)
 _PHASE = flags.DEFINE_enum("phase", "all", ["all", "warm_start"], "warm_start: only run the "
                            "planned runs' shared warm starts (parallel launchers do these first).",
                            flag_values=FV)
@@ -143,27 +148,28 @@ def plan(study: str, seeds, out: str, steps=None, only=None) -> list[RunSpec]:
     return runs
 
 
-def warm_start_spec(base, spec: RunSpec) -> RunSpec:
-    """The SFT-only run whose params start ``spec``'s RL under --warm_start: one per (seed,
-    trainer mode), in OUT/warm_start/<mode>/seed<k>; it keeps none of the study's overrides."""
+def warm_start_spec(base, spec: RunSpec, per_mode: bool = False) -> RunSpec:
+    """The SFT-only run whose params start ``spec``'s RL under --warm_start, in
+    OUT/warm_start/<mode>/seed<k>: one BF16 SFT per seed, or (``per_mode``) one per seed and
+    trainer mode. It keeps none of the study's overrides."""
     from trace_jax import experiment as X
-    mode = X.get_variant(make_config(base, spec).variant).train_mode
+    mode = X.get_variant(make_config(base, spec).variant).train_mode if per_mode else "bf16"
     out = os.path.dirname(os.path.dirname(os.path.dirname(spec.workdir)))  # OUT/study/row/seed
     ov = (("train.steps", 0), ("variant", WARM_VARIANT[mode]))
     return RunSpec("warm_start", mode, spec.seed, ov,
                    os.path.join(out, "warm_start", mode, f"seed{spec.seed}"))
 
 
-def with_warm_start(base, spec: RunSpec) -> RunSpec:
+def with_warm_start(base, spec: RunSpec, per_mode: bool = False) -> RunSpec:
     """``spec`` starting from its shared warm start's params, without an SFT of its own."""
-    ov = dict(spec.overrides, init_from=warm_start_spec(base, spec).workdir)
+    ov = dict(spec.overrides, init_from=warm_start_spec(base, spec, per_mode).workdir)
     ov["sft.steps"] = 0
     return dataclasses.replace(spec, overrides=tuple(sorted(ov.items())))
 
 
-def warm_starts(base, runs: list[RunSpec]) -> list[RunSpec]:
+def warm_starts(base, runs: list[RunSpec], per_mode: bool = False) -> list[RunSpec]:
     """The distinct warm starts of ``runs``, in order."""
-    return list(dict.fromkeys(warm_start_spec(base, s) for s in runs))
+    return list(dict.fromkeys(warm_start_spec(base, s, per_mode) for s in runs))
 
 
 def make_config(base, spec: RunSpec):
@@ -533,8 +539,10 @@ def main(argv):
     if _PHASE.value == "warm_start" and not _WARM.value:
         raise app.UsageError("--phase=warm_start needs --warm_start")
     if _WARM.value:  # the shared warm starts run first (runs lists them first)
-        ws = warm_starts(base, runs)
-        runs = ws if _PHASE.value == "warm_start" else ws + [with_warm_start(base, s) for s in runs]
+        per_mode = _WARM_NUM.value == "per_mode"
+        ws = warm_starts(base, runs, per_mode)
+        runs = ws if _PHASE.value == "warm_start" else ws + [
+            with_warm_start(base, s, per_mode) for s in runs]
 
     if _DRY.value:
         from trace_jax import experiment as X
@@ -568,8 +576,11 @@ def main(argv):
     rc = next((c for c in (run_config(r.workdir) for r in runs) if c is not None), None)
     if rc is not None:
         ws = run_config(rc.init_from) if rc.get("init_from", "") else None
-        sft = (f"SFT {ws.sft.steps} steps (one warm start per seed and trainer numerics, shared "
-               f"by the variants)" if ws is not None else f"SFT {rc.sft.steps}")
+        modes = {os.path.basename(os.path.dirname(c.init_from)) for c in
+                 (run_config(r.workdir) for r in runs) if c is not None and c.get("init_from", "")}
+        shared = ("one BF16 warm start per seed, shared by every variant" if modes == {"bf16"}
+                  else "one warm start per seed and trainer numerics, shared by the variants")
+        sft = f"SFT {ws.sft.steps} steps ({shared})" if ws is not None else f"SFT {rc.sft.steps}"
         header += (f"\n\nRecorded run config (`config.json` of the runs): task {rc.task.name} "
                    f"{dict(rc.task.kwargs)}, model {rc.model.n_layers} layers d_model "
                    f"{rc.model.d_model} {rc.model.n_experts} experts top-{rc.model.top_k}, "

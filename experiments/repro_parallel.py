@@ -42,7 +42,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", default="0")
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--mem_fraction", type=float, default=0.0,
-                    help="GPU memory fraction per process (default 0.9 * gpus / parallel)")
+                    help="GPU memory fraction per process (default 0.9 / processes per GPU, "
+                         "rounded up)")
     ap.add_argument("--out", default="/tmp/trace_jax_repro")
     ap.add_argument("--results", default="experiments/results/repro")
     ap.add_argument("--steps", type=int, default=0, help="override train.steps (0: config's)")
@@ -56,6 +57,9 @@ def main(argv=None) -> int:
                          "start (their logged steps are kept; runs resume later), then aggregate")
     ap.add_argument("--warm_start", action="store_true",
                     help="shared SFT warm starts first (repro.py --warm_start)")
+    ap.add_argument("--warm_start_numerics", default="bf16", choices=["bf16", "per_mode"],
+                    help="repro.py --warm_start_numerics: one BF16 SFT per seed (default) or one "
+                         "per seed and trainer numerics")
     a = ap.parse_args(argv)
 
     from experiments import repro
@@ -65,7 +69,8 @@ def main(argv=None) -> int:
     if bad:
         raise SystemExit(f"unknown studies {bad}; expected {repro.STUDIES}")
     gpus = [g for g in a.gpus.split(",") if g]
-    frac = a.mem_fraction or min(0.9, 0.9 * len(gpus) / max(1, a.parallel))
+    per_gpu = -(-max(1, a.parallel) // max(1, len(gpus)))  # processes on the busiest GPU
+    frac = a.mem_fraction or 0.9 / per_gpu
     jobs = []  # (study, variant, seeds)
     for study in studies:
         train_study = "headline" if study == "deployment" else study
@@ -84,16 +89,22 @@ def main(argv=None) -> int:
     if a.steps:
         common.append(f"--steps={a.steps}")
     if a.warm_start:
-        common.append("--warm_start")
+        common += ["--warm_start", f"--warm_start_numerics={a.warm_start_numerics}"]
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
+
+    def past_deadline():
+        return bool(a.deadline_s) and time.time() - t0 > a.deadline_s
 
     def launch(jobs, phase):
         running, failed = [], []
         for i, (study, variant, seeds, _) in enumerate(jobs):
-            while len(running) >= a.parallel:
+            while len(running) >= a.parallel and not past_deadline():
                 running = _reap(running, failed)
                 time.sleep(1)
+            if past_deadline():
+                print(f"  deadline: not started {study}/{variant} seeds {seeds}", flush=True)
+                continue
             env = dict(os.environ, PYTHONUNBUFFERED="1",
                        XLA_PYTHON_CLIENT_MEM_FRACTION=f"{frac:.3f}")
             if a.cpu:
@@ -112,7 +123,7 @@ def main(argv=None) -> int:
             print(f"[{time.time() - t0:6.0f}s] started {name}", flush=True)
         while running:
             running = _reap(running, failed)
-            if a.deadline_s and time.time() - t0 > a.deadline_s:
+            if past_deadline():
                 for p, _, name in running:
                     p.terminate()
                     print(f"  deadline: stopped {name}", flush=True)
@@ -128,8 +139,9 @@ def main(argv=None) -> int:
         from trace_jax import experiment as X
         firsts = {}
         for study, variant, seeds, v in jobs:
+            mode = X.get_variant(v).train_mode if a.warm_start_numerics == "per_mode" else "bf16"
             for s in seeds.split(","):
-                firsts.setdefault((X.get_variant(v).train_mode, s), (study, variant, s, v))
+                firsts.setdefault((mode, s), (study, variant, s, v))
         failed += launch(list(firsts.values()), "warm_start")
     failed += launch(jobs, "rl")
     if a.no_aggregate:
@@ -149,7 +161,7 @@ def main(argv=None) -> int:
         if a.steps:
             cmd.append(f"--steps={a.steps}")
         if a.warm_start:
-            cmd.append("--warm_start")
+            cmd += ["--warm_start", f"--warm_start_numerics={a.warm_start_numerics}"]
         if study != "headline" or a.skip_diagnose:
             cmd.append("--skip_diagnose")
         print(f"[{time.time() - t0:6.0f}s] aggregating {study}", flush=True)

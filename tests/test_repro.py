@@ -92,10 +92,29 @@ def test_dry_run_and_aggregate(tmp_path):
     assert "1.500 ± 0.707" in row and "–" in row
 
 
-def test_warm_start_plan_shares_one_sft_per_seed_and_trainer_numerics(tmp_path):
+def _plan_lines(*args):
+    return [l for l in _repro(*args).splitlines() if "] " in l]  # one line per run
+
+
+def test_warm_start_plan_default_is_one_bf16_sft_per_seed(tmp_path):
+    out = str(tmp_path / "runs")
+    plan = _plan_lines("--config=configs/tiny.py", "--study=headline", "--seeds=0,1",
+                       f"--out={out}", "--warm_start", "--dry_run")
+    workdir = lambda l: l.split("]")[1].split()[0]  # noqa: E731
+    ws = [l for l in plan if "/warm_start/" in workdir(l)]
+    assert sorted((l.split()[0], int(l.split()[2])) for l in ws) == [("bf16", 0), ("bf16", 1)]
+    assert all("variant=bf16" in l for l in ws)
+    rl = [l for l in plan if "/headline/" in workdir(l)]
+    assert len(rl) == 10
+    for l in rl:
+        seed = l.split()[2]
+        assert f"init_from={os.path.join(out, 'warm_start', 'bf16', 'seed' + seed)} " in l
+
+
+def test_warm_start_plan_per_mode_shares_one_sft_per_seed_and_trainer_numerics(tmp_path):
     out = str(tmp_path / "runs")
     plan = _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1", f"--out={out}",
-                  "--warm_start", "--dry_run").splitlines()
+                  "--warm_start", "--warm_start_numerics=per_mode", "--dry_run").splitlines()
     plan = [l for l in plan if "] " in l]  # one line per run
     workdir = lambda l: l.split("]")[1].split()[0]  # noqa: E731
     ws = [l for l in plan if "/warm_start/" in workdir(l)]
@@ -110,7 +129,8 @@ def test_warm_start_plan_shares_one_sft_per_seed_and_trainer_numerics(tmp_path):
                           ("trace", "fp4_qat"), ("fp4_qat_w4a16", "fp4_qat_w4a16")]:
         assert f"init_from={os.path.join(out, 'warm_start', mode, 'seed1')} " in rl[(variant, 1)]
     only = _repro("--config=configs/tiny.py", "--study=hint_layers", "--seeds=0", f"--out={out}",
-                  "--warm_start", "--phase=warm_start", "--dry_run")
+                  "--warm_start", "--warm_start_numerics=per_mode", "--phase=warm_start",
+                  "--dry_run")
     assert [l.split()[0] for l in only.splitlines() if " seed " in l] == ["fp4_qat"]
 
 
