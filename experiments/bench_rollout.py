@@ -643,7 +643,10 @@ def attention_kernel_version() -> str:
     from pallas_kernels.attention_triton import decode_attention_triton
 
     sig = inspect.signature(decode_attention_triton).parameters
-    return f"decode_attention_triton(decode={sig['decode'].default!r}, default tiling)"
+    default = sig["decode"].default
+    if default is None:  # chosen from head_dim: v4 when head_dim % 8 == 0
+        default = "v4 (head_dim % 8 == 0) else v3"
+    return f"decode_attention_triton(decode={default!r}, default tiling)"
 
 
 def render_md(res, copy_bw):

@@ -40,18 +40,24 @@ def _signed(h: Q.Hint):
 
 
 def code_stats(trainer: dict, rollout: dict, valid_BxT, names) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(equal codes, compared codes, distance histogram int32[15]) over ``names``, counting only
-    positions where ``valid`` (codes are exact Hints with leading [B, T])."""
-    eq = jnp.float32(0)
-    tot = jnp.float32(0)
-    hist = jnp.zeros(Q.MAX_CODE_DISTANCE + 1, jnp.float32)
+    """(equal codes, compared codes, distance histogram [15]) over ``names``, counting only
+    positions where ``valid`` (codes are exact Hints with leading [B, T]).
+
+    Each site is counted exactly in int32 (up to 2**31 codes per site); the per-site counts are
+    summed as float32 (relative error < 1e-6 per site added). Counting in float32 directly
+    stalls: a float32 bin stops growing at 2**24 (XLA's GPU scatter-add even at 2**25)."""
+    f32 = jnp.float32
+    eq, tot = f32(0), f32(0)
+    hist = jnp.zeros(Q.MAX_CODE_DISTANCE + 1, f32)
     for name in names:
         a, b = _signed(trainer[name]), _signed(rollout[name])
-        w = valid_BxT.reshape(valid_BxT.shape + (1,) * (a.ndim - 2)).astype(jnp.float32)
+        w = valid_BxT.reshape(valid_BxT.shape + (1,) * (a.ndim - 2)).astype(jnp.int32)
         w = jnp.broadcast_to(w, a.shape)
-        eq += jnp.sum((a == b) * w)
-        tot += jnp.sum(w)
-        hist = hist.at[jnp.abs(a - b).ravel()].add(w.ravel())
+        eq += jnp.sum((a == b) * w, dtype=jnp.int32).astype(f32)
+        tot += jnp.sum(w, dtype=jnp.int32).astype(f32)
+        site = jnp.zeros(Q.MAX_CODE_DISTANCE + 1, jnp.int32).at[jnp.abs(a - b).ravel()].add(
+            w.ravel())
+        hist += site.astype(f32)
     return eq, tot, hist
 
 
