@@ -90,6 +90,12 @@ _PHASE = flags.DEFINE_enum("phase", "all", ["all", "warm_start"], "warm_start: o
                            flag_values=FV)
 _NO_DIAG = flags.DEFINE_bool("skip_diagnose", False, "Skip the code-distance histogram.",
                              flag_values=FV)
+_POST = flags.DEFINE_list(
+    "post_eval", [], "After training, evaluate this process's finished runs and cache the results "
+    "in their workdirs, where aggregation reads them: 'deploy' (the deployment rows of its bf16 / "
+    "trace runs), 'diagnose' (the code-distance histogram of its first trace run). Lets parallel "
+    "launchers spread the evaluations over their training processes.", flag_values=FV)
+POST_EVALS = ("deploy", "diagnose")
 
 HEADLINE = ("bf16", "fp4_naive", "fp4_qat_rtn", "fp4_qat_w4a16", "trace")
 STUDIES = ("headline", "hint_layers", "replay_is", "deployment")
@@ -476,15 +482,36 @@ def deployment_eval(base, runs: list[RunSpec], n_batches: int) -> dict:
     return out
 
 
+def diagnose_spec(runs: list[RunSpec]) -> RunSpec | None:
+    """The run whose final checkpoint the code-distance histogram diagnoses: the plain ``trace``
+    row's first seed if present, else the first trace-variant row's."""
+    trace_specs = [s for s in runs if s.overrides and dict(s.overrides).get("variant") == "trace"]
+    if not trace_specs:
+        return None
+    return sorted(trace_specs, key=lambda s: (s.variant != "trace", s.variant, s.seed))[0]
+
+
+def post_evaluate(base, runs: list[RunSpec], what, n_eval_batches: int) -> None:
+    """``--post_eval``: run the evaluations ``what`` names on this process's finished runs now, so
+    that aggregation only reads their caches. A failure is printed, not raised: training stays."""
+    try:
+        if "deploy" in what:
+            deployment_eval(base, runs, n_eval_batches)
+        spec = diagnose_spec(runs)
+        if "diagnose" in what and spec is not None:
+            diagnose_final(base, spec)
+    except Exception:  # noqa: BLE001 - aggregation retries what is missing
+        traceback.print_exc()
+
+
 def write_results(base, study: str, runs: list[RunSpec], prefix: str, header: str,
                   n_eval_batches: int, skip_diag: bool) -> dict:
     agg = aggregate_runs(runs)
     order = [n for n, _ in study_variants(study)]
     diag_hist = None
     diag_res = None
-    trace_specs = [s for s in runs if s.overrides and dict(s.overrides).get("variant") == "trace"]
-    if not skip_diag and trace_specs:
-        spec = sorted(trace_specs, key=lambda s: (s.variant != "trace", s.variant, s.seed))[0]
+    spec = diagnose_spec(runs)
+    if not skip_diag and spec is not None:
         try:
             diag_res = diagnose_final(base, spec)
         except Exception:  # noqa: BLE001
@@ -536,6 +563,9 @@ def main(argv):
     runs = plan(study, seeds, _OUT.value, _STEPS.value, _VARIANTS.value)
     tag = _TAG.value or os.path.splitext(os.path.basename(_config_path()))[0]
     prefix = f"{_RESULTS.value or _OUT.value}_{tag}_{study}"
+    bad = [p for p in _POST.value if p not in POST_EVALS]
+    if bad:
+        raise app.UsageError(f"--post_eval: unknown {bad}; expected some of {POST_EVALS}")
     if _PHASE.value == "warm_start" and not _WARM.value:
         raise app.UsageError("--phase=warm_start needs --warm_start")
     if _WARM.value:  # the shared warm starts run first (runs lists them first)
@@ -569,6 +599,8 @@ def main(argv):
             print(f"FAILED {k}: {v}", flush=True)
         if _PHASE.value == "warm_start":
             sys.exit(1 if failed else 0)
+        post_evaluate(base, [r for r in runs if r.study != "warm_start"], _POST.value,
+                      _EVAL_BATCHES.value)
     header = (f"# Reproduction study `{study}` on `{tag}` config\n\n"
               f"config `{_config_path()}`, seeds {seeds}, "
               f"device {_DEVICE.value or _device()}; mean ± sample std (ddof=1) over seeds.")

@@ -3,12 +3,15 @@
 One process per (study, variant) runs that variant's seeds in turn (``experiments/repro.py
 --variants V``: compiled steps are shared between seeds), or one per (study, variant, seed) with
 ``--per_seed`` (more processes in flight); up to ``--parallel`` processes run at once, spread
-round-robin over ``--gpus`` with a GPU memory fraction each. With ``--warm_start`` the SFT warm
-starts (one per seed and trainer numerics, ``repro.py --warm_start``) run first, as processes of
-their own, and every RL run starts from one. Runs are resumable
-(``repro.py`` skips finished runs and resumes unfinished ones), so a study can be completed over
-several calls. Afterwards each study is aggregated (``repro.py --aggregate_only``), the
-deployment study last (it evaluates the headline study's bf16 and trace policies).
+round-robin over ``--gpus`` with a GPU memory fraction each (two to three training processes per
+H200 is what ran well; eight per 2-GPU host ran SFT ~20x slower). With ``--warm_start`` the SFT
+warm starts (one BF16 SFT per seed, or per seed and trainer numerics: ``repro.py --warm_start``)
+run first, as processes of their own, and every RL run starts from one. The training jobs then
+evaluate their own finished runs (``repro.py --post_eval``: the deployment rows of the bf16 /
+trace jobs, the code-distance histogram of the trace job), so the evaluations run in parallel
+and the aggregation (``repro.py --aggregate_only``, each study, deployment last) mostly reads
+caches. Runs are resumable (``repro.py`` skips finished runs and resumes unfinished ones), so a
+study can be completed over several calls.
 
     python experiments/repro_parallel.py --config=configs/small.py \
         --studies headline,hint_layers,replay_is,deployment --seeds 0,1,2 --ablation_seeds 0 \
@@ -93,6 +96,10 @@ def main(argv=None) -> int:
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
 
+    def post_eval(study, variant, seeds):
+        return job_post_evals(study, variant, seeds, studies, a.seeds.split(",")[0],
+                              a.skip_diagnose)
+
     def past_deadline():
         return bool(a.deadline_s) and time.time() - t0 > a.deadline_s
 
@@ -118,6 +125,8 @@ def main(argv=None) -> int:
                             f"--results={os.path.join(a.out, 'job_' + name)}"]
             if phase == "warm_start":
                 cmd.append("--phase=warm_start")
+            elif post_eval(study, variant, seeds):
+                cmd.append(f"--post_eval={','.join(post_eval(study, variant, seeds))}")
             p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
             running.append((p, log, name))
             print(f"[{time.time() - t0:6.0f}s] started {name}", flush=True)
@@ -167,6 +176,25 @@ def main(argv=None) -> int:
         print(f"[{time.time() - t0:6.0f}s] aggregating {study}", flush=True)
         rc |= subprocess.run(cmd, cwd=ROOT, env=env).returncode
     return 1 if (failed or rc) else 0
+
+
+def job_post_evals(study: str, variant: str, seeds: str, studies, first_seed: str,
+                   skip_diagnose: bool) -> list[str]:
+    """The evaluations (``repro.py --post_eval``) the training job of (study, variant, seeds)
+    runs after its seeds, for the aggregation of ``studies`` to read: the deployment rows of the
+    headline's bf16 / trace jobs, and the code-distance histogram of the headline trace job that
+    trains ``first_seed`` (the run the aggregation diagnoses)."""
+    from experiments import repro
+
+    what = []
+    if study != "headline":
+        return what
+    if "deployment" in studies and variant in {row[1] for row in repro.DEPLOY_ROWS}:
+        what.append("deploy")
+    if ("headline" in studies and variant == "trace" and not skip_diagnose
+            and seeds.split(",")[0] == first_seed):
+        what.append("diagnose")
+    return what
 
 
 def _reap(running, failed):

@@ -169,3 +169,34 @@ def test_evaluate_ptq_packing_and_greedy_eval():
     import pytest
     with pytest.raises(ValueError, match="fp4_rollout"):
         EV.evaluate(c, params, exp.rollout_numerics, 1, scale_rule="four_over_six")
+
+
+def test_post_eval_jobs_and_dispatch(tmp_path, monkeypatch):
+    from experiments import repro
+    from experiments.repro_parallel import job_post_evals
+
+    both = ["headline", "deployment"]
+    assert job_post_evals("headline", "trace", "0,1,2", both, "0", False) == ["deploy", "diagnose"]
+    assert job_post_evals("headline", "bf16", "0,1,2", both, "0", False) == ["deploy"]
+    assert job_post_evals("headline", "fp4_naive", "0,1,2", both, "0", False) == []
+    assert job_post_evals("headline", "trace", "1", both, "0", False) == ["deploy"]  # per seed
+    assert job_post_evals("headline", "trace", "0", both, "0", True) == ["deploy"]
+    assert job_post_evals("headline", "trace", "0", ["headline"], "0", False) == ["diagnose"]
+    assert job_post_evals("hint_layers", "trace_hl0.5_mantissa", "0", ["hint_layers"], "0",
+                          False) == []
+
+    runs = repro.plan("headline", [0, 1], str(tmp_path), only=["bf16", "trace"])
+    calls = []
+    monkeypatch.setattr(repro, "deployment_eval", lambda base, r, n: calls.append(("deploy", n)))
+    monkeypatch.setattr(repro, "diagnose_final",
+                        lambda base, spec: calls.append(("diagnose", spec.variant, spec.seed)))
+    repro.post_evaluate(None, runs, ["deploy", "diagnose"], 8)
+    assert calls == [("deploy", 8), ("diagnose", "trace", 0)]
+
+    def boom(*a):
+        raise RuntimeError("evaluation failed")
+    monkeypatch.setattr(repro, "deployment_eval", boom)
+    repro.post_evaluate(None, runs, ["deploy"], 8)  # printed, not raised: training is kept
+    out = subprocess.run([sys.executable, SCRIPT, "--config=configs/tiny.py", "--post_eval=deplyo",
+                          "--dry_run"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode != 0 and "deplyo" in out.stderr
