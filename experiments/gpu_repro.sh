@@ -10,7 +10,8 @@
 #
 # Env: STUDIES, SEEDS (headline/deployment), ABLATION_SEEDS, GPUS (0,1), PAR (training processes at
 # once; two to three per H200 ran well, four per H200 ran SFT ~20x slower), RL (100 steps at lr
-# 5e-5), SFT (450 steps at lr 1e-3: sampled accuracy ~0.4), DEADLINE (s after which training stops
+# 5e-5), SFT (450 steps at lr 1e-3: sampled accuracy ~0.4), WARM (bf16: one BF16 SFT per seed
+# for every variant; per_mode: one per seed and trainer numerics), DEADLINE (s after which training stops
 # and the aggregation runs; default 420), LIMIT (s for the whole launcher; default 550).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_out}
@@ -23,17 +24,19 @@ RL=${RL:-100}
 SFT=${SFT:-450}
 DEADLINE=${DEADLINE:-420}
 LIMIT=${LIMIT:-550}
+WARM=${WARM:-bf16}
 R=/tmp/repro_results
 mkdir -p "$OUT" "$R"
 export PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/jax_cache
 nvidia-smi -L
 NOTE="$(nvidia-smi -L | wc -l)x H200 (experiments/gpu_repro.sh, STUDIES=$STUDIES PAR=$PAR): SFT \
-warm start $SFT steps at lr 1e-3 (one BF16 SFT per seed, shared by every variant; \
+warm start $SFT steps at lr 1e-3 (--warm_start_numerics=$WARM; \
 experiments/calibrate_sft.py on the H200: sampled accuracy 0.375 at step 450), RL $RL steps at \
 lr 5e-5 (GRPO lr calibration: experiments/results/gpu/cal_rl_small.md)."
 timeout "$LIMIT" python3 experiments/repro_parallel.py --config=configs/small.py \
   --studies "$STUDIES" --seeds "$SEEDS" --ablation_seeds "$ABLATION_SEEDS" \
-  --gpus "$GPUS" --parallel "$PAR" --warm_start --out /tmp/repro --results "$R/repro" \
+  --gpus "$GPUS" --parallel "$PAR" --warm_start --warm_start_numerics "$WARM" \
+  --out /tmp/repro --results "$R/repro" \
   --steps "$RL" --note "$NOTE" --deadline_s "$DEADLINE" \
   -- --config.sft.steps="$SFT" --config.train.lr=5e-5 --config.checkpoint.every=1000 \
   > "$R/repro_parallel.txt" 2>&1
