@@ -8,7 +8,7 @@
 #   STUDIES=headline,deployment SEEDS=0,1,2 bash experiments/gpu_repro.sh           # ~9 min, 2 GPUs
 #   STUDIES=hint_layers,replay_is ABLATION_SEEDS=0 PAR=5 bash experiments/gpu_repro.sh
 #
-# Env: STUDIES, SEEDS (headline/deployment), ABLATION_SEEDS, GPUS (0,1), PAR (training processes at
+# Env: STUDIES, SEEDS (headline/deployment), ABLATION_SEEDS, GPUS (default: all), PAR (training processes at
 # once; two to three per H200 ran well, four per H200 ran SFT ~20x slower), RL (100 steps at lr
 # 5e-5), SFT (450 steps at lr 1e-3: sampled accuracy ~0.4), WARM (bf16: one BF16 SFT per seed
 # for every variant; per_mode: one per seed and trainer numerics), DEADLINE (s after which training stops
@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/gpu_out}
 STUDIES=${STUDIES:-headline,deployment}
 SEEDS=${SEEDS:-0,1,2}
 ABLATION_SEEDS=${ABLATION_SEEDS:-0}
-GPUS=${GPUS:-0,1}
+GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)}
 PAR=${PAR:-5}
 RL=${RL:-100}
 SFT=${SFT:-450}

@@ -85,6 +85,10 @@ _WARM_NUM = flags.DEFINE_enum(
     "per seed for every variant (the paper starts all variants from one BF16 checkpoint; QAT "
     "begins with RL); per_mode = one SFT per seed and trainer numerics (bf16, fp4_qat, "
     "fp4_qat_w4a16), so QAT variants start from a QAT-trained policy.", flag_values=FV)
+_REQ_WARM = flags.DEFINE_bool(
+    "require_warm_start", False, "With --warm_start: do not run missing warm starts here; runs "
+    "whose warm start has not finished are skipped with a message (parallel launchers run the "
+    "warm starts as separate jobs first, and several RL jobs share each one).", flag_values=FV)
 _PHASE = flags.DEFINE_enum("phase", "all", ["all", "warm_start"], "warm_start: only run the "
                            "planned runs' shared warm starts (parallel launchers do these first).",
                            flag_values=FV)
@@ -494,14 +498,14 @@ def diagnose_spec(runs: list[RunSpec]) -> RunSpec | None:
 def post_evaluate(base, runs: list[RunSpec], what, n_eval_batches: int) -> None:
     """``--post_eval``: run the evaluations ``what`` names on this process's finished runs now, so
     that aggregation only reads their caches. A failure is printed, not raised: training stays."""
-    try:
-        if "deploy" in what:
-            deployment_eval(base, runs, n_eval_batches)
-        spec = diagnose_spec(runs)
-        if "diagnose" in what and spec is not None:
-            diagnose_final(base, spec)
-    except Exception:  # noqa: BLE001 - aggregation retries what is missing
-        traceback.print_exc()
+    spec = diagnose_spec(runs)
+    for name, evaluate in (("deploy", lambda: deployment_eval(base, runs, n_eval_batches)),
+                           ("diagnose", lambda: spec is not None and diagnose_final(base, spec))):
+        if name in what:
+            try:
+                evaluate()
+            except Exception:  # noqa: BLE001 - aggregation retries what is missing
+                traceback.print_exc()
 
 
 def write_results(base, study: str, runs: list[RunSpec], prefix: str, header: str,
@@ -571,6 +575,13 @@ def main(argv):
     if _WARM.value:  # the shared warm starts run first (runs lists them first)
         per_mode = _WARM_NUM.value == "per_mode"
         ws = warm_starts(base, runs, per_mode)
+        if _REQ_WARM.value and _PHASE.value != "warm_start":
+            ready = {w for w in ws if run_finished(w.workdir) is not None}
+            for w in sorted(set(ws) - ready, key=lambda w: w.workdir):
+                print(f"warm start {w.workdir} has not finished: skipping the runs that start "
+                      "from it", flush=True)
+            runs = [s for s in runs if warm_start_spec(base, s, per_mode) in ready]
+            ws = []
         runs = ws if _PHASE.value == "warm_start" else ws + [
             with_warm_start(base, s, per_mode) for s in runs]
 

@@ -97,15 +97,15 @@ def main(argv=None) -> int:
     t0 = time.time()
 
     def post_eval(study, variant, seeds):
-        return job_post_evals(study, variant, seeds, studies, a.seeds.split(",")[0],
-                              a.skip_diagnose)
+        return job_post_evals(study, variant, seeds, studies,
+                              min(a.seeds.split(","), key=int), a.skip_diagnose)
 
     def past_deadline():
         return bool(a.deadline_s) and time.time() - t0 > a.deadline_s
 
     def launch(jobs, phase):
-        running, failed = [], []
-        for i, (study, variant, seeds, _) in enumerate(jobs):
+        running, failed = [], []  # running: (process, log, name, gpu)
+        for study, variant, seeds, _ in jobs:
             while len(running) >= a.parallel and not past_deadline():
                 running = _reap(running, failed)
                 time.sleep(1)
@@ -114,10 +114,11 @@ def main(argv=None) -> int:
                 continue
             env = dict(os.environ, PYTHONUNBUFFERED="1",
                        XLA_PYTHON_CLIENT_MEM_FRACTION=f"{frac:.3f}")
+            gpu = least_loaded(gpus, [r[3] for r in running])
             if a.cpu:
                 env["JAX_PLATFORMS"] = "cpu"
             else:
-                env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+                env["CUDA_VISIBLE_DEVICES"] = gpu
             name = f"{phase}_{study}_{variant}_s{seeds.replace(',', '-')}"
             log = open(os.path.join(a.out, f"log_{name}.txt"), "a")
             # each job's own table is scratch (in --out); the aggregation writes the real ones
@@ -125,18 +126,21 @@ def main(argv=None) -> int:
                             f"--results={os.path.join(a.out, 'job_' + name)}"]
             if phase == "warm_start":
                 cmd.append("--phase=warm_start")
-            elif post_eval(study, variant, seeds):
-                cmd.append(f"--post_eval={','.join(post_eval(study, variant, seeds))}")
+            else:
+                if a.warm_start:  # a failed warm start skips its runs (no jobs racing to redo it)
+                    cmd.append("--require_warm_start")
+                if post_eval(study, variant, seeds):
+                    cmd.append(f"--post_eval={','.join(post_eval(study, variant, seeds))}")
             p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-            running.append((p, log, name))
+            running.append((p, log, name, gpu))
             print(f"[{time.time() - t0:6.0f}s] started {name}", flush=True)
         while running:
             running = _reap(running, failed)
             if past_deadline():
-                for p, _, name in running:
+                for p, _, name, _ in running:
                     p.terminate()
                     print(f"  deadline: stopped {name}", flush=True)
-                for p, _, _ in running:
+                for p, *_ in running:
                     p.wait()
                 running = _reap(running, [])
             time.sleep(1)
@@ -197,11 +201,18 @@ def job_post_evals(study: str, variant: str, seeds: str, studies, first_seed: st
     return what
 
 
+def least_loaded(gpus: list[str], busy: list[str]) -> str:
+    """The GPU running the fewest of our processes (the first such): every GPU then holds at most
+    ceil(parallel / len(gpus)) processes, which is what the memory fraction is sized for."""
+    return min(gpus, key=busy.count)
+
+
 def _reap(running, failed):
     keep = []
-    for p, log, name in running:
+    for entry in running:
+        p, log, name, _ = entry
         if p.poll() is None:
-            keep.append((p, log, name))
+            keep.append(entry)
             continue
         log.close()
         if p.returncode:

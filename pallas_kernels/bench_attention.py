@@ -316,8 +316,8 @@ def long_context_check():
             g32 = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5,
                                           precision=prec, out_dtype=jnp.float32)
             out[fmt][f"kernel_f32out_{prec}P_vs_f64"] = rel(g32[1], o64)
-        if fmt != "bf16":
-            for dec in ("v2", "v3"):
+        if fmt != "bf16":  # ("kernel_*" above = the default decode: v4 at head_dim 128)
+            for dec in ("v2", "v3", "v4"):
                 g32 = decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5,
                                               decode=dec, out_dtype=jnp.float32)
                 out[fmt][f"{dec}_f32out_f32P_vs_f64"] = rel(g32[1], o64)

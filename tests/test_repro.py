@@ -131,6 +131,21 @@ def test_warm_start_plan_per_mode_shares_one_sft_per_seed_and_trainer_numerics(t
     only = _repro("--config=configs/tiny.py", "--study=hint_layers", "--seeds=0", f"--out={out}",
                   "--warm_start", "--warm_start_numerics=per_mode", "--phase=warm_start",
                   "--dry_run")
+    # --require_warm_start: runs whose warm start has not finished are skipped, none rerun it
+    _fake_run(os.path.join(out, "warm_start", "bf16", "seed0"), [], [],
+              sft_steps=tiny_sft)  # finished SFT-only run (0 RL steps, final checkpoint)
+    with open(os.path.join(out, "warm_start", "bf16", "seed0", "config.json"), "w") as f:
+        from experiments import repro
+        f.write(repro.make_config(tiny.get_config(), repro.warm_start_spec(
+            tiny.get_config(), repro.plan("headline", [0], out, only=["bf16"])[0],
+            per_mode=True)).to_json())
+    req = _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1", f"--out={out}",
+                 "--warm_start", "--warm_start_numerics=per_mode", "--require_warm_start",
+                 "--dry_run")
+    runs = [l for l in req.splitlines() if "] " in l]
+    assert sorted((l.split()[0], int(l.split()[2])) for l in runs) == [
+        ("bf16", 0), ("fp4_naive", 0)]  # the only runs whose (bf16, seed 0) warm start finished
+    assert "warm start" in req and "has not finished" in req
     assert [l.split()[0] for l in only.splitlines() if " seed " in l] == ["fp4_qat"]
 
 
@@ -173,7 +188,10 @@ def test_evaluate_ptq_packing_and_greedy_eval():
 
 def test_post_eval_jobs_and_dispatch(tmp_path, monkeypatch):
     from experiments import repro
-    from experiments.repro_parallel import job_post_evals
+    from experiments.repro_parallel import job_post_evals, least_loaded
+
+    assert least_loaded(["0", "1"], ["0", "0", "1"]) == "1"
+    assert least_loaded(["0", "1"], ["1"]) == "0" and least_loaded(["0", "1"], []) == "0"
 
     both = ["headline", "deployment"]
     assert job_post_evals("headline", "trace", "0,1,2", both, "0", False) == ["deploy", "diagnose"]

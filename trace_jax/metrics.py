@@ -51,6 +51,9 @@ def code_stats(trainer: dict, rollout: dict, valid_BxT, names) -> tuple[jax.Arra
     hist = jnp.zeros(Q.MAX_CODE_DISTANCE + 1, f32)
     for name in names:
         a, b = _signed(trainer[name]), _signed(rollout[name])
+        if a.size >= 2**31:  # (static shapes: checked at trace time)
+            raise ValueError(f"site {name}: {a.size} codes overflow the int32 count; measure "
+                             "code statistics on a smaller batch")
         w = valid_BxT.reshape(valid_BxT.shape + (1,) * (a.ndim - 2)).astype(jnp.int32)
         w = jnp.broadcast_to(w, a.shape)
         eq += jnp.sum((a == b) * w, dtype=jnp.int32).astype(f32)
