@@ -2,16 +2,16 @@
 
 One process per (study, variant) runs that variant's seeds in turn (``experiments/repro.py
 --variants V``: compiled steps are shared between seeds), or one per (study, variant, seed) with
-``--per_seed`` (more processes in flight); up to ``--parallel`` processes run at once, spread
-round-robin over ``--gpus`` with a GPU memory fraction each (two to three training processes per
-H200 is what ran well; eight per 2-GPU host ran SFT ~20x slower). With ``--warm_start`` the SFT
-warm starts (one BF16 SFT per seed, or per seed and trainer numerics: ``repro.py --warm_start``)
-run first, as processes of their own, and every RL run starts from one. The training jobs then
-evaluate their own finished runs (``repro.py --post_eval``: the deployment rows of the bf16 /
-trace jobs, the code-distance histogram of the trace job), so the evaluations run in parallel
-and the aggregation (``repro.py --aggregate_only``, each study, deployment last) mostly reads
-caches. Runs are resumable (``repro.py`` skips finished runs and resumes unfinished ones), so a
-study can be completed over several calls.
+``--per_seed`` (more processes in flight); up to ``--parallel`` processes run at once, each
+started on the least-loaded of ``--gpus`` with a GPU memory fraction (two to three training
+processes per H200 is what ran well; eight per 2-GPU host ran SFT ~20x slower). With
+``--warm_start`` the SFT warm starts (one BF16 SFT per seed, or per seed and trainer numerics:
+``repro.py --warm_start``) run first, as processes of their own, and every RL run starts from
+one. The training jobs then evaluate their own finished runs (``repro.py --post_eval``: the
+deployment rows of the bf16 / trace jobs, the code-distance histogram of the trace job), so the
+evaluations run in parallel and the aggregation (``repro.py --aggregate_only``, each study,
+deployment last) mostly reads caches. Runs are resumable (``repro.py`` skips finished runs and
+resumes unfinished ones), so a study can be completed over several calls.
 
     python experiments/repro_parallel.py --config=configs/small.py \
         --studies headline,hint_layers,replay_is,deployment --seeds 0,1,2 --ablation_seeds 0 \
@@ -186,8 +186,8 @@ def job_post_evals(study: str, variant: str, seeds: str, studies, first_seed: st
                    skip_diagnose: bool) -> list[str]:
     """The evaluations (``repro.py --post_eval``) the training job of (study, variant, seeds)
     runs after its seeds, for the aggregation of ``studies`` to read: the deployment rows of the
-    headline's bf16 / trace jobs, and the code-distance histogram of the headline trace job that
-    trains ``first_seed`` (the run the aggregation diagnoses)."""
+    headline's bf16 / trace jobs, and the code-distance histogram of the headline trace job whose
+    seeds include ``first_seed`` (the lowest: the run the aggregation diagnoses)."""
     from experiments import repro
 
     what = []
@@ -196,7 +196,7 @@ def job_post_evals(study: str, variant: str, seeds: str, studies, first_seed: st
     if "deployment" in studies and variant in {row[1] for row in repro.DEPLOY_ROWS}:
         what.append("deploy")
     if ("headline" in studies and variant == "trace" and not skip_diagnose
-            and seeds.split(",")[0] == first_seed):
+            and first_seed in seeds.split(",")):
         what.append("diagnose")
     return what
 

@@ -198,6 +198,7 @@ def test_post_eval_jobs_and_dispatch(tmp_path, monkeypatch):
     assert job_post_evals("headline", "bf16", "0,1,2", both, "0", False) == ["deploy"]
     assert job_post_evals("headline", "fp4_naive", "0,1,2", both, "0", False) == []
     assert job_post_evals("headline", "trace", "1", both, "0", False) == ["deploy"]  # per seed
+    assert job_post_evals("headline", "trace", "2,0,1", ["headline"], "0", False) == ["diagnose"]
     assert job_post_evals("headline", "trace", "0", both, "0", True) == ["deploy"]
     assert job_post_evals("headline", "trace", "0", ["headline"], "0", False) == ["diagnose"]
     assert job_post_evals("hint_layers", "trace_hl0.5_mantissa", "0", ["hint_layers"], "0",

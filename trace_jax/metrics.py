@@ -39,7 +39,8 @@ def _signed(h: Q.Hint):
     return e2m1.signed_index(Q.unpacked_codes(h))
 
 
-def code_stats(trainer: dict, rollout: dict, valid_BxT, names) -> tuple[jax.Array, jax.Array, jax.Array]:
+def code_stats(trainer: dict, rollout: dict, valid_BxT,
+               names) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(equal codes, compared codes, distance histogram [15]) over ``names``, counting only
     positions where ``valid`` (codes are exact Hints with leading [B, T]).
 
