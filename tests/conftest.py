@@ -1,4 +1,4 @@
-"""Test setup: 8 fake CPU devices (for the sharding tests), strict rank promotion, unoptimised
+"""Test setup: 8 fake CPU devices (for the sharding tests), strict rank promotion, less optimised
 XLA CPU code (faster compiles), and one JAX persistent compilation cache shared by the whole run.
 
 XLA_FLAGS and the cache directory must be set before JAX initialises, so it happens here at import
@@ -12,11 +12,12 @@ import os
 import shutil
 import tempfile
 
-# optimization level 0: the LLVM backend compiles ~27% faster (a tiny training loop: 37 -> 27 s),
-# and the tests' programs are small enough that their run time does not notice
+# LLVM optimization level 1 instead of 2: compiles ~30% faster (a tiny training loop: 37 -> 26 s)
+# and runs as fast; level 0 also compiles fast but runs slower and changed the NaN/Inf results of
+# the quantizers (test_nan_inf_rows_bit_identical failed), level 1 keeps them
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
-    + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+    + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
