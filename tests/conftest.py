@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 
-# LLVM optimization level 1 instead of 2: compiles ~30% faster (a tiny training loop: 37 -> 26 s)
+# LLVM optimization level 1 instead of the default: compiles ~30% faster (a tiny training loop: 37 -> 26 s)
 # and runs as fast; level 0 also compiles fast but runs slower and changed the NaN/Inf results of
 # the quantizers (test_nan_inf_rows_bit_identical failed), level 1 keeps them
 os.environ["XLA_FLAGS"] = (
