@@ -99,8 +99,9 @@ def test_fp4_rollout_forward_and_hints_match(params, tokens):
     for name in ref[2]:
         a, b = out[2][name], ref[2][name]
         assert np.mean(np.asarray(a.bits) == np.asarray(b.bits)) > 0.995, name
+        # (the activations' amax, like the logits, carries those ulp differences: ~1e-6 seen)
         np.testing.assert_allclose(np.asarray(a.global_scale), np.asarray(b.global_scale),
-                                   rtol=1e-6)
+                                   rtol=1e-5)
 
 
 def test_guided_qat_gradient_expert_parallel(params, tokens):
