@@ -350,8 +350,10 @@ def append_rows():
     return rows
 
 
-def quantize_rows(bw):
-    rows = []
+def quantize_rows(bw, rows=None, on_row=None):
+    """Quantize-with-hint timing and bit identity per shape; each row is appended to ``rows`` and
+    handed to ``on_row`` as it is measured (a time limit then keeps the rows done so far)."""
+    rows = [] if rows is None else rows
     u8 = lambda a: np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))  # noqa: E731
     shapes = ((8192, 2048), (32768, 2048), (65536, 4096)) if not TINY else ((8192, 2048), (64, 768))
     for (m, k) in shapes:
@@ -408,6 +410,8 @@ def quantize_rows(bw):
                    "xla_ref_us": tr * 1e6, "bit_identical": same}
             rows.append(row)
             print("qh", json.dumps(row), flush=True)
+            if on_row is not None:
+                on_row()
     return rows
 
 
@@ -502,7 +506,8 @@ def main():
         res["long_context_128k"] = long_context_check()
         save()
     if want("qh"):
-        res["quantize_hint"] = quantize_rows(bw)
+        res["quantize_hint"] = []
+        quantize_rows(bw, rows=res["quantize_hint"], on_row=save)
         save()
     if want("variants"):
         res["variants"] = variants_rows(best, bw)
