@@ -678,8 +678,8 @@ def render_md(res, copy_bw):
     if bt.count("\n") > 1:
         md += ["", "## Per-kernel breakdown of the step (same shapes and data)", "", bt, "",
                "attention = all layers' ops.decode_attention; expert matmuls = all layers' three "
-               "ops.grouped_matmul calls + SwiGLU with the step's routing (FP4: dequantize + "
-               "ragged_dot, as ops.py does today); rest = step - both (projections, router, sort, "
+               "ops.grouped_matmul calls + SwiGLU with the step's routing (the engine's experts: "
+               "the Pallas grouped kernels with --kernel_layout, else dequantize + ragged_dot); rest = step - both (projections, router, sort, "
                "activation quantization, hint capture, cache write, lm_head)."]
     return "\n".join(md) + "\n"
 

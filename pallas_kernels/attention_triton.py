@@ -451,7 +451,7 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
                      "num_stages", "precision", "decode", "chains", "out_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
-                            num_splits=None, split_target=None, num_warps=None, num_stages=2,
+                            num_splits=None, split_target=None, num_warps=None, num_stages=None,
                             precision="f32", decode=None, chains=None,
                             out_dtype=jnp.bfloat16, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
@@ -490,16 +490,19 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
     if hq % h:
         raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
-    # defaults = the best configs measured on the H200 (NOTES_attention.md; v3: run 3's sweep,
-    # B=32 x 32K; the configs within ~15% of each other are within run-to-run noise)
-    tuned = {"v1": (64, 4), "v2": (32, 1),
-             "v3": (128, 4) if fmt == "nvfp4" else (16, 1)}
-    tuned["v4"] = tuned["v3"]  # (v4 measured with v3's knobs; not swept on its own yet)
-    tuned = tuned.get(decode, (32, 1))
+    # defaults (block_k, num_warps, num_stages) = the best configs measured on the H200
+    # (NOTES_attention.md; v3: run 3's sweep, v4: session 5's sweep, both B=32 x 32K; configs
+    # within ~15% of each other are within run-to-run noise)
+    tuned = {"v1": (64, 4, 2), "v2": (32, 1, 2),
+             "v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
+             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2)}
+    tuned = tuned.get(decode, (32, 1, 2))
     if block_k is None:
         block_k = 128 if fmt == "bf16" else tuned[0]
     if num_warps is None:
         num_warps = 8 if fmt == "bf16" else tuned[1]
+    if num_stages is None:
+        num_stages = 2 if fmt == "bf16" else tuned[2]
     v3 = fp4 and decode in ("v3", "v4")  # v4 = the v3 kernel with V codes as 32-bit words
     if fp4 and decode == "v4" and d % 8:
         raise ValueError(f"decode='v4' needs head_dim % 8 == 0, got {d}")

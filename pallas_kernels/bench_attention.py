@@ -154,10 +154,16 @@ V3_GRID = [(16, 1, 2, 8192, 1), (32, 1, 2, 8192, 1), (16, 1, 2, 4096, 1), (16, 1
            (64, 4, 3, 1024, 1), (32, 1, 2, 2048, 1)]
 
 
-def sweep(bw, deadline=float("inf")):
+# v4 only: the in-code default (block_k 128, 4 warps, split target 2048) and its neighbours
+V4_EXTRA = [(128, 4, 2, 2048, 1), (128, 4, 3, 2048, 1), (64, 2, 3, 4096, 1), (32, 2, 3, 4096, 1),
+            (32, 1, 3, 8192, 1), (128, 8, 2, 1024, 1)]
+
+
+def sweep(bw, deadline=float("inf"), decode="v3"):
     """Tune the kernels on B=32, 32K for each cache format: bf16 (its known best), FP4 v2 (its
     known best, for the side-by-side) and the v3 knob grid; every config's output is checked
-    against the pure-JAX reference on the first 2 sequences."""
+    against the pure-JAX reference on the first 2 sequences. ``decode``: the FP4 kernel version
+    the knob grid is swept for (v3 or v4)."""
     b, hq, h, s, d = (2, 32, 4, 256, 128) if TINY else (32, 32, 4, 32768, 128)
     q = jax.random.normal(jax.random.PRNGKey(1), (b, hq, d), jnp.bfloat16)
     lengths = jnp.full((b,), s, jnp.int32)
@@ -177,8 +183,9 @@ def sweep(bw, deadline=float("inf")):
             grid = [dict(block_k=128, num_warps=8, num_stages=2, split_target=2048)]
         else:
             grid = [dict(V2_CFG)] + [
-                dict(decode="v3", block_k=bk, num_warps=nw, num_stages=ns, split_target=tgt,
-                     chains=ch) for bk, nw, ns, tgt, ch in V3_GRID]
+                dict(decode=decode, block_k=bk, num_warps=nw, num_stages=ns, split_target=tgt,
+                     chains=ch) for bk, nw, ns, tgt, ch in V3_GRID + (
+                         V4_EXTRA if decode == "v4" else [])]
             if TINY:
                 grid = grid[:3] + [c for c in grid if c.get("chains") == 2]
             ref = decode_attention_reference(
@@ -451,6 +458,8 @@ def main():
     ap.add_argument("--sweep-seconds", type=float, default=1e9,
                     help="stop the sweep (after the v2 config and one v3 config per format) "
                          "once this much time has passed since the start")
+    ap.add_argument("--sweep-decode", default="v3", choices=["v3", "v4"],
+                    help="FP4 kernel version whose knobs the sweep tunes")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="skip the remaining sections once this much time has passed")
     a = ap.parse_args()
@@ -487,7 +496,7 @@ def main():
             "nvfp4": dict(decode="v3"), "mxfp4": dict(decode="v3"),
             "nvfp4_v2": dict(decode="v2"), "mxfp4_v2": dict(decode="v2")}
     if want("sweep"):
-        best, log = sweep(bw, deadline=t0 + a.sweep_seconds)
+        best, log = sweep(bw, deadline=t0 + a.sweep_seconds, decode=a.sweep_decode)
         res["sweep"] = log
     for fmt in ("nvfp4", "mxfp4"):  # v4 side by side: the same knobs as the tuned v3 config
         if best.get(fmt, {}).get("decode") == "v3":

@@ -203,6 +203,13 @@ def route(tokens, e, topk, key):
     return jnp.bincount(idx.reshape(-1), length=e).astype(jnp.int32)
 
 
+# persistent grouped kernels (Config.programs): (programs, num_stages) for bf16 and (bn, programs,
+# num_stages) for FP4; the flat (tile, K step) loop's indirect item loads take pipeline stages,
+# so num_stages s gives (s - 1) // 2 weight buffers (sm_90 compile check)
+PERSISTENT_BF16 = [(264, 7), (528, 7), (264, 10)]
+PERSISTENT_FP4 = [(64, 264, 5), (64, 264, 7), (64, 528, 7), (64, 132, 7), (128, 264, 7)]
+
+
 def bench_grouped(k, n, token_counts, e, topk, bw):
     key = jax.random.key(k + 3 * n)
     w32 = jax.random.normal(key, (e, k, n), jnp.float32)
@@ -226,21 +233,29 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
         common = dict(kind="grouped", k=k, n=n, m=m, tokens=tok, experts_touched=touched)
         record(**common, fmt="bf16", variant="ragged_dot", us=t_bf * 1e6, bytes=bb,
                gbps=bb / t_bf / 1e9, pct_copy=100 * bb / t_bf / bw, speedup=1.0, rel_err=0.0)
-        try:
-            ref_b = jax.lax.ragged_dot(x, wb, gs, preferred_element_type=jnp.float32)
-            out = jax.jit(lambda x, w: fm.bf16_grouped_matmul(x, w, gs))(x, wb)
-            err = rel_err(out, ref_b)
-            t = rot_time(lambda x, w: fm.bf16_grouped_matmul(x, w, gs), wbs, x)
-            record(**common, fmt="bf16", variant="pallas_grouped", us=t * 1e6, bytes=bb,
-                   gbps=bb / t / 1e9, pct_copy=100 * bb / t / bw, speedup=t_bf / t, rel_err=err)
-        except Exception as ex:  # noqa: BLE001
-            print(f"FAILED bf16 grouped {k}x{n} T={tok}: {type(ex).__name__}: {str(ex)[:600]}",
-                  flush=True)
+        ref_b = jax.lax.ragged_dot(x, wb, gs, preferred_element_type=jnp.float32)
+        db = mt.Config(bm=16 if m <= 2048 else 32, bn=64, bk=64, num_warps=4, num_stages=4)
+        for name, cfg in [("pallas_grouped_default", None), ("pallas_grouped", db)] + [
+                (f"pallas_grouped_p{p}_st{st}", dataclasses.replace(db, programs=p, num_stages=st))
+                for p, st in PERSISTENT_BF16]:
+            try:
+                f = lambda x, w, cfg=cfg: fm.bf16_grouped_matmul(x, w, gs, cfg=cfg)  # noqa: E731
+                err = rel_err(jax.jit(f)(x, wb), ref_b)
+                t = rot_time(f, wbs, x)
+                record(**common, fmt="bf16", variant=name, us=t * 1e6, bytes=bb,
+                       gbps=bb / t / 1e9, pct_copy=100 * bb / t / bw, speedup=t_bf / t,
+                       rel_err=err)
+            except Exception as ex:  # noqa: BLE001
+                print(f"FAILED bf16 grouped {k}x{n} T={tok} {name}: {type(ex).__name__}: "
+                      f"{str(ex)[:600]}", flush=True)
         ref = fm.fp4_grouped_matmul_reference(x, fw, gs)
         b = int(touched * per_e_fp4) + io
-        d = mt.default_config(m, k, n, grouped=True)
-        vs = [(f"bm{d.bm}_bn{d.bn}", d), ("bn64", dataclasses.replace(d, bn=64)),
+        d = dataclasses.replace(mt.default_config(m, k, n, grouped=True), programs=0,
+                                bn=64, num_stages=3)  # the one-program-per-tile kernel
+        vs = [("default", None), (f"bm{d.bm}_bn{d.bn}", d),
               ("bn256_w8", dataclasses.replace(d, bn=256, num_warps=8))]
+        vs += [(f"bn{bn}_p{p}_st{st}", dataclasses.replace(d, bn=bn, programs=p, num_stages=st))
+               for bn, p, st in PERSISTENT_FP4]
         for name, cfg in vs:
             try:
                 f = lambda x, w, cfg=cfg: fm.fp4_grouped_matmul(x, w, gs, cfg=cfg)  # noqa: E731
@@ -282,25 +297,33 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sections", default="exact,dense,grouped,small",
+                    help="comma list of: exact (decode identity), dense (8192x28672), grouped, "
+                         "small (dense expert shapes)")
     a = ap.parse_args()
+    sec = set(a.sections.split(","))
     os.makedirs(a.out, exist_ok=True)
     LOG = os.path.join(a.out, "kernels_matmul.jsonl")
     dev = jax.devices()[0]
     print(f"jax {jax.__version__} device {dev.device_kind}", flush=True)
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
-    decode_exact()
+    if "exact" in sec:
+        decode_exact()
     dec = [1, 8, 32, 64]
     pre = [512, 4096]
-    bench_dense(8192, 28672, dec + pre, ["nvfp4", "mxfp4"], bw)
-    bench_grouped(2048, 768, [32, 128, 512], 128, 8, bw)
-    bench_grouped(768, 2048, [32, 512], 128, 8, bw)
-    bench_dense(2048, 768, [1, 8, 64, 4096], ["nvfp4"], bw)
-    bench_dense(768, 2048, [1, 64, 4096], ["nvfp4"], bw)
+    if "dense" in sec:
+        bench_dense(8192, 28672, dec + pre, ["nvfp4", "mxfp4"], bw)
+    if "grouped" in sec:
+        bench_grouped(2048, 768, [32, 128, 512], 128, 8, bw)
+        bench_grouped(768, 2048, [32, 512], 128, 8, bw)
+    if "small" in sec:
+        bench_dense(2048, 768, [1, 8, 64, 4096], ["nvfp4"], bw)
+        bench_dense(768, 2048, [1, 64, 4096], ["nvfp4"], bw)
     bw2 = copy_bandwidth()
     md = table(ROWS, bw) + f"\n\ncopy bandwidth re-measured at the end: {bw2 / 1e12:.3f} TB/s\n"
     meta = dict(jax=jax.__version__, device=dev.device_kind, copy_bw=bw, copy_bw_end=bw2,
-                command="python -m pallas_kernels.bench matmul --out DIR",
+                command=" ".join(["python -m pallas_kernels.bench_matmul", *sys.argv[1:]]),
                 wall_s=time.time() - T0)
     with open(os.path.join(a.out, "kernels_matmul.json"), "w") as f:
         json.dump(dict(meta=meta, rows=ROWS), f, indent=1)

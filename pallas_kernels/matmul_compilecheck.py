@@ -10,6 +10,7 @@ memory, local-memory spills, and writes the .ttgir/.ptx under OUTDIR for reading
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -104,13 +105,17 @@ def variants():
     qe = quant.quantize(jnp.ones((4, 2048, 768)), "mxfp4", axis=-2)
     we = fm.prepare_weights(qe, "kn")
     gs = jnp.array([3, 0, 2, 3], jnp.int32)
-    cfg = mt.default_config(8, 2048, 768, True)
-    out.append(("grouped_kn_mxfp4", cfg, lambda x, w: mt.grouped(x, w, gs, cfg),
-                (jnp.ones((8, 2048), jnp.bfloat16), we)))
+    cfgp = mt.default_config(8, 2048, 768, True)  # persistent programs
+    cfg = dataclasses.replace(cfgp, programs=0, bn=64, num_stages=3)  # one program per tile
+    for name, c in (("grouped_persistent_kn_mxfp4", cfgp), ("grouped_kn_mxfp4", cfg)):
+        out.append((name, c, lambda x, w, c=c: mt.grouped(x, w, gs, c),
+                    (jnp.ones((8, 2048), jnp.bfloat16), we)))
     wb = jnp.ones((4, 2048, 768), jnp.bfloat16)
-    cfgb = mt.Config(bm=16, bn=64, bk=64, num_warps=4, num_stages=4)
-    out.append(("grouped_bf16", cfgb, lambda x, w: mt.grouped_bf16(x, w, gs, cfgb),
-                (jnp.ones((8, 2048), jnp.bfloat16), wb)))
+    cfgbp = mt.default_bf16_config(8, 768)
+    cfgb = dataclasses.replace(cfgbp, programs=0, num_stages=4)
+    for name, c in (("grouped_persistent_bf16", cfgbp), ("grouped_bf16", cfgb)):
+        out.append((name, c, lambda x, w, c=c: mt.grouped_bf16(x, w, gs, c),
+                    (jnp.ones((8, 2048), jnp.bfloat16), wb)))
     return out
 
 

@@ -118,12 +118,13 @@ def test_append_then_attend_equals_quantize_whole(fmt):
     step = jax.jit(append_kv, donate_argnums=0)
     pos = np.zeros(b, np.int32)
     for t in (5, 1, 1, 3, 30):  # prefill chunk then decode-sized appends
-        # a copy: jnp.asarray may alias the numpy buffer on CPU, and `pos += t` below would then
-        # move an append that async dispatch has not run yet (a flaky lost row under load)
-        pj = jnp.array(pos, copy=True)
+        # never mutate a numpy buffer a device array was made from: on CPU the transfer may
+        # alias it and run after `pos += t` (a flaky lost row under load, even with
+        # jnp.array(copy=True)); `pos = pos + t` makes a new buffer instead
+        pj = jnp.asarray(pos)
         kc = step(kc, jax.vmap(lambda x, p: jax.lax.dynamic_slice_in_dim(x, p, t, 1))(kb, pj), pj)
         vc = step(vc, jax.vmap(lambda x, p: jax.lax.dynamic_slice_in_dim(x, p, t, 1))(vb, pj), pj)
-        pos += t
+        pos = pos + t
     n = int(pos[0])
     whole_k, whole_v = _cache(kb, fmt), _cache(vb, fmt)
     if fmt == "bf16":

@@ -4,6 +4,7 @@ The inline-PTX decode cannot run in interpret mode: there the kernel runs the as
 emulation (``matmul_layout.emulate_planes``); the layout, the emulation and the PTX text are
 tested here, the asm itself on the GPU (``bench_matmul.decode_exact``, rel err column)."""
 
+import dataclasses
 import re
 
 import jax
@@ -138,8 +139,11 @@ def test_dense_w4a4(fmt):
     assert _rel(fm.fp4_matmul_reference(x.astype(jnp.bfloat16), w), ref) > 1e-2
 
 
-@pytest.mark.parametrize("fmt,layout", [("nvfp4", "kn"), ("mxfp4", "nk")])
-def test_grouped_ragged(fmt, layout):
+@pytest.mark.parametrize("fmt,layout,programs", [("nvfp4", "kn", 0), ("mxfp4", "nk", 0),
+                                                 ("nvfp4", "kn", 3), ("mxfp4", "nk", 64)])
+def test_grouped_ragged(fmt, layout, programs):
+    """One program per (item, N tile), and persistent programs (fewer programs than tiles, and
+    more): the same rows, zeros past the groups."""
     e, k, n, m = 5, 256, 32, 45
     k0, k1 = jax.random.split(jax.random.key(2))
     q = _q(k0, (e, k, n), fmt)
@@ -149,7 +153,8 @@ def test_grouped_ragged(fmt, layout):
     x = jax.random.normal(k1, (m, k)).astype(jnp.bfloat16)
     gs = jnp.array([17, 0, 3, 20, 0], jnp.int32)  # empty groups, sum 40 < 45
     ref = fm.fp4_grouped_matmul_reference(x, w, gs)
-    out = fm.fp4_grouped_matmul(x, w, gs, backend="triton", cfg=CFG)
+    cfg = dataclasses.replace(CFG, programs=programs)
+    out = fm.fp4_grouped_matmul(x, w, gs, backend="triton", cfg=cfg)
     assert _rel(out, ref) < 4e-3
     assert np.all(np.asarray(out[40:]) == 0)
     wf = quant.dequantize(q) * gsc  # independent of the kernel layout
@@ -157,16 +162,25 @@ def test_grouped_ragged(fmt, layout):
     assert _rel(out, ref2) < 4e-3
 
 
-def test_grouped_bf16_kernel():
+@pytest.mark.parametrize("programs", [0, 5])
+def test_grouped_bf16_kernel(programs):
     e, k, n, m = 4, 128, 64, 30
     w = jax.random.normal(jax.random.key(6), (e, k, n)).astype(jnp.bfloat16)
     x = jax.random.normal(jax.random.key(7), (m, k)).astype(jnp.bfloat16)
     gs = jnp.array([0, 11, 0, 15], jnp.int32)
     out = fm.bf16_grouped_matmul(x, w, gs, backend="triton",
-                                 cfg=mt.Config(bm=16, bn=32, bk=64))
+                                 cfg=mt.Config(bm=16, bn=32, bk=64, programs=programs))
     ref = fm.bf16_grouped_matmul(x, w, gs, backend="reference")
     assert _rel(out, ref) < 4e-3
     assert np.all(np.asarray(out[26:]) == 0)
+
+
+def test_persistent_needs_split_k_1():
+    w = fm.prepare_weights(_q(jax.random.key(8), (2, 512, 32), "nvfp4"))
+    x = jnp.ones((4, 512), jnp.bfloat16)
+    with pytest.raises(ValueError, match="split_k=1"):
+        fm.fp4_grouped_matmul(x, w, jnp.array([2, 2], jnp.int32), backend="triton",
+                              cfg=mt.Config(bm=16, bn=32, bk=256, split_k=2, programs=4))
 
 
 def test_grouped_w4a4_and_swiglu():
