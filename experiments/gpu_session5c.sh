@@ -5,12 +5,7 @@
 #      kernels, bf16 and NVFP4, 30B expert shapes, 32-512 tokens x top-8 of 128 experts.
 #   2. decode attention (issue 7): the v4 FP4-KV kernel's own knob sweep (B=32 x 32K).
 # Usage (repo root): bash experiments/gpu_session5c.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/gpu_out}
-R=/tmp/r5c
-mkdir -p "$OUT" "$R"
-export PYTHONUNBUFFERED=1
-nvidia-smi -L
+source "$(dirname "$0")/gpu_prelude.sh" r5c
 BENCH_TIME_LIMIT_S=200 timeout 260 python3 -m pallas_kernels.bench_matmul --sections grouped \
   --out "$R/matmul" > "$R/matmul.txt" 2>&1
 timeout 150 python3 -m pallas_kernels.bench_attention --out "$R/attn" --sweep-decode v4 \

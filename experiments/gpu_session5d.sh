@@ -4,12 +4,7 @@
 # and 128K, each process alone on the GPU, after session 5's kernel defaults: persistent grouped
 # expert matmuls (bf16 and FP4) and the v4 FP4-KV attention knobs from its own sweep.
 # Usage (repo root): bash experiments/gpu_session5d.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/gpu_out}
-R=/tmp/r5d
-mkdir -p "$OUT" "$R"
-export PYTHONUNBUFFERED=1
-nvidia-smi -L
+source "$(dirname "$0")/gpu_prelude.sh" r5d
 timeout 190 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
   --contexts 32768 --prefill_len 0 --time_budget_s 130 --kernel_layout \
   --engines bf16,fp4,fp4_nohints --breakdown always --out "$R/32k" > "$R/32k.txt" 2>&1

@@ -7,12 +7,8 @@
 #   2. decode attention rows (issue 7) with the v4 knobs from session 5's sweep as the default,
 #      v3 and v2 beside it, 32K and 128K first.
 # Usage (repo root): bash experiments/gpu_session5e.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/gpu_out}
-R=/tmp/r5e
-mkdir -p "$OUT" "$R"
-export PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/jax_cache
-nvidia-smi -L
+source "$(dirname "$0")/gpu_prelude.sh" r5e
+export JAX_COMPILATION_CACHE_DIR=/tmp/jax_cache
 timeout 330 python3 experiments/repro.py --config=configs/small.py --out=/tmp/repro \
   --study=headline --variants=trace --seeds=0 --steps=100 --warm_start --post_eval=diagnose \
   --skip_diagnose --results="$R/job" --config.sft.steps=450 --config.train.lr=5e-5 \
