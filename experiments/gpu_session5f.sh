@@ -11,6 +11,7 @@
 source "$(dirname "$0")/gpu_prelude.sh" r5f
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "ncu not found (PATH, /opt/nvidia/nsight-compute/*/ncu)"; exit 1; }
 timeout 220 "$NCU" --clock-control none -k 'regex:fp4_matmul|bf16_grouped' -o "$R/grouped" \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
   --section SchedulerStats --section MemoryWorkloadAnalysis \

@@ -15,7 +15,7 @@ import json
 def rows(diag: dict) -> list[tuple[str, list[int]]]:
     """(variant, integer counts per distance) of the variants that have a histogram."""
     return [(name, [int(c) for c in v["code_distance_hist"]]) for name, v in diag.items()
-            if isinstance(v, dict) and v.get("code_distance_hist")]
+            if isinstance(v, dict) and sum(v.get("code_distance_hist") or [0]) > 0]
 
 
 def markdown(diag: dict, note: str = "") -> str:

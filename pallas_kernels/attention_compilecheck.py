@@ -63,8 +63,8 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
         return AT.decode_attention_triton(q, k, v, n, sm_scale=d ** -0.5, **cfg)
 
     (ttir,) = mc.lower(f, q, c, c, lengths)
-    nw = cfg.get("num_warps") or 1
-    ns = cfg.get("num_stages", 2)
+    _, nw, ns = AT.tuned_knobs(fmt, cfg.get("decode") or ("v4" if d % 8 == 0 else "v3"))
+    nw, ns = cfg.get("num_warps") or nw, cfg.get("num_stages") or ns  # what the kernel ran with
     mc.compile_ttir(ttir, nw, ns, outdir, name)  # writes .ttir/.ttgir/.ptx
     # compile_ttir does not keep the cubin: compile the written .ttir again for it
     import triton

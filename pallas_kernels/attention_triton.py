@@ -446,6 +446,18 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     return num / den[..., None]
 
 
+def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
+    """Default (block_k, num_warps, num_stages) of a cache format ("bf16", "nvfp4", "mxfp4") and
+    FP4 kernel version: the best configs measured on the H200 (NOTES_attention.md; v3: run 3's
+    sweep, v4: session 5's sweep, both B=32 x 32K; configs within ~15% of each other are within
+    run-to-run noise)."""
+    if fmt == "bf16":
+        return 128, 8, 2
+    return {"v1": (64, 4, 2), "v2": (32, 1, 2),
+            "v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
+            "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2)}.get(decode, (32, 1, 2))
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
@@ -490,19 +502,10 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
     if hq % h:
         raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
-    # defaults (block_k, num_warps, num_stages) = the best configs measured on the H200
-    # (NOTES_attention.md; v3: run 3's sweep, v4: session 5's sweep, both B=32 x 32K; configs
-    # within ~15% of each other are within run-to-run noise)
-    tuned = {"v1": (64, 4, 2), "v2": (32, 1, 2),
-             "v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
-             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2)}
-    tuned = tuned.get(decode, (32, 1, 2))
-    if block_k is None:
-        block_k = 128 if fmt == "bf16" else tuned[0]
-    if num_warps is None:
-        num_warps = 8 if fmt == "bf16" else tuned[1]
-    if num_stages is None:
-        num_stages = 2 if fmt == "bf16" else tuned[2]
+    tuned = tuned_knobs(fmt, decode)
+    block_k = tuned[0] if block_k is None else block_k
+    num_warps = tuned[1] if num_warps is None else num_warps
+    num_stages = tuned[2] if num_stages is None else num_stages
     v3 = fp4 and decode in ("v3", "v4")  # v4 = the v3 kernel with V codes as 32-bit words
     if fp4 and decode == "v4" and d % 8:
         raise ValueError(f"decode='v4' needs head_dim % 8 == 0, got {d}")

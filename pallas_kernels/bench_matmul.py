@@ -253,6 +253,7 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
         d = dataclasses.replace(mt.default_config(m, k, n, grouped=True), programs=0,
                                 bn=64, num_stages=3)  # the one-program-per-tile kernel
         vs = [("default", None), (f"bm{d.bm}_bn{d.bn}", d),
+              ("bn128", dataclasses.replace(d, bn=128)),
               ("bn256_w8", dataclasses.replace(d, bn=256, num_warps=8))]
         vs += [(f"bn{bn}_p{p}_st{st}", dataclasses.replace(d, bn=bn, programs=p, num_stages=st))
                for bn, p, st in PERSISTENT_FP4]

@@ -43,9 +43,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="au
     reading the V codes as 32-bit words, 1.36-1.51x v3 on the H200 from 32K up; "v3": inline-PTX
     FP4 decode with transposed MMAs, the query heads on the MMA's N side; "v2": heads padded to
     16 MMA rows; "v1"), chains (v3/v4: independent row chunks per iteration). Tiling defaults
-    measured on the H200 (session 3, NOTES_attention.md): bf16 cache block_k=128, num_warps=8;
-    NVFP4 block_k=128, num_warps=4; MXFP4 block_k=16, num_warps=1 (partly within run-to-run
-    noise; v4 runs v3's).
+    measured on the H200 (``attention_triton.tuned_knobs``, NOTES_attention.md): bf16 cache
+    block_k=128, 8 warps; v4 NVFP4 block_k=32, 1 warp, 3 stages; v4 MXFP4 block_k=64, 2 warps
+    (session 5's sweep; partly within run-to-run noise).
     """
     d = q.shape[-1]
     sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)

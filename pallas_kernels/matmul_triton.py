@@ -420,8 +420,9 @@ def _run(x, w, items, row_gw, cfg: Config, group_sizes):
 
 @functools.cache
 def _sm_count() -> int:
-    """Streaming multiprocessors of the default device (132 on an H200; 132 off the GPU)."""
-    return int(getattr(jax.devices()[0], "core_count", 0) or 132)
+    """Streaming multiprocessors of this process's first device (132 on an H200; 132 off the
+    GPU). A local device: under jax.distributed, devices()[0] may belong to another process."""
+    return int(getattr(jax.local_devices()[0], "core_count", 0) or 132)
 
 
 def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") -> Config:

@@ -25,6 +25,8 @@ def test_markdown_fractions_and_rows():
 def test_no_histogram_is_an_error():
     with pytest.raises(ValueError, match="code_distance_hist"):
         P.markdown({"bf16": {"kl_k3": 0.0}})
+    with pytest.raises(ValueError, match="code_distance_hist"):  # nothing counted: no row
+        P.markdown({"trace": {"code_distance_hist": [0.0, 0.0]}})
 
 
 def test_cli_writes_files(tmp_path):

@@ -238,7 +238,9 @@ def test_tiny_run_raises_reward_on_addition(tmp_path):
 
 SHARDED_SCENARIO = """
 import json, os, sys
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+# keep the suite's XLA flags (conftest: CPU optimization level 1 compiles ~30% faster)
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8")
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, os.getcwd())
 from tests.test_train import small, read_metrics
