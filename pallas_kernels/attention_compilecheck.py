@@ -16,10 +16,7 @@ H200 the v2/v3 times tracked them (NOTES_attention.md, v3). Lowering as in
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
-from collections import Counter
 
 os.environ.setdefault("FP4_FORCE_COMPILE", "1")
 
@@ -28,9 +25,6 @@ import jax.numpy as jnp  # noqa: E402
 from pallas_kernels import attention_triton as AT  # noqa: E402
 from pallas_kernels import matmul_compilecheck as mc  # noqa: E402
 from trace_jax.quant import quantize  # noqa: E402
-
-INT_OPS = ("IMAD", "LOP3", "PRMT", "IADD3", "SHF", "LEA", "SEL", "VIADD", "ISETP", "IABS",
-           "SGXT", "BFE", "BFI")
 
 DEFAULTS = {
     "v2_nv_bk32_w1": dict(fmt="nvfp4", decode="v2", block_k=32, num_warps=1),
@@ -43,13 +37,6 @@ DEFAULTS = {
     "v4_mx_bk16_w1": dict(fmt="mxfp4", decode="v4", block_k=16, num_warps=1),
     "v4_nv_bk32_w1": dict(fmt="nvfp4", decode="v4", block_k=32, num_warps=1),
 }
-
-
-def _tools():
-    import triton
-
-    d = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    return os.path.join(d, "cuobjdump")
 
 
 def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
@@ -65,48 +52,10 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
     (ttir,) = mc.lower(f, q, c, c, lengths)
     _, nw, ns = AT.tuned_knobs(fmt, cfg.get("decode") or ("v4" if d % 8 == 0 else "v3"))
     nw, ns = cfg.get("num_warps") or nw, cfg.get("num_stages") or ns  # what the kernel ran with
-    mc.compile_ttir(ttir, nw, ns, outdir, name)  # writes .ttir/.ttgir/.ptx
-    # compile_ttir does not keep the cubin: compile the written .ttir again for it
-    import triton
-    from triton.backends.compiler import GPUTarget
-
-    k = triton.compile(os.path.join(outdir, f"{name}.ttir"), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=nw, num_stages=ns))
-    cub = os.path.join(outdir, f"{name}.cubin")
-    with open(cub, "wb") as fh:
-        fh.write(k.asm["cubin"])
-    cuobj = _tools()
-    sass = subprocess.run([cuobj, "-sass", cub], capture_output=True, text=True).stdout
-    with open(os.path.join(outdir, f"{name}.sass"), "w") as fh:
-        fh.write(sass)
-    ru = subprocess.run([cuobj, "-res-usage", cub], capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+).*?LOCAL:(\d+)", ru, re.S)
-    regs, local = (int(m.group(1)), int(m.group(2))) if m else (None, None)
     rows = cfg.get("block_k", 16) * (cfg.get("chains") or 1)
-    return dict(regs=regs, local=local, warps=nw, rows=rows, **loop_stats(sass, rows, nw))
-
-
-def loop_stats(sass, rows, warps):
-    """Instructions of the largest backward-branch loop, per cache row summed over warps."""
-    lines = sass.splitlines()
-    best = (0, 0, 0)
-    for ln in lines:
-        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/.*BRA\s+0x([0-9a-f]+)", ln)
-        if m:
-            a, t = int(m.group(1), 16), int(m.group(2), 16)
-            if t < a and (a - t) // 16 + 1 > best[0]:
-                best = ((a - t) // 16 + 1, t, a)
-    _, lo, hi = best
-    ops = Counter()
-    for ln in lines:
-        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln)
-        if m and lo <= int(m.group(1), 16) <= hi:
-            ops[m.group(2)] += 1
-    total = sum(ops.values())
-    integer = sum(v for k, v in ops.items() if k.startswith(INT_OPS))
-    per = warps / rows
-    return dict(loop=total, per_row=total * per, int_per_row=integer * per,
-                mix={k: round(v * per, 2) for k, v in ops.most_common(12)})
+    st = mc.compile_ttir(ttir, nw, ns, outdir, name, units=rows)  # .ttir/.ttgir/.ptx/.sass
+    return dict(regs=st["regs"], local=st["local_bytes"], warps=nw, rows=rows,
+                per_row=st["sass_per_unit"], int_per_row=st["int_per_unit"], mix=st["sass_mix"])
 
 
 def main(argv):

@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
 import sys
+from collections import Counter
 
 os.environ.setdefault("FP4_FORCE_COMPILE", "1")
 
@@ -45,7 +47,59 @@ def lower(fn, *args):
     return list(CAPTURED)
 
 
-def compile_ttir(ttir: str, num_warps: int, num_stages: int, outdir: str, name: str):
+INT_OPS = ("IMAD", "LOP3", "PRMT", "IADD3", "SHF", "LEA", "SEL", "VIADD", "ISETP", "IABS",
+           "SGXT", "BFE", "BFI")
+
+
+def cuobjdump() -> str:
+    """The cuobjdump bundled with the installed Triton."""
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                        "cuobjdump")
+
+
+def sass_of(cubin: bytes, outdir: str, name: str) -> tuple[str, int | None, int | None]:
+    """(SASS text, registers, local-memory bytes) of a cubin; the SASS is also written out."""
+    cub = os.path.join(outdir, f"{name}.cubin")
+    with open(cub, "wb") as fh:
+        fh.write(cubin)
+    sass = subprocess.run([cuobjdump(), "-sass", cub], capture_output=True, text=True).stdout
+    with open(os.path.join(outdir, f"{name}.sass"), "w") as fh:
+        fh.write(sass)
+    ru = subprocess.run([cuobjdump(), "-res-usage", cub], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+).*?LOCAL:(\d+)", ru, re.S)
+    return sass, *((int(m.group(1)), int(m.group(2))) if m else (None, None))
+
+
+def loop_stats(sass: str, units: int, warps: int) -> dict:
+    """Instructions of the largest backward-branch loop (the kernel's main loop), per work unit
+    of one iteration (a cache row, a weight element) summed over the warps."""
+    lines = sass.splitlines()
+    best = (0, 0, 0)
+    for ln in lines:
+        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/.*BRA\s+0x([0-9a-f]+)", ln)
+        if m:
+            a, t = int(m.group(1), 16), int(m.group(2), 16)
+            if t < a and (a - t) // 16 + 1 > best[0]:
+                best = ((a - t) // 16 + 1, t, a)
+    _, lo, hi = best
+    ops = Counter()
+    for ln in lines:
+        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln)
+        if m and lo <= int(m.group(1), 16) <= hi:
+            ops[m.group(2)] += 1
+    total = sum(ops.values())
+    integer = sum(v for k, v in ops.items() if k.startswith(INT_OPS))
+    per = warps / units
+    return dict(loop=total, per_unit=total * per, int_per_unit=integer * per,
+                mix={k: round(v * per, 2) for k, v in ops.most_common(12)})
+
+
+def compile_ttir(ttir: str, num_warps: int, num_stages: int, outdir: str, name: str,
+                 units: int | None = None):
+    """Compile Pallas' Triton IR for sm_90; PTX/SASS counts. ``units``: work units per main-loop
+    iteration (weight elements per K step) for the SASS loop's per-unit instruction count."""
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -82,8 +136,12 @@ def compile_ttir(ttir: str, num_warps: int, num_stages: int, outdir: str, name: 
         cp_async=len(re.findall(r"cp\.async\.(?:ca|cg)", ptx)),
         local=len(re.findall(r"\.local", ptx)),
         shared_bytes=k.metadata.shared,
-        n_regs=getattr(k, "n_regs", None),
     )
+    sass, stats["regs"], stats["local_bytes"] = sass_of(k.asm["cubin"], outdir, name)
+    if units:
+        ls = loop_stats(sass, units, num_warps)
+        stats.update(sass_loop=ls["loop"], sass_per_unit=round(ls["per_unit"], 3),
+                     int_per_unit=round(ls["int_per_unit"], 3), sass_mix=ls["mix"])
     return stats
 
 
@@ -130,7 +188,8 @@ def main(argv):
             continue
         try:
             (ttir,) = lower(fn, *args)
-            st = compile_ttir(ttir, cfg.num_warps, cfg.num_stages, outdir, name)
+            st = compile_ttir(ttir, cfg.num_warps, cfg.num_stages, outdir, name,
+                              units=cfg.bk * cfg.bn)
             print(f"OK   {name} {cfg}: {st}", flush=True)
         except Exception as e:  # noqa: BLE001
             ok = False

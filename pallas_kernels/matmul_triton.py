@@ -299,6 +299,14 @@ def _bf16_persistent_kernel(nt_ref, ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref,
 # Wrappers
 
 
+def _searchsorted_right(sorted_a, v):
+    """``jnp.searchsorted(sorted_a, v, side="right")`` without a loop: it compares every pair
+    (E experts x items or rows: small). The default binary search is a lax loop of log2(E) steps,
+    which XLA runs on the GPU as a while loop of small kernels; two of them sat in every grouped
+    matmul call of the decode step."""
+    return jnp.searchsorted(sorted_a, v, side="right", method="compare_all")
+
+
 def _items_for_groups(group_sizes, m: int, bm: int):
     """Static-size item list (expert, r0, r1) covering every row: group tiles, then zero tiles for
     rows past sum(group_sizes), then no-op items (r0 = r1 = m). Empty groups get no item."""
@@ -313,7 +321,7 @@ def _items_for_groups(group_sizes, m: int, bm: int):
     n_real = t_end[-1]
     n_items = -(-m // bm) + n_e + 1
     idx = jnp.arange(n_items, dtype=jnp.int32)
-    eg = jnp.clip(jnp.searchsorted(t_end, idx, side="right"), 0, n_e - 1).astype(jnp.int32)
+    eg = jnp.clip(_searchsorted_right(t_end, idx), 0, n_e - 1).astype(jnp.int32)
     g_r0 = starts[eg] + (idx - t_start[eg]) * bm
     g_r1 = jnp.minimum(g_r0 + bm, ends[eg])
     z_r0 = total + (idx - n_real) * bm
@@ -343,7 +351,7 @@ def _zero_rows_past(out, group_sizes, m: int):
 def _row_expert(group_sizes, m: int):
     ends = jnp.cumsum(group_sizes.astype(jnp.int32))
     rows = jnp.arange(m, dtype=jnp.int32)
-    e = jnp.searchsorted(ends, rows, side="right")
+    e = _searchsorted_right(ends, rows)
     return jnp.clip(e, 0, group_sizes.shape[0] - 1), rows < ends[-1]
 
 

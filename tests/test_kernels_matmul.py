@@ -202,6 +202,43 @@ def test_grouped_persistent_multi_tile(layout, gs):
         assert _rel(outb, refb) < 4e-3
 
 
+def _loops_outside_kernels(jaxpr) -> list[str]:
+    """Loop primitives (scan / while) in a jaxpr and its sub-jaxprs, not inside pallas_call."""
+    found = []
+    for e in jaxpr.eqns:
+        if e.primitive.name == "pallas_call":
+            continue
+        if e.primitive.name in ("scan", "while"):
+            found.append(e.primitive.name)
+        for p in e.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _loops_outside_kernels(inner)
+    return found
+
+
+def test_grouped_wrappers_have_no_loops():
+    """The grouped matmuls run in every MoE layer of every decode step: the code around the
+    kernel must not hold a loop (on the GPU XLA runs one as a while loop of small kernels; the
+    item tables' binary searches were two per call)."""
+    e, k, n, m = 128, 256, 64, 40
+    w = fm.prepare_weights(_q(jax.random.key(10), (e, k, n), "nvfp4"))
+    x = jnp.ones((m, k), jnp.bfloat16)
+    gs = jnp.zeros((e,), jnp.int32).at[:5].set(8)
+    cfgs = [mt.default_config(m, k, n, grouped=True), dataclasses.replace(CFG, programs=0)]
+    for cfg in cfgs:
+        jp = jax.make_jaxpr(lambda x, w, g, c=cfg: mt.grouped(x, w, g, c))(x, w, gs)
+        assert _loops_outside_kernels(jp.jaxpr) == [], cfg
+    wb = jnp.ones((e, k, n), jnp.bfloat16)
+    jp = jax.make_jaxpr(lambda x, w, g: mt.grouped_bf16(x, w, g))(x, wb, gs)
+    assert _loops_outside_kernels(jp.jaxpr) == []
+    ends = jnp.array([0, 3, 3, 7])  # the loop-free search is numpy's side="right"
+    v = jnp.arange(-1, 9)
+    np.testing.assert_array_equal(mt._searchsorted_right(ends, v),
+                                  np.searchsorted(np.asarray(ends), np.asarray(v), side="right"))
+
+
 def test_persistent_needs_split_k_1():
     w = fm.prepare_weights(_q(jax.random.key(8), (2, 512, 32), "nvfp4"))
     x = jnp.ones((4, 512), jnp.bfloat16)
