@@ -1,7 +1,9 @@
 """Pallas (Triton backend) FP4-weight matmul kernels, v2: one kernel body for dense and grouped.
 
 Work is a list of *items*: (expert e, rows [r0, r1)) with r1 - r0 <= BM, built in plain JAX from
-the group sizes (dense = one group of M rows). Grid = (items, N/BN, split-K). Each program streams
+the group sizes (dense = one group of M rows). Grid = (items, N/BN, split-K), or, with
+``Config.programs`` (the grouped default), that many persistent programs sharing out the active
+(item, N tile) pairs in one pipelined loop. Each program streams
 its expert's packed units (two u32 words per 16 K-codes of one column, ``matmul_layout``) and one
 scale byte per unit, decodes a unit with inline PTX into 16 exact bf16 planes
 (``code * block_scale * 2**-shift``; ~1.5 ops per element) and runs 16 small bf16 MMAs per K step,
