@@ -210,6 +210,28 @@ PERSISTENT_BF16 = [(264, 7), (528, 7), (264, 10)]
 PERSISTENT_FP4 = [(64, 264, 5), (64, 264, 7), (64, 528, 7), (64, 132, 7), (128, 264, 7)]
 
 
+def bench_tables(common, gs, m):
+    """The grouped wrappers' item and row-expert tables alone (group sizes as a jit argument, as
+    in the model), loop-free (now) vs the binary-search loop (before session 5's fix): what one
+    grouped call spends before its kernel starts."""
+    orig = mt._searchsorted_right
+
+    def tables(g):
+        return mt._items_for_groups(g, m, 16), mt._row_expert(g, m)
+
+    times = {}
+    for name, fn in (("compare_all", orig), ("binary_search_loop", lambda a, v: jnp.searchsorted(
+            a, v, side="right"))):
+        mt._searchsorted_right = fn
+        try:
+            times[name] = timeit(jax.jit(tables), gs)
+        finally:
+            mt._searchsorted_right = orig
+    for name, t in times.items():
+        record(**dict(common, kind="grouped_tables"), fmt="-", variant=name, us=t * 1e6, bytes=0,
+               gbps=0.0, pct_copy=0.0, speedup=times["binary_search_loop"] / t, rel_err=0.0)
+
+
 def bench_grouped(k, n, token_counts, e, topk, bw):
     key = jax.random.key(k + 3 * n)
     w32 = jax.random.normal(key, (e, k, n), jnp.float32)
@@ -231,6 +253,7 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
         t_bf = rot_time(lambda x, w: jax.lax.ragged_dot(x, w, gs), wbs, x)
         bb = touched * k * n * 2 + io
         common = dict(kind="grouped", k=k, n=n, m=m, tokens=tok, experts_touched=touched)
+        bench_tables(common, gs, m)
         record(**common, fmt="bf16", variant="ragged_dot", us=t_bf * 1e6, bytes=bb,
                gbps=bb / t_bf / 1e9, pct_copy=100 * bb / t_bf / bw, speedup=1.0, rel_err=0.0)
         ref_b = jax.lax.ragged_dot(x, wb, gs, preferred_element_type=jnp.float32)
