@@ -154,9 +154,11 @@ V3_GRID = [(16, 1, 2, 8192, 1), (32, 1, 2, 8192, 1), (16, 1, 2, 4096, 1), (16, 1
            (64, 4, 3, 1024, 1), (32, 1, 2, 2048, 1)]
 
 
-# v4 only: the in-code default (block_k 128, 4 warps, split target 2048) and its neighbours
-V4_EXTRA = [(128, 4, 2, 2048, 1), (128, 4, 3, 2048, 1), (64, 2, 3, 4096, 1), (32, 2, 3, 4096, 1),
-            (32, 1, 3, 8192, 1), (128, 8, 2, 1024, 1)]
+# v4 only, beyond V3_GRID: neighbours of session 4's default (block_k 128, 4 warps, split target
+# 2048, already in V3_GRID; session 5's sweep ran it twice, 484 and 585 us) and of the current
+# defaults (attention_triton.tuned_knobs: NVFP4 32/1/3, MXFP4 64/2/2)
+V4_EXTRA = [(128, 4, 3, 2048, 1), (64, 2, 3, 4096, 1), (32, 2, 3, 4096, 1), (32, 1, 3, 8192, 1),
+            (128, 8, 2, 1024, 1)]
 
 
 def sweep(bw, deadline=float("inf"), decode="v3"):
