@@ -454,12 +454,30 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
     if ms["bytes_in_use"] is not None and row["step_temp_bytes"] is not None:
         row["mem_peak_est"] = ms["bytes_in_use"] + row["step_temp_bytes"]
 
+    if args.profile_steps:
+        row["profile"] = profile_step(one, name, context, args)
     if want_breakdown:
         with bf16_kernel_matmul(experts_via == "pallas bf16"):
             row["breakdown"] = breakdown(cfg_run, numerics, params, state["cache"], experts,
                                          batch, context, attn, args, t, key)
     del params, cache, state, compiled
     return row
+
+
+def profile_step(one, name, context, args) -> dict:
+    """``--profile_steps``: trace that many steps and write the per-kernel device time table to
+    ``{--out}/profile/{engine}_{context}.md`` (and .json); return the summary's totals."""
+    from experiments import profile_summary as PS
+
+    d = Path(args.out) / "profile"
+    s = PS.profile_calls(one, args.profile_steps, str(d / f"trace_{name}_{context}"))
+    md = PS.render_md(s, top=30, title=f"{name} @ {context}: ")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{name}_{context}.md").write_text(md)
+    (d / f"{name}_{context}.json").write_text(json.dumps(s, indent=1))
+    print(md, flush=True)
+    return {"busy_ms": s["busy_ns_per_call"] / 1e6, "wall_ms": s["wall_ns_per_call"] / 1e6,
+            "launches": s["launches_per_call"], "top": s["rows"][:12]}
 
 
 def breakdown(cfg, numerics, params, cache, experts, batch, context, attn, args, t_step, key):
@@ -702,6 +720,8 @@ def main(argv=None):
     ap.add_argument("--time_budget_s", type=float, default=0, help="skip what is left after this")
     ap.add_argument("--out", default=str(REPO / "experiments/results"))
     ap.add_argument("--smoke", action="store_true", help="CPU: tiny shapes, 2 steps per engine")
+    ap.add_argument("--profile_steps", type=int, default=0,
+                    help="trace this many steps per engine: per-kernel device time under --out/profile")
     ap.add_argument("--kernel_layout", action="store_true",
                     help="FP4 experts through the Pallas grouped matmul (sync_weights(kernel_layout))")
     args = ap.parse_args(argv)

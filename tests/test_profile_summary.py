@@ -1,0 +1,56 @@
+"""experiments/profile_summary.py: per-kernel device time from a jax.profiler trace."""
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from experiments import profile_summary as PS  # noqa: E402
+
+
+def test_summarize_sums_per_kernel_and_divides_by_calls():
+    ev = [PS.Event("gemm", "dot.1", 300.0), PS.Event("gemm", "dot.1", 500.0),
+          PS.Event("copy", "copy.2", 200.0), PS.Event("gemm", "dot.7", 1000.0)]
+    s = PS.summarize(ev, n_calls=2)
+    assert s["busy_ns_per_call"] == pytest.approx(1000.0)
+    assert s["launches_per_call"] == pytest.approx(2.0)
+    rows = [(r["kernel"], r["hlo_op"], r["ns_per_call"], r["launches_per_call"]) for r in s["rows"]]
+    assert rows == [("gemm", "dot.7", 500.0, 0.5), ("gemm", "dot.1", 400.0, 1.0),
+                    ("copy", "copy.2", 100.0, 0.5)]
+    assert sum(r["pct_busy"] for r in s["rows"]) == pytest.approx(100.0)
+    md = PS.render_md(s, top=2)
+    assert "| `gemm` | `dot.7` | 0.5 | 0.5 | 50.0 |" in md and "(1 more)" in md
+    with pytest.raises(ValueError, match="n_calls"):
+        PS.summarize(ev, n_calls=0)
+
+
+def test_profile_calls_finds_the_jitted_ops(tmp_path):
+    f = jax.jit(lambda a, b: jnp.tanh(a @ b))
+    a = jnp.ones((128, 256), jnp.float32)
+    b = jnp.ones((256, 64), jnp.float32)
+    s = PS.profile_calls(lambda: f(a, b), n=3, trace_dir=str(tmp_path / "tr"))
+    assert s["n_calls"] == 3 and s["busy_ns_per_call"] > 0 and s["wall_ns_per_call"] > 0
+    ops_seen = " ".join(r["hlo_op"] + " " + r["kernel"] for r in s["rows"])
+    assert "dot" in ops_seen or "tanh" in ops_seen, ops_seen
+
+
+def test_latest_xplane_names_the_missing_trace(tmp_path):
+    with pytest.raises(FileNotFoundError, match="xplane"):
+        PS.latest_xplane(str(tmp_path))
+
+
+def test_bench_rollout_profile_steps_writes_the_kernel_table(tmp_path):
+    sys.path.insert(0, str(REPO / "experiments"))
+    import bench_rollout
+
+    res = bench_rollout.main(["--smoke", "--engines", "fp4", "--profile_steps", "2",
+                              "--breakdown", "never", "--out", str(tmp_path)])
+    prof = res["rows"][0]["profile"]
+    assert prof["busy_ms"] > 0 and prof["launches"] >= 1 and prof["top"]
+    md = (tmp_path / "profile" / "fp4_64.md").read_text()
+    assert md.startswith("fp4 @ 64: device busy") and "| kernel | hlo op |" in md
