@@ -236,17 +236,23 @@ def random_params(cfg: M.ModelConfig, numerics: nx.Numerics, key) -> dict:
     return random_tree(param_structs(cfg, numerics), key, role)
 
 
-def to_kernel_layout(params: dict, enabled: bool) -> dict:
-    """FP4 routed experts repacked for the Pallas grouped matmul (what
-    ``sync_weights(kernel_layout=True)`` produces); other params unchanged."""
-    moe_p = params["layers"]["moe"]
-    if not enabled or not isinstance(moe_p["w_gate"], Q.QTensor):
+def to_kernel_layout(params: dict, enabled: bool, per_layer: bool = True) -> dict:
+    """What ``sync_weights(kernel_layout=True)`` produces: FP4 routed experts repacked for the
+    Pallas grouped matmul and (``per_layer``) the layers as a per-layer tuple
+    (``model.unstack_layers``: no per-step copy of a stacked weight's slice before a Pallas call).
+    bf16 params only change layout. ``enabled=False``: unchanged."""
+    if not enabled:
         return params
-    from pallas_kernels.fp4_matmul import prepare_weights
+    moe_p = params["layers"]["moe"]
+    if isinstance(moe_p["w_gate"], Q.QTensor):
+        from pallas_kernels.fp4_matmul import prepare_weights
 
-    conv = jax.jit(jax.vmap(prepare_weights))
-    moe_p = dict(moe_p, **{k: conv(moe_p[k]) for k in EXPERT_LEAVES})
-    return dict(params, layers=dict(params["layers"], moe=moe_p))
+        conv = jax.jit(jax.vmap(prepare_weights))
+        moe_p = dict(moe_p, **{k: conv(moe_p[k]) for k in EXPERT_LEAVES})
+        params = dict(params, layers=dict(params["layers"], moe=moe_p))
+    if per_layer:
+        params = jax.jit(M.unstack_layers)(params)
+    return params
 
 
 def random_cache(cfg, numerics, batch, slots, key):
@@ -375,6 +381,28 @@ def make_step(cfg, numerics, capture):
     return jax.jit(step, donate_argnums=(1,))
 
 
+def make_loop(cfg, numerics, capture, n_steps):
+    """``--loop``: ``n_steps`` decode steps in one jitted ``lax.fori_loop`` (as the engine runs
+    them, inside ``rollout._generate``'s while loop): no per-step dispatch, fixed buffers. Every
+    sequence stays at the same position (as in the per-call timing); each step's experts and
+    hints are carried, so nothing of the step is dead code."""
+    step = make_step(cfg, numerics, capture).__wrapped__
+
+    def run(params, cache, tok_B, pos_B):
+        shapes = jax.eval_shape(step, params, cache, tok_B, pos_B)
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (shapes[1], shapes[2]))
+
+        def body(_, c):
+            cache, tok, _, _ = c
+            nxt, ex, hints, cache = step(params, cache, tok, pos_B)
+            return cache, nxt, ex, hints
+
+        cache, tok, ex, hints = jax.lax.fori_loop(0, n_steps, body, (cache, tok_B) + zeros)
+        return tok, ex, hints, cache
+
+    return jax.jit(run, donate_argnums=(1,))
+
+
 def touched_fraction(experts_LxBx1xK, n_experts) -> float:
     e = np.asarray(experts_LxBx1xK).reshape(experts_LxBx1xK.shape[0], -1)
     return float(np.mean([len(np.unique(r)) / n_experts for r in e]))
@@ -405,15 +433,19 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
     fp4_w, fp4_kv = engine_precisions(name)
     experts_via = expert_backend(name, args.kernel_layout)
     row = {"engine": name, "context": context, "batch": batch, "capture_hints": capture,
-           "attention": attn, "experts_via": experts_via, "fp4_weights": fp4_w, "fp4_kv": fp4_kv}
+           "attention": attn, "experts_via": experts_via,
+           "layers_layout": "stacked" if args.stacked or not args.kernel_layout else "per-layer", "fp4_weights": fp4_w, "fp4_kv": fp4_kv}
     params = to_kernel_layout(random_params(cfg_run, numerics, jax.random.fold_in(key, 1)),
-                              args.kernel_layout)
+                              args.kernel_layout, not args.stacked)
     cache = random_cache(cfg_run, numerics, batch, context, jax.random.fold_in(key, 2))
     row["params_bytes_run"] = tree_nbytes(params)
     row["cache_bytes_run"] = tree_nbytes(cache)
     tok = jax.random.randint(jax.random.fold_in(key, 3), (batch,), 0, cfg_run.vocab_size, jnp.int32)
     pos = jnp.full((batch,), context - 1, jnp.int32)  # lengths after the write = context
-    step = make_step(cfg_run, numerics, capture)
+    loop = max(1, args.loop)
+    step = make_loop(cfg_run, numerics, capture, loop) if loop > 1 else make_step(
+        cfg_run, numerics, capture)
+    row["steps_per_call"] = loop
     t0 = time.perf_counter()
     with attention_backend(attn), bf16_kernel_matmul(experts_via == "pallas bf16"):
         compiled = step.lower(params, cache, tok, pos).compile()
@@ -434,13 +466,13 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
         experts = ex
         return nxt, c, hints
 
-    for _ in range(args.warmup):
+    for _ in range(max(1, args.warmup // loop)):
         sync(one())
     ts = []
-    for _ in range(args.steps):
+    for _ in range(max(2, -(-args.steps // loop))):
         t1 = time.perf_counter()
         sync(one())
-        ts.append(time.perf_counter() - t1)
+        ts.append((time.perf_counter() - t1) / loop)
     t = statistics.median(ts)
     touched = touched_fraction(experts, cfg_run.n_experts)
     kv_tok = kv_bytes_per_token(cfg_run, fp4_kv, args.fmt)
@@ -470,7 +502,9 @@ def profile_step(one, name, context, args) -> dict:
     from experiments import profile_summary as PS
 
     d = Path(args.out) / "profile"
-    s = PS.profile_calls(one, args.profile_steps, str(d / f"trace_{name}_{context}"))
+    loop = max(1, args.loop)
+    s = PS.profile_calls(one, max(1, args.profile_steps // loop), str(d / f"trace_{name}_{context}"),
+                         units_per_call=loop)
     md = PS.render_md(s, top=30, title=f"{name} @ {context}: ")
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{name}_{context}.md").write_text(md)
@@ -497,12 +531,14 @@ def breakdown(cfg, numerics, params, cache, experts, batch, context, attn, args,
     ex = jnp.asarray(experts).astype(jnp.int32).reshape(L, batch * k)
     gs = jax.vmap(lambda e: jnp.bincount(e, length=cfg.n_experts))(ex).astype(jnp.int32)
     xs = jax.random.normal(jax.random.fold_in(key, 8), (L, batch * k, Md), jnp.bfloat16)
-    moe_w = {w: params["layers"]["moe"][w] for w in EXPERT_LEAVES}
+    # per-layer weights as separate arrays (the step's per-layer layout; with --stacked these are
+    # slices taken here, outside the timed call, so this times the matmuls without the copies)
+    moe_w = tuple({w: M.layer_params(params, l)["moe"][w] for w in EXPERT_LEAVES} for l in range(L))
 
     def experts_all(xs, w, gs):
         outs = []
         for l in range(L):
-            wl = jax.tree.map(lambda a, l=l: a[l], w)
+            wl = w[l]
             g = ops.grouped_matmul(xs[l], wl["w_gate"], gs[l]).astype(jnp.float32)
             u = ops.grouped_matmul(xs[l], wl["w_up"], gs[l]).astype(jnp.float32)
             h = (jax.nn.silu(g) * u).astype(jnp.bfloat16)
@@ -513,7 +549,7 @@ def breakdown(cfg, numerics, params, cache, experts, batch, context, attn, args,
     t_exp = time_calls(lambda: fe(xs, moe_w, gs), args.steps)
     out = {"attention_s": t_attn, "experts_s": t_exp, "rest_s": t_step - t_attn - t_exp,
            "step_s": t_step}
-    if isinstance(moe_w["w_gate"], Q.QTensor) and jax.default_backend() == "gpu":
+    if isinstance(moe_w[0]["w_gate"], Q.QTensor) and jax.default_backend() == "gpu":
         try:
             with fp4_kernel_matmul():
                 fk = jax.jit(experts_all).lower(xs, moe_w, gs).compile()
@@ -527,7 +563,7 @@ def prefill(cfg, name, length, args, key):
     mode, sites, hsites, capture, _ = ENGINES[name]
     numerics = nx.make_numerics(mode, cfg.n_layers, fmt=args.fmt, sites=sites, hint_sites=hsites)
     params = to_kernel_layout(random_params(cfg, numerics, jax.random.fold_in(key, 11)),
-                              args.kernel_layout)
+                              args.kernel_layout, not args.stacked)
     toks = jax.random.randint(jax.random.fold_in(key, 12), (1, length), 0, cfg.vocab_size, jnp.int32)
 
     @jax.jit
@@ -724,6 +760,12 @@ def main(argv=None):
                     help="trace this many steps per engine: per-kernel device time under --out/profile")
     ap.add_argument("--kernel_layout", action="store_true",
                     help="FP4 experts through the Pallas grouped matmul (sync_weights(kernel_layout))")
+    ap.add_argument("--loop", type=int, default=1,
+                    help="time calls of this many decode steps in one jitted fori_loop (the "
+                         "engine's shape: no per-step dispatch); step time = call time / loop")
+    ap.add_argument("--stacked", action="store_true",
+                    help="with --kernel_layout: keep the layers stacked (before session 6: each "
+                         "step copies every layer's expert weights out for the Pallas calls)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.config = str(REPO / "configs/tiny.py")

@@ -32,6 +32,7 @@ class Event:
     name: str  # kernel (GPU) or thunk (CPU) name
     hlo_op: str  # the HLO instruction it belongs to ("" if the trace does not say)
     dur_ns: float
+    start_ns: float = 0.0
 
 
 def _stats(ev) -> dict:
@@ -61,14 +62,16 @@ def device_events(xplane_path: str) -> list[Event]:
                     continue  # "XLA Ops"/"XLA Modules" lines repeat the kernels' time
                 for ev in line.events:
                     st = _stats(ev)
-                    out.append(Event(ev.name, str(st.get("hlo_op", "")), float(ev.duration_ns)))
+                    out.append(Event(ev.name, str(st.get("hlo_op", "")), float(ev.duration_ns),
+                                     float(ev.start_ns)))
         return out
     for plane in pd.planes:
         for line in plane.lines:
             for ev in line.events:
                 st = _stats(ev)
                 if "hlo_op" in st:
-                    out.append(Event(ev.name, str(st["hlo_op"]), float(ev.duration_ns)))
+                    out.append(Event(ev.name, str(st["hlo_op"]), float(ev.duration_ns),
+                                     float(ev.start_ns)))
     return out
 
 
@@ -79,9 +82,10 @@ def latest_xplane(trace_dir: str) -> str:
     return max(paths, key=os.path.getmtime)
 
 
-def profile_calls(fn, n: int, trace_dir: str, warmup: int = 1) -> dict:
+def profile_calls(fn, n: int, trace_dir: str, warmup: int = 1, units_per_call: int = 1) -> dict:
     """Run ``fn()`` ``warmup`` times untraced, then ``n`` times under ``jax.profiler.trace``
-    (each call synced); return ``summarize`` of the trace plus the traced wall time per call."""
+    (each call synced); return ``summarize`` of the trace plus the traced wall time, both per
+    unit (``units_per_call`` units, e.g. decode steps, per call)."""
     if n < 1:
         raise ValueError(f"profile_calls needs n >= 1 calls, got {n}")
     for _ in range(warmup):
@@ -91,8 +95,10 @@ def profile_calls(fn, n: int, trace_dir: str, warmup: int = 1) -> dict:
         t0 = time.perf_counter()
         for _ in range(n):
             jax.block_until_ready(fn())
-        wall = (time.perf_counter() - t0) / n
-    s = summarize(device_events(latest_xplane(trace_dir)), n)
+        wall = (time.perf_counter() - t0) / (n * units_per_call)
+    events = device_events(latest_xplane(trace_dir))
+    s = summarize(events, n * units_per_call)
+    s["gaps"] = idle_gaps(events, top=8)
     s["wall_ns_per_call"] = wall * 1e9
     s["trace_dir"] = trace_dir
     return s
@@ -116,6 +122,20 @@ def summarize(events: list[Event], n_calls: int) -> dict:
             "launches_per_call": len(events) / n_calls}
 
 
+def idle_gaps(events: list[Event], top: int = 8) -> list[dict]:
+    """The ``top`` longest stretches with no device event running (over all streams), each with
+    the kernels that end before and start after it: where the device waits on the host."""
+    evs = sorted(events, key=lambda e: e.start_ns)
+    gaps = []
+    end, last = None, None
+    for e in evs:
+        if end is not None and e.start_ns > end:
+            gaps.append({"idle_ns": e.start_ns - end, "after": last.name, "before": e.name})
+        if end is None or e.start_ns + e.dur_ns > end:
+            end, last = e.start_ns + e.dur_ns, e
+    return sorted(gaps, key=lambda g: -g["idle_ns"])[:top]
+
+
 def render_md(summary: dict, top: int = 25, title: str = "") -> str:
     """A markdown table of the ``top`` kernels and the busy / wall totals."""
     wall = summary.get("wall_ns_per_call")
@@ -133,4 +153,9 @@ def render_md(summary: dict, top: int = 25, title: str = "") -> str:
         lines.append(f"| ({len(rest)} more) | | {sum(r['ns_per_call'] for r in rest) / 1e3:.1f} | "
                      f"{sum(r['launches_per_call'] for r in rest):.1f} | "
                      f"{sum(r['pct_busy'] for r in rest):.1f} |")
+    gaps = summary.get("gaps") or []
+    if gaps:
+        lines += ["", "Longest idle gaps: " + "; ".join(
+            f"{g['idle_ns'] / 1e3:.0f} us after `{g['after'][:40]}` before `{g['before'][:40]}`"
+            for g in gaps[:5])]
     return head + "\n".join(lines) + "\n"

@@ -69,3 +69,32 @@ def test_batch_sizing_same_budget():
             used = s["weights_bytes"] + s["workspace_bytes"] + b * s["per_seq_bytes"]
             assert used <= 130e9 < used + s["per_seq_bytes"]
     assert 60e9 < sb["weights_bytes"] < 63e9  # ~61 GB of bf16 weights
+
+
+def test_loop_runs_the_same_steps_as_per_call_timing(tmp_path):
+    """--loop N: one jitted fori_loop of N decode steps ends where N single-step calls end."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from trace_jax import numerics as nx
+
+    _, cfg = bench_rollout.load_model_config(str(REPO / "configs/tiny.py"), 1, 65)
+    num = nx.make_numerics("fp4_rollout", cfg.n_layers)
+    key = jax.random.PRNGKey(0)
+    params = bench_rollout.random_params(cfg, num, key)
+    tok = jnp.arange(3, dtype=jnp.int32)
+    pos = jnp.full((3,), 40, jnp.int32)
+    step = bench_rollout.make_step(cfg, num, True)
+    cache = bench_rollout.random_cache(cfg, num, 3, 64, key)
+    t = tok
+    for _ in range(3):
+        t, ex, hints, cache = step(params, cache, t, pos)
+    cache2 = bench_rollout.random_cache(cfg, num, 3, 64, key)
+    t2, ex2, hints2, _ = bench_rollout.make_loop(cfg, num, True, 3)(params, cache2, tok, pos)
+    np.testing.assert_array_equal(np.asarray(t2), np.asarray(t))
+    np.testing.assert_array_equal(np.asarray(ex2), np.asarray(ex))
+    assert jax.tree.structure(hints2) == jax.tree.structure(hints) and hints
+    res = bench_rollout.main(["--smoke", "--engines", "fp4", "--loop", "2", "--breakdown", "never",
+                              "--out", str(tmp_path)])
+    row = res["rows"][0]
+    assert row["steps_per_call"] == 2 and row["tokens_per_s"] > 0, row

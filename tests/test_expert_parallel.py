@@ -185,13 +185,14 @@ def test_kernel_layout_weights_through_the_model(params, tokens):
     num = nx.make_numerics("fp4_rollout", CFG.n_layers)
     qp = R.sync_weights(params, num, dtype=jnp.float32)
     kp = R.sync_weights(params, num, dtype=jnp.float32, kernel_layout=True)
-    assert type(kp["layers"]["moe"]["w_gate"]).__name__ == "FP4Weights"
+    assert isinstance(kp["layers"], tuple) and len(kp["layers"]) == CFG.n_layers  # per-layer
+    assert type(kp["layers"][0]["moe"]["w_gate"]).__name__ == "FP4Weights"
     rng = np.random.default_rng(6)
     x = jnp.asarray(rng.standard_normal((12, CFG.d_model)), jnp.float32)
     e = jnp.asarray(np.sort(np.stack([rng.choice(CFG.n_experts, 2, replace=False)
                                       for _ in range(12)]), -1), jnp.int32)
     for p in (qp, kp):
-        moe_p = jax.tree.map(lambda a: a[0], p["layers"]["moe"])
+        moe_p = M.layer_params(p, 0)["moe"]
         h = moe.experts_apply(moe._gate_up_local, x, e, moe_p["w_gate"], moe_p["w_up"])
         d = moe.experts_apply(moe._down_local, h, e, moe_p["w_down"])
         if p is qp:
@@ -205,7 +206,8 @@ def test_kernel_layout_weights_through_the_model(params, tokens):
     mesh = mesh_of((1, 2, 4, 1))
     sh = S.rollout_param_shardings(CFG, mesh, S.make_rules("sampling"), num, dtype="float32",
                                    kernel_layout=True)
-    assert sh["layers"]["moe"]["w_gate"].codes.spec == jax.sharding.PartitionSpec(None, "expert")
+    assert len(sh["layers"]) == CFG.n_layers
+    assert sh["layers"][0]["moe"]["w_gate"].codes.spec == jax.sharding.PartitionSpec("expert")
     with jax.set_mesh(mesh):
         ep = _fwd(num)(jax.device_put(kp, sh), tokens)
     np.testing.assert_array_equal(np.asarray(ep[1]), np.asarray(out[1]))

@@ -147,6 +147,29 @@ def test_gradients_flow_through_straight_through_estimator(params, tokens):
         assert np.all(np.isfinite(np.asarray(leaf))) and float(jnp.abs(leaf).max()) > 0, path
 
 
+def test_per_layer_layout_gives_the_stacked_results(params, tokens):
+    """unstack_layers (the rollout's kernel layout): the same decode logits, routing and cache
+    as stacked params, bit for bit; a training forward with scan_layers falls back to the loop;
+    stack_layers inverts it; a layer count that does not match the config is refused."""
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    p = M.pack_params(params, num, jnp.float32)
+    pl = M.unstack_layers(p)
+    assert isinstance(pl["layers"], tuple) and len(pl["layers"]) == CFG.n_layers
+    assert pl["layers"][1]["attn"]["wq"].shape == p["layers"]["attn"]["wq"].shape[1:]
+    np.testing.assert_array_equal(np.asarray(incremental(pl, tokens, CFG32, num)),
+                                  np.asarray(incremental(p, tokens, CFG32, num)))
+    scan_cfg = dataclasses.replace(CFG32, scan_layers=True)
+    a, a_aux, _ = run(pl, tokens, scan_cfg, num)
+    b, b_aux, _ = run(p, tokens, scan_cfg, num)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(a_aux.experts), np.asarray(b_aux.experts))
+    back = M.stack_layers(pl)
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), back, p)
+    short = dict(pl, layers=pl["layers"][:1])
+    with pytest.raises(ValueError, match="1 layers .*n_layers=2"):
+        run(short, tokens, CFG32, num)
+
+
 def test_scanned_layers_equal_unrolled_layers():
     """scan_layers: the training forward as lax.scans over groups of identically-quantized layers
     gives the unrolled forward's logits, routing, hints, codes and gradients."""

@@ -54,3 +54,11 @@ def test_bench_rollout_profile_steps_writes_the_kernel_table(tmp_path):
     assert prof["busy_ms"] > 0 and prof["launches"] >= 1 and prof["top"]
     md = (tmp_path / "profile" / "fp4_64.md").read_text()
     assert md.startswith("fp4 @ 64: device busy") and "| kernel | hlo op |" in md
+
+
+def test_idle_gaps_merge_overlapping_streams():
+    ev = [PS.Event("a", "", 100.0, 0.0), PS.Event("b", "", 50.0, 80.0),  # overlap: busy 0..130
+          PS.Event("c", "", 10.0, 200.0), PS.Event("d", "", 10.0, 215.0)]
+    gaps = PS.idle_gaps(ev)
+    assert [(g["idle_ns"], g["after"], g["before"]) for g in gaps] == [(70.0, "b", "c"),
+                                                                        (5.0, "c", "d")]

@@ -297,9 +297,24 @@ def rollout_param_shardings(cfg, mesh: Mesh, rules: Rules, numerics, dtype="bflo
 
     packed = jax.eval_shape(
         lambda k: M.pack_params(M.init_params(cfg, k), numerics, np.dtype(dtype),
-                                kernel_layout=kernel_layout),
+                                kernel_layout=kernel_layout, per_layer=False),
         jax.random.key(0))
-    return param_shardings(cfg, mesh, rules, packed)
+    stacked = param_shardings(cfg, mesh, rules, packed)
+    return unstack_layer_shardings(stacked, cfg.n_layers) if kernel_layout else stacked
+
+
+def unstack_layer_shardings(shardings: dict, n_layers: int) -> dict:
+    """Shardings for ``model.unstack_layers`` of params whose stacked shardings are given: each
+    layer's leaf drops the leading (layer) axis, which must not be split over the mesh."""
+    def drop(s):
+        spec = tuple(s.spec)
+        if spec and spec[0] is not None:
+            raise ValueError(f"the stacked layer axis is sharded ({s.spec}); the per-layer "
+                             "rollout layout needs it replicated")
+        return NamedSharding(s.mesh, P(*spec[1:]))
+
+    per = jax.tree.map(drop, shardings["layers"])
+    return dict(shardings, layers=tuple(per for _ in range(n_layers)))
 
 
 # --------------------------------------------------------------------------------------------
