@@ -446,6 +446,28 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     return num / den[..., None]
 
 
+# Session 6 profile (30B decode step, B=27 x 128K): XLA fused the split reduction into the
+# interleaving transpose and spent 148 us per layer there (plus 41 us on the other half's reduce)
+# beside a 770 us attention kernel. The barrier keeps the reductions (over P, large) apart from
+# the interleave (over the small reduced result). False restores the fused form (benchmarks).
+COMBINE_BARRIER = True
+
+
+def combine_transposed_halves(acc_e, acc_o, m, l):
+    """Merge v3/v4 split partials (the even / odd output columns, transposed: [B, H, P, D2, Gq],
+    with base-2 running max m and sum l [B, H, P, Gq]) -> [B, H, Gq, D] f32, columns interleaved."""
+    mx = jnp.max(m, axis=2, keepdims=True)
+    w = jnp.exp2(m - mx)  # [B, H, P, Gq]
+    den = jnp.sum(l * w, axis=2)  # [B, H, Gq]
+    halves = [jnp.sum(a * w[:, :, :, None, :], axis=2) / den[:, :, None, :]
+              for a in (acc_e, acc_o)]  # [B, H, D2, Gq]
+    if COMBINE_BARRIER:
+        halves = jax.lax.optimization_barrier(halves)
+    out = jnp.stack(halves, axis=-1)  # [B, H, D2, Gq, 2]
+    b, h, d2, gq, _ = out.shape
+    return jnp.swapaxes(out, 2, 3).reshape(b, h, gq, 2 * d2)
+
+
 def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
     """Default (block_k, num_warps, num_stages) of a cache format ("bf16", "nvfp4", "mxfp4") and
     FP4 kernel version: the best configs measured on the H200 (NOTES_attention.md; v3: run 3's
@@ -622,14 +644,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             interpret=interpret,
             name=f"decode_attention_{fmt}_{decode}",
         )(*args)
-        if v3:  # combine each half separately ([B, H, P, D2, Gq]), interleave only the result
-            mx = jnp.max(m, axis=2, keepdims=True)
-            w = jnp.exp2(m - mx)  # [B, H, P, Gq]
-            den = jnp.sum(l * w, axis=2)  # [B, H, Gq]
-            halves = [jnp.sum(a * w[:, :, :, None, :], axis=2) / den[:, :, None, :]
-                      for a in (acc_e, acc_o)]  # [B, H, D2, Gq]
-            out = jnp.stack(halves, axis=-1)  # [B, H, D2, Gq, 2]
-            out = jnp.swapaxes(out, 2, 3).reshape(b, h, gp, d)
+        if v3:
+            out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)
         else:
             acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
             out = combine(acc, m, l)

@@ -1,0 +1,87 @@
+"""The FP4-KV decode attention's split combine, on the 30B rollout shapes (one H200):
+
+    PYTHONUNBUFFERED=1 python -m pallas_kernels.bench_attention_combine [--out DIR]
+
+Session 6's step profile found XLA spending 86-148 us per layer fusing the v3/v4 split
+reduction into its interleaving transpose (next to a ~780 us kernel). Rows: each (batch,
+context) the rollout benchmark runs for FP4 at 32K / 128K (plus the kernel table's B=32 x 32K),
+the whole ``decode_attention_triton`` call with the reduction fused into the transpose
+(``COMBINE_BARRIER = False``, before), with the barrier (now), and with the barrier and fewer
+splits (``split_target``). Output checked against the first variant (relative error); KV GB/s
+over the copy bandwidth measured in the same run. Writes attention_combine.{json,md} to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+from pallas_kernels import attention_triton as AT
+from pallas_kernels.bench_attention import copy_bandwidth, make_cache, rel, timeit
+
+SHAPES = [(111, 32768), (27, 131072), (32, 32768)]
+VARIANTS = [("fused (before)", False, None), ("barrier", True, None),
+            ("barrier, split_target 4096", True, 4096), ("barrier, split_target 2048", True, 2048)]
+
+
+def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20):
+    bw = copy_bandwidth()
+    rows = []
+    for b, s in shapes:
+        kc = make_cache(jax.random.PRNGKey(1), b, h, s, d, fmt)
+        vc = make_cache(jax.random.PRNGKey(2), b, h, s, d, fmt)
+        q = jax.random.normal(jax.random.PRNGKey(3), (b, hq, d), jnp.bfloat16)
+        lengths = jnp.full((b,), s, jnp.int32)
+        nbytes = AT.kv_bytes(b, h, s, d, fmt)
+        ref = None
+        for name, barrier, target in variants:
+            AT.COMBINE_BARRIER = barrier
+            jax.clear_caches()  # the flag is read while tracing
+            f = jax.jit(lambda q, k, v, n, t=target: AT.decode_attention_triton(
+                q, k, v, n, sm_scale=d ** -0.5, split_target=t))
+            out = f(q, kc, vc, lengths)
+            ref = out if ref is None else ref
+            t = timeit(f, q, kc, vc, lengths, reps=reps)
+            row = {"batch": b, "context": s, "fmt": fmt, "variant": name, "us": t * 1e6,
+                   "kv_GBps": nbytes / t / 1e9, "pct_copy": 100 * nbytes / t / bw,
+                   "rel_err_vs_first": rel(out, ref)}
+            rows.append(row)
+            print(f"B={b:4d} S={s:6d} {name:28s} {t * 1e6:8.1f} us  {row['pct_copy']:5.1f}% copy"
+                  f"  rel {row['rel_err_vs_first']:.1e}", flush=True)
+        del kc, vc
+    AT.COMBINE_BARRIER = True
+    return {"copy_bw_Bps": bw, "device": jax.devices()[0].device_kind, "rows": rows}
+
+
+def to_markdown(res) -> str:
+    lines = [f"copy bandwidth {res['copy_bw_Bps'] / 1e12:.2f} TB/s ({res['device']})", "",
+             "| batch | context | variant | us/call | KV GB/s | % copy | rel err vs fused |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['batch']} | {r['context']} | {r['variant']} | {r['us']:.1f} | "
+                     f"{r['kv_GBps']:.0f} | {r['pct_copy']:.1f} | {r['rel_err_vs_first']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "experiments/results"))
+    args = ap.parse_args(argv)
+    res = run(SHAPES, VARIANTS)
+    os.makedirs(args.out, exist_ok=True)
+    md = to_markdown(res)
+    with open(os.path.join(args.out, "attention_combine.json"), "w") as fh:
+        json.dump(res, fh, indent=1)
+    with open(os.path.join(args.out, "attention_combine.md"), "w") as fh:
+        fh.write(md)
+    print(md)
+    return res
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
