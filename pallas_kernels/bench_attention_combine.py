@@ -8,7 +8,8 @@ context) the rollout benchmark runs for FP4 at 32K / 128K (plus the kernel table
 the whole ``decode_attention_triton`` call with the reduction fused into the transpose
 (``COMBINE_BARRIER = False``, before), with the barrier (now), and with the barrier and fewer
 splits (``split_target``). Output checked against the first variant (relative error); KV GB/s
-over the copy bandwidth measured in the same run. Writes attention_combine.{json,md} to --out.
+over the copy bandwidth measured in the same run; ``--profile`` adds each call's device time (its
+kernels only, from a ``jax.profiler`` trace). Writes attention_combine.{json,md} to --out.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ VARIANTS = [("fused (before)", False, None), ("barrier", True, None),
             ("barrier, split_target 4096", True, 4096), ("barrier, split_target 2048", True, 2048)]
 
 
-def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20):
+def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20, profile=""):
     bw = copy_bandwidth()
     rows = []
     for b, s in shapes:
@@ -50,9 +51,19 @@ def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20):
             row = {"batch": b, "context": s, "fmt": fmt, "variant": name, "us": t * 1e6,
                    "kv_GBps": nbytes / t / 1e9, "pct_copy": 100 * nbytes / t / bw,
                    "rel_err_vs_first": rel(out, ref)}
+            if profile:  # device time of the same call: its kernels only, no launch / host gaps
+                from experiments import profile_summary as PS
+
+                ps = PS.profile_calls(lambda: f(q, kc, vc, lengths), 5,
+                                      os.path.join(profile, f"trace_{b}_{s}_{len(rows)}"))
+                td = ps["busy_ns_per_call"] * 1e-9
+                row.update(device_us=td * 1e6, device_pct_copy=100 * nbytes / td / bw,
+                           device_kernels={r["kernel"]: r["ns_per_call"] / 1e3
+                                           for r in ps["rows"][:6]})
             rows.append(row)
             print(f"B={b:4d} S={s:6d} {name:28s} {t * 1e6:8.1f} us  {row['pct_copy']:5.1f}% copy"
-                  f"  rel {row['rel_err_vs_first']:.1e}", flush=True)
+                  + (f"  device {row['device_us']:8.1f} us {row['device_pct_copy']:5.1f}%"
+                     if profile else "") + f"  rel {row['rel_err_vs_first']:.1e}", flush=True)
         del kc, vc
     AT.COMBINE_BARRIER = True
     return {"copy_bw_Bps": bw, "device": jax.devices()[0].device_kind, "rows": rows}
@@ -60,19 +71,28 @@ def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20):
 
 def to_markdown(res) -> str:
     lines = [f"copy bandwidth {res['copy_bw_Bps'] / 1e12:.2f} TB/s ({res['device']})", "",
-             "| batch | context | variant | us/call | KV GB/s | % copy | rel err vs fused |",
-             "|---|---|---|---|---|---|---|"]
+             "| batch | context | variant | us/call | KV GB/s | % copy | device us | device % copy "
+             "| rel err vs fused |", "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
+        dev = (f"{r['device_us']:.1f} | {r['device_pct_copy']:.1f}" if "device_us" in r
+               else "- | -")
         lines.append(f"| {r['batch']} | {r['context']} | {r['variant']} | {r['us']:.1f} | "
-                     f"{r['kv_GBps']:.0f} | {r['pct_copy']:.1f} | {r['rel_err_vs_first']:.1e} |")
+                     f"{r['kv_GBps']:.0f} | {r['pct_copy']:.1f} | {dev} | "
+                     f"{r['rel_err_vs_first']:.1e} |")
+    lines += ["", "us/call: median wall time of a synced call (the kernel tables' protocol); "
+              "device us: the call's kernels' device time from a 5-call profile (no launch or "
+              "host gaps)."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "experiments/results"))
+    ap.add_argument("--profile", action="store_true", help="also the device time of each call")
+    ap.add_argument("--variants", default="", help="indices into VARIANTS (default: all)")
     args = ap.parse_args(argv)
-    res = run(SHAPES, VARIANTS)
+    variants = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
+    res = run(SHAPES, variants, profile=os.path.join(args.out, "profile") if args.profile else "")
     os.makedirs(args.out, exist_ok=True)
     md = to_markdown(res)
     with open(os.path.join(args.out, "attention_combine.json"), "w") as fh:
