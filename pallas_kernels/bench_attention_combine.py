@@ -69,6 +69,64 @@ def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20, profile=""):
     return {"copy_bw_Bps": bw, "device": jax.devices()[0].device_kind, "rows": rows}
 
 
+SWEEP = [(bk, w, st, None) for bk in (32, 64) for w in (1, 2, 4) for st in (2, 3)] + [
+    (32, 1, 3, 4096), (32, 1, 3, 16384), (64, 2, 3, 4096), (64, 2, 3, 16384)]
+
+
+def sweep(shapes, configs, fmt="nvfp4", h=4, hq=32, d=128, profile="/tmp/attn_sweep", reps=5):
+    """Device time (profile) of each (block_k, num_warps, num_stages, split_target) config at each
+    shape: the kernel choice the decode step sees, free of per-call launch / host time."""
+    from experiments import profile_summary as PS
+
+    bw = copy_bandwidth()
+    rows = []
+    default = AT.tuned_knobs(fmt, "v4")
+    for b, s in shapes:
+        kc = make_cache(jax.random.PRNGKey(1), b, h, s, d, fmt)
+        vc = make_cache(jax.random.PRNGKey(2), b, h, s, d, fmt)
+        q = jax.random.normal(jax.random.PRNGKey(3), (b, hq, d), jnp.bfloat16)
+        lengths = jnp.full((b,), s, jnp.int32)
+        nbytes = AT.kv_bytes(b, h, s, d, fmt)
+        ref = None
+        for bk, w, st, tgt in configs:
+            f = jax.jit(lambda q, k, v, n, bk=bk, w=w, st=st, tgt=tgt: AT.decode_attention_triton(
+                q, k, v, n, sm_scale=d ** -0.5, block_k=bk, num_warps=w, num_stages=st,
+                split_target=tgt))
+            try:
+                out = f(q, kc, vc, lengths)
+                ref = out if ref is None else ref
+                ps = PS.profile_calls(lambda: f(q, kc, vc, lengths), reps,
+                                      os.path.join(profile, f"t{len(rows)}"))
+            except Exception as e:  # noqa: BLE001 - a config that does not compile is a row
+                rows.append({"batch": b, "context": s, "config": [bk, w, st, tgt],
+                             "error": f"{type(e).__name__}: {str(e)[:120]}"})
+                print(f"B={b} S={s} {bk, w, st, tgt}: {rows[-1]['error']}", flush=True)
+                continue
+            td = ps["busy_ns_per_call"] * 1e-9
+            rows.append({"batch": b, "context": s, "config": [bk, w, st, tgt],
+                         "default": (bk, w, st) == default and tgt is None,
+                         "device_us": td * 1e6, "device_pct_copy": 100 * nbytes / td / bw,
+                         "rel_err_vs_first": rel(out, ref)})
+            print(f"B={b:4d} S={s:6d} bk {bk:3d} w {w} st {st} t {tgt}: {td * 1e6:8.1f} us "
+                  f"{rows[-1]['device_pct_copy']:5.1f}% copy", flush=True)
+        del kc, vc
+    return {"copy_bw_Bps": bw, "device": jax.devices()[0].device_kind, "sweep": rows}
+
+
+def sweep_markdown(res) -> str:
+    lines = [f"copy bandwidth {res['copy_bw_Bps'] / 1e12:.2f} TB/s ({res['device']}); device "
+             "time per call from a profile; * = the current default", "",
+             "| batch | context | block_k | warps | stages | split target | device us | % copy |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(res["sweep"], key=lambda r: (r["batch"], r.get("device_us", 1e12))):
+        if "error" in r:
+            continue
+        bk, w, st, t = r["config"]
+        lines.append(f"| {r['batch']} | {r['context']} | {bk}{'*' if r['default'] else ''} | {w} | "
+                     f"{st} | {t or 'default'} | {r['device_us']:.1f} | {r['device_pct_copy']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def to_markdown(res) -> str:
     lines = [f"copy bandwidth {res['copy_bw_Bps'] / 1e12:.2f} TB/s ({res['device']})", "",
              "| batch | context | variant | us/call | KV GB/s | % copy | device us | device % copy "
@@ -90,7 +148,19 @@ def main(argv=None):
     ap.add_argument("--out", default=os.environ.get("OUT", "experiments/results"))
     ap.add_argument("--profile", action="store_true", help="also the device time of each call")
     ap.add_argument("--variants", default="", help="indices into VARIANTS (default: all)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="instead: device-time knob sweep of the v4 kernel at the rollout shapes")
     args = ap.parse_args(argv)
+    if args.sweep:
+        res = sweep(SHAPES[:2], SWEEP, profile=os.path.join(args.out, "sweep_traces"))
+        md = sweep_markdown(res)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "attention_sweep.json"), "w") as fh:
+            json.dump(res, fh, indent=1)
+        with open(os.path.join(args.out, "attention_sweep.md"), "w") as fh:
+            fh.write(md)
+        print(md)
+        return res
     variants = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     res = run(SHAPES, variants, profile=os.path.join(args.out, "profile") if args.profile else "")
     os.makedirs(args.out, exist_ok=True)

@@ -316,3 +316,21 @@ def test_split_combine_barrier_keeps_the_result(monkeypatch):
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6, atol=1e-6)
     ref = _np_attention(q, dequantize(kc), dequantize(vc), lengths, 0.125)
     assert _rel(outs[1], ref) < 1e-5
+
+
+def test_bench_attention_combine_runs_on_cpu(monkeypatch):
+    """pallas_kernels.bench_attention_combine's two modes (interpret mode, tiny shape): the
+    combine variants agree with each other and the sweep rows carry a device time."""
+    import functools
+
+    from pallas_kernels import bench_attention_combine as C
+
+    monkeypatch.setattr(AT, "decode_attention_triton",
+                        functools.partial(AT.decode_attention_triton, interpret=True))
+    res = C.run([(2, 128)], C.VARIANTS[:2], reps=1)
+    assert [r["variant"] for r in res["rows"]] == [v[0] for v in C.VARIANTS[:2]]
+    assert res["rows"][1]["rel_err_vs_first"] < 1e-5 and res["rows"][0]["us"] > 0
+    sw = C.sweep([(2, 128)], [(32, 1, 3, None), (16, 1, 2, 4096)], reps=1, profile="/tmp/_sweep_t")
+    assert all("device_us" in r and r["device_us"] > 0 for r in sw["sweep"]), sw["sweep"]
+    assert sw["sweep"][1]["rel_err_vs_first"] < 1e-3  # other splits: another summation order
+    assert "| 2 | 128 | 32* | 1 | 3 | default |" in C.sweep_markdown(sw)
