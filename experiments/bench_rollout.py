@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Rollout decode throughput: FP4 vs BF16 engines at the same HBM budget (issue 8).
 
-What is timed: the rollout engine's decode step -- one jitted ``trace_jax.model.forward`` call with
-``cache=`` and T = 1 (the body of ``rollout._generate``'s while loop minus the sampler and the
-record scatters), KV cache donated, random weights built on the device in their target dtype
+What is timed: the rollout engine's decode step -- ``trace_jax.model.forward`` with ``cache=`` and
+T = 1 (the body of ``rollout._generate``'s while loop minus the sampler and the record scatters),
+``--loop`` steps (default 8) per jitted ``fori_loop`` call as the engine runs them (``--loop 1``:
+one synced call per step, which adds the host's per-call dispatch to every step), KV cache donated, random weights built on the device in their target dtype
 (bf16 arrays; FP4 experts as random packed codes / block scales / global scales, never an f32
 30B tensor), and a random, valid, pre-filled cache (every slot < context holds random bf16 values
 or random FP4 codes with finite scales). Every sequence sits at ``lengths = context``.
@@ -714,7 +715,9 @@ def render_md(res, copy_bw):
           f"copy bandwidth (read+write, same run): {copy_bw / 1e12:.3f} TB/s at start"
           + (f", {res['copy_bw_end_Bps'] / 1e12:.3f} TB/s at end" if res.get("copy_bw_end_Bps") else ""),
           "", f"attention kernel: {res.get('attention_kernel', 'not recorded')}.", "",
-          f"{res['steps']} timed steps (median) after {res['warmup']} warm-up steps; "
+          f"{res['steps']} timed steps after {res['warmup']} warm-up steps, "
+          + (f"{res['loop']} steps per jitted fori_loop call (median call time / {res['loop']})"
+             if res.get("loop", 1) > 1 else "one synced call per step (median)") + "; "
           "bytes = dense weights + touched routed experts (measured from the step's routing) + "
           "KV read.", "", table(res["rows"], copy_bw), ""]
     if res.get("prefill"):
@@ -734,7 +737,9 @@ def render_md(res, copy_bw):
                "attention = all layers' ops.decode_attention; expert matmuls = all layers' three "
                "ops.grouped_matmul calls + SwiGLU with the step's routing (the engine's experts: "
                "the Pallas grouped kernels with --kernel_layout, else dequantize + ragged_dot); rest = step - both (projections, router, sort, "
-               "activation quantization, hint capture, cache write, lm_head)."]
+               "activation quantization, hint capture, cache write, lm_head). Attention and "
+               "expert times are synced calls of their own and include per-call launch and host "
+               "time, so rest can come out negative; --profile_steps gives device times."]
     return "\n".join(md) + "\n"
 
 
@@ -760,13 +765,18 @@ def main(argv=None):
                     help="trace this many steps per engine: per-kernel device time under --out/profile")
     ap.add_argument("--kernel_layout", action="store_true",
                     help="FP4 experts through the Pallas grouped matmul (sync_weights(kernel_layout))")
-    ap.add_argument("--loop", type=int, default=1,
+    ap.add_argument("--loop", type=int, default=None,
                     help="time calls of this many decode steps in one jitted fori_loop (the "
-                         "engine's shape: no per-step dispatch); step time = call time / loop")
+                         "engine's shape: no per-step dispatch); step time = call time / loop; "
+                         "default 8 (1 with --smoke); 1 = one synced call per step")
     ap.add_argument("--stacked", action="store_true",
                     help="with --kernel_layout: keep the layers stacked (before session 6: each "
                          "step copies every layer's expert weights out for the Pallas calls)")
     args = ap.parse_args(argv)
+    if args.loop is None:
+        args.loop = 1 if args.smoke else 8
+    if args.loop < 1:
+        raise SystemExit(f"--loop must be >= 1, got {args.loop}")
     if args.smoke:
         args.config = str(REPO / "configs/tiny.py")
         args.contexts, args.steps, args.warmup = "64", 2, 1
@@ -793,7 +803,7 @@ def main(argv=None):
            "model": Path(args.config).stem, "model_config": dataclasses.asdict(cfg_run),
            "size_layers": cfg_full.n_layers, "run_layers": cfg_run.n_layers,
            "hbm_gb": args.hbm_gb, "workspace_gb": args.workspace_gb, "fmt": args.fmt,
-           "steps": args.steps, "warmup": args.warmup, "copy_bw_Bps": copy_bw,
+           "steps": args.steps, "warmup": args.warmup, "loop": args.loop, "copy_bw_Bps": copy_bw,
            "param_count": param_count(cfg_full, args.fmt), "sizing": {}, "rows": [], "prefill": [],
            "targets": [], "notes": [], "attention_kernel": attention_kernel_version()}
     out_dir = Path(args.out)
