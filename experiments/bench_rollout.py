@@ -478,7 +478,8 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
     touched = touched_fraction(experts, cfg_run.n_experts)
     kv_tok = kv_bytes_per_token(cfg_run, fp4_kv, args.fmt)
     by = step_bytes(cfg_run, params, batch, context, touched, kv_tok, fp4_w)
-    row.update(step_s=t, step_s_min=min(ts), steps_timed=len(ts), tokens_per_s=batch / t,
+    row.update(step_s=t, step_s_min=min(ts), calls_timed=len(ts), steps_timed=len(ts) * loop,
+               tokens_per_s=batch / t,
                experts_touched_frac=touched, **by,
                achieved_Bps=by["total_bytes"] / t, pct_copy=100 * by["total_bytes"] / t / copy_bw)
     ms = mem_stats()
@@ -715,8 +716,9 @@ def render_md(res, copy_bw):
           f"copy bandwidth (read+write, same run): {copy_bw / 1e12:.3f} TB/s at start"
           + (f", {res['copy_bw_end_Bps'] / 1e12:.3f} TB/s at end" if res.get("copy_bw_end_Bps") else ""),
           "", f"attention kernel: {res.get('attention_kernel', 'not recorded')}.", "",
-          f"{res['steps']} timed steps after {res['warmup']} warm-up steps, "
-          + (f"{res['loop']} steps per jitted fori_loop call (median call time / {res['loop']})"
+          f"at least {res['steps']} timed steps after {res['warmup']} warm-up steps, "
+          + (f"{res['loop']} steps per jitted fori_loop call (median of >= 2 calls' time / "
+             f"{res['loop']})"
              if res.get("loop", 1) > 1 else "one synced call per step (median)") + "; "
           "bytes = dense weights + touched routed experts (measured from the step's routing) + "
           "KV read.", "", table(res["rows"], copy_bw), ""]

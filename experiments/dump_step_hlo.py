@@ -3,7 +3,10 @@
 nothing is allocated), to see what a kernel in a profile (``--profile_steps``) computes.
 
     python experiments/dump_step_hlo.py --engine fp4 --context 131072 --batch 27 --layers 4 \
-        --kernel_layout --fusions input_transpose_fusion_4
+        --kernel_layout --loop 1 --fusions input_transpose_fusion_4
+
+(session 6's dump was of the single-step program, ``--loop 1``, profiled with one step per
+call; the default ``--loop 8`` matches bench_rollout's default.)
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import bench_rollout as BR  # noqa: E402
 from trace_jax import numerics as nx  # noqa: E402
 
 
-def step_hlo(engine, config, layers, context, batch, kernel_layout, fmt="nvfp4") -> str:
+def step_hlo(engine, config, layers, context, batch, kernel_layout, fmt="nvfp4", loop=8) -> str:
+    """The compiled step's HLO text: ``loop`` > 1 compiles bench_rollout's ``--loop`` program
+    (what ``--profile_steps`` profiles by default; fusion names differ between the two)."""
     _, cfg = BR.load_model_config(config, layers or None, context + 1)
     mode, sites, hsites, capture, attn = BR.ENGINES[engine]
     numerics = nx.make_numerics(mode, cfg.n_layers, fmt=fmt, sites=sites, hint_sites=hsites)
@@ -33,7 +38,8 @@ def step_hlo(engine, config, layers, context, batch, kernel_layout, fmt="nvfp4")
         params = jax.eval_shape(lambda p: BR.to_kernel_layout(p, True), params)
     cache = jax.eval_shape(lambda: BR.attention.init_cache(cfg, numerics, batch, context))
     tok = jax.ShapeDtypeStruct((batch,), jnp.int32)
-    step = BR.make_step(cfg, numerics, capture)
+    step = (BR.make_loop(cfg, numerics, capture, loop) if loop > 1
+            else BR.make_step(cfg, numerics, capture))
     with BR.attention_backend(attn), BR.bf16_kernel_matmul(
             BR.expert_backend(engine, kernel_layout) == "pallas bf16"):
         return step.lower(params, cache, tok, tok).compile().as_text()
@@ -65,11 +71,13 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=32768)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--kernel_layout", action="store_true")
+    ap.add_argument("--loop", type=int, default=8,
+                    help="as bench_rollout --loop (1 = the single-step program)")
     ap.add_argument("--fusions", default="", help="comma-separated profile kernel names")
     ap.add_argument("--out", default="", help="also write the whole HLO here")
     args = ap.parse_args(argv)
     hlo = step_hlo(args.engine, args.config, args.layers, args.context, args.batch,
-                   args.kernel_layout)
+                   args.kernel_layout, loop=args.loop)
     if args.out:
         Path(args.out).write_text(hlo)
     rep = fusion_report(hlo, [f for f in args.fusions.split(",") if f])

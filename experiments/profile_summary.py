@@ -124,7 +124,9 @@ def summarize(events: list[Event], n_calls: int) -> dict:
 
 def idle_gaps(events: list[Event], top: int = 8) -> list[dict]:
     """The ``top`` longest stretches with no device event running (over all streams), each with
-    the kernels that end before and start after it: where the device waits on the host."""
+    the kernels that end before and start after it: where the device waits on the host. The
+    traced calls are synced one by one, so the gaps between calls are among them (they show
+    the per-call host time; a gap inside a call names two kernels of the same step)."""
     evs = sorted(events, key=lambda e: e.start_ns)
     gaps = []
     end, last = None, None

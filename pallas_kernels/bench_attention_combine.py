@@ -33,6 +33,16 @@ VARIANTS = [("fused (before)", False, None), ("barrier", True, None),
 def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20, profile=""):
     bw = copy_bandwidth()
     rows = []
+    saved = AT.COMBINE_BARRIER
+    try:
+        _run_shapes(shapes, variants, fmt, h, hq, d, reps, profile, bw, rows)
+    finally:
+        AT.COMBINE_BARRIER = saved
+        jax.clear_caches()
+    return {"copy_bw_Bps": bw, "device": jax.devices()[0].device_kind, "rows": rows}
+
+
+def _run_shapes(shapes, variants, fmt, h, hq, d, reps, profile, bw, rows):
     for b, s in shapes:
         kc = make_cache(jax.random.PRNGKey(1), b, h, s, d, fmt)
         vc = make_cache(jax.random.PRNGKey(2), b, h, s, d, fmt)
@@ -65,8 +75,6 @@ def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20, profile=""):
                   + (f"  device {row['device_us']:8.1f} us {row['device_pct_copy']:5.1f}%"
                      if profile else "") + f"  rel {row['rel_err_vs_first']:.1e}", flush=True)
         del kc, vc
-    AT.COMBINE_BARRIER = True
-    return {"copy_bw_Bps": bw, "device": jax.devices()[0].device_kind, "rows": rows}
 
 
 SWEEP = [(bk, w, st, None) for bk in (32, 64) for w in (1, 2, 4) for st in (2, 3)] + [

@@ -310,15 +310,18 @@ def test_split_combine_barrier_keeps_the_result(monkeypatch):
     for barrier in (False, True):
         monkeypatch.setattr(AT, "COMBINE_BARRIER", barrier)
         jax.clear_caches()
-        outs.append(np.asarray(AT.decode_attention_triton(
-            q, kc, vc, lengths, sm_scale=0.125, block_k=16, num_splits=4, decode="v4",
-            interpret=True, out_dtype=jnp.float32)))
+        f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
+            q, kc, vc, n, sm_scale=0.125, block_k=16, num_splits=4, decode="v4",
+            interpret=True, out_dtype=jnp.float32)
+        hlo = jax.jit(f).lower(q, kc, vc, lengths).as_text()
+        assert ("optimization_barrier" in hlo) == barrier  # the flag is what the program holds
+        outs.append(np.asarray(f(q, kc, vc, lengths)))
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-6, atol=1e-6)
     ref = _np_attention(q, dequantize(kc), dequantize(vc), lengths, 0.125)
     assert _rel(outs[1], ref) < 1e-5
 
 
-def test_bench_attention_combine_runs_on_cpu(monkeypatch):
+def test_bench_attention_combine_runs_on_cpu(monkeypatch, tmp_path):
     """pallas_kernels.bench_attention_combine's two modes (interpret mode, tiny shape): the
     combine variants agree with each other and the sweep rows carry a device time."""
     import functools
@@ -330,7 +333,8 @@ def test_bench_attention_combine_runs_on_cpu(monkeypatch):
     res = C.run([(2, 128)], C.VARIANTS[:2], reps=1)
     assert [r["variant"] for r in res["rows"]] == [v[0] for v in C.VARIANTS[:2]]
     assert res["rows"][1]["rel_err_vs_first"] < 1e-5 and res["rows"][0]["us"] > 0
-    sw = C.sweep([(2, 128)], [(32, 1, 3, None), (16, 1, 2, 4096)], reps=1, profile="/tmp/_sweep_t")
+    sw = C.sweep([(2, 128)], [(32, 1, 3, None), (16, 1, 2, 4096)], reps=1, profile=str(tmp_path))
     assert all("device_us" in r and r["device_us"] > 0 for r in sw["sweep"]), sw["sweep"]
     assert sw["sweep"][1]["rel_err_vs_first"] < 1e-3  # other splits: another summation order
     assert "| 2 | 128 | 32* | 1 | 3 | default |" in C.sweep_markdown(sw)
+    assert AT.COMBINE_BARRIER is True  # run() restores the flag

@@ -216,8 +216,8 @@ def unstack_layers(params: dict) -> dict:
     (session 6 profile); separate per-layer arrays are passed as they are. ``forward`` takes
     either layout; the trainer keeps the stacked one (its forward is a ``lax.scan``)."""
     layers = params["layers"]
-    if isinstance(layers, tuple):
-        return params
+    if isinstance(layers, (tuple, list)):
+        return dict(params, layers=tuple(layers))
     n = jax.tree.leaves(layers)[0].shape[0]
     per = tuple(jax.tree.map(lambda a, l=l: a[l], layers) for l in range(n))
     return dict(params, layers=per)
@@ -226,7 +226,7 @@ def unstack_layers(params: dict) -> dict:
 def stack_layers(params: dict) -> dict:
     """The inverse of :func:`unstack_layers`."""
     layers = params["layers"]
-    if not isinstance(layers, tuple):
+    if not isinstance(layers, (tuple, list)):
         return params
     return dict(params, layers=jax.tree.map(lambda *a: jnp.stack(a), *layers))
 
@@ -234,7 +234,7 @@ def stack_layers(params: dict) -> dict:
 def layer_params(params: dict, layer: int) -> dict:
     """Layer ``layer``'s params from either layout (stacked arrays or a per-layer tuple)."""
     layers = params["layers"]
-    if isinstance(layers, tuple):
+    if isinstance(layers, (tuple, list)):
         return layers[layer]
     return jax.tree.map(lambda a: a[layer], layers)
 
@@ -311,7 +311,7 @@ def forward(
         return SH.constrain_batch(x + m), experts.astype(expert_dtype(cfg.n_experts)), lb, z, c
 
     all_experts, lbs, zs, new_cache = [], [], [], []
-    per_layer = isinstance(params["layers"], tuple)
+    per_layer = isinstance(params["layers"], (tuple, list))
     if per_layer and len(params["layers"]) != cfg.n_layers:
         raise ValueError(f"params hold {len(params['layers'])} layers (per-layer layout), "
                          f"model.n_layers={cfg.n_layers}")

@@ -100,6 +100,13 @@ class Placement:
         return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
 
 
+def rollout_kernel_layout(config, exp: X.Experiment) -> bool:
+    """Whether rollout params use the Pallas kernel layout (FP4 rollouts with
+    ``rollout.kernel_layout``): the one flag both ``sync_weights`` and the rollout shardings
+    follow, so their trees match."""
+    return bool(config.rollout.kernel_layout) and exp.rollout_numerics.is_fp4
+
+
 def make_placement(config, exp: X.Experiment) -> Placement | None:
     """None on a one-device mesh (everything stays on the default device)."""
     shape = tuple(config.mesh.shape)
@@ -118,7 +125,7 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
     n = config.rollout.batch_prompts * exp.group_size
     SH.check_batch_divisible(n, mesh, tr)
     SH.check_batch_divisible(config.sft.batch_size, mesh, tr)
-    kl = bool(config.rollout.kernel_layout)
+    kl = rollout_kernel_layout(config, exp)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
                      SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,
                                                 kernel_layout=kl))
@@ -365,7 +372,7 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     source = stale[0] if tc.max_version_diff else ts.params  # async: oldest allowed version
     rparams = jax.block_until_ready(R.sync_weights(
         source, roll_num, shardings=None if placement is None else placement.rollout_params,
-        kernel_layout=bool(config.rollout.kernel_layout) and roll_num.is_fp4))
+        kernel_layout=rollout_kernel_layout(config, exp)))
     t1 = time.perf_counter()
 
     examples = exp.train_data.batch(step)
