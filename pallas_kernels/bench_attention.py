@@ -32,6 +32,10 @@ from trace_jax.quant import quantize
 
 warnings.filterwarnings("ignore")
 TINY = "--tiny" in sys.argv  # CPU smoke test of this script: tiny shapes, interpret mode
+# --device-time: beside each main-table time, the call's device time from a profile
+# (pallas_kernels.devtime) and its % of a device-time copy bandwidth
+DEVICE_TIME = "--device-time" in sys.argv
+DEV = {}  # "copy_Bps": the device-time copy bandwidth, set in main()
 if TINY:
     import functools as _ft
 
@@ -125,6 +129,12 @@ def attention_rows(ctxs, batches, cfgs, bw, quick, deadline=float("inf"), rows=N
                                                ref.astype(jnp.float32))
                 t = timeit(f, q, kc, vc, lengths)
                 nbytes = kv_bytes(b, h, s, d, cfmt)
+                if DEVICE_TIME and not fmt.endswith("_v2"):
+                    from pallas_kernels.devtime import device_seconds
+
+                    td = device_seconds(f, q, kc, vc, lengths)
+                    res[f"{fmt}_device_us"] = td * 1e6
+                    res[f"{fmt}_device_pct_copy"] = 100 * nbytes / td / DEV["copy_Bps"]
                 res[f"{fmt}_us"] = t * 1e6
                 res[f"{fmt}_TBps"] = nbytes / t / 1e12
                 res[f"{fmt}_pct_copy"] = 100 * nbytes / t / bw
@@ -421,6 +431,11 @@ def quantize_rows(bw, rows=None, on_row=None):
             row = {"M": m, "K": k, "fmt": fmt, "scope": scope, "block_m": bm, "num_warps": nw,
                    "us": t * 1e6, "TBps": nbytes / t / 1e12, "pct_copy": 100 * nbytes / t / bw,
                    "xla_ref_us": tr * 1e6, "bit_identical": same}
+            if DEVICE_TIME:
+                from pallas_kernels.devtime import device_seconds
+
+                td = device_seconds(f, x)
+                row.update(device_us=td * 1e6, device_pct_copy=100 * nbytes / td / DEV["copy_Bps"])
             rows.append(row)
             print("qh", json.dumps(row), flush=True)
             if on_row is not None:
@@ -468,6 +483,9 @@ def main():
                     help="FP4 kernel version whose knobs the sweep tunes")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="skip the remaining sections once this much time has passed")
+    ap.add_argument("--device-time", action="store_true",
+                    help="also each main-table call's device time (profile) vs a device-time "
+                         "copy bandwidth")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
@@ -476,6 +494,12 @@ def main():
     bw = copy_bandwidth()
     info["copy_TBps"] = bw / 1e12
     print("copy bandwidth TB/s", bw / 1e12, flush=True)
+    if DEVICE_TIME:
+        from pallas_kernels.devtime import copy_bandwidth_device
+
+        DEV["copy_Bps"] = copy_bandwidth_device(1 << (20 if TINY else 30))
+        info["copy_device_TBps"] = DEV["copy_Bps"] / 1e12
+        print("copy bandwidth (device time) TB/s", DEV["copy_Bps"] / 1e12, flush=True)
     res = {"info": info}
     skip = a.skip.split(",")
 
@@ -565,6 +589,18 @@ def to_markdown(res):
             f"{cell(r, 'bf16', False)} | {cell(r, 'nvfp4')} | {cell(r, 'nvfp4_v4', False)} | "
             f"{cell(r, 'nvfp4_v2', False)} | {cell(r, 'mxfp4')} | {cell(r, 'mxfp4_v4', False)} | "
             f"{cell(r, 'mxfp4_v2', False)} | {err} |")
+    dev = [r for r in res.get("attention", []) if "nvfp4_device_us" in r or "bf16_device_us" in r]
+    if dev:
+        lines += ["", f"Device time (profile of 5 calls: the kernels only, no launch or host "
+                  f"time) vs a device-time copy bandwidth of {i['copy_device_TBps']:.2f} TB/s:", "",
+                  "| B | ctx | " + " | ".join(f"{f} device us (%copy)" for f in
+                                               ("bf16", "nvfp4", "nvfp4_v4", "mxfp4", "mxfp4_v4"))
+                  + " |", "|---|---|---|---|---|---|---|"]
+        for r in sorted(dev, key=lambda r: (r["context"], r["batch"])):
+            cells = [f"{r[f + '_device_us']:.0f} ({r[f + '_device_pct_copy']:.0f}%)"
+                     if f + "_device_us" in r else "-"
+                     for f in ("bf16", "nvfp4", "nvfp4_v4", "mxfp4", "mxfp4_v4")]
+            lines.append(f"| {r['batch']} | {r['context']} | " + " | ".join(cells) + " |")
     if "sweep" in res:
         lines += ["", "Sweep (B=32, 32K; us, %copy, relerr of the first 2 sequences vs the "
                   "reference):", ""]
@@ -594,11 +630,14 @@ def to_markdown(res):
             lines.append(f"- {r['fmt']} B={r['batch']} S={r['S']} cache {r['cache_MB']:.0f} MB: "
                          f"{r['append_us']:.1f} us")
     if "quantize_hint" in res:
-        lines += ["", "| quantize_with_hint M x K | fmt/scope | us | TB/s | %copy | XLA ref us "
-                  "| bit-identical |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "| quantize_with_hint M x K | fmt/scope | us | TB/s | %copy | device us "
+                  "(%copy, device) | XLA ref us | bit-identical |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in res["quantize_hint"]:
+            d = (f"{r['device_us']:.1f} ({r['device_pct_copy']:.0f}%)" if "device_us" in r
+                 else "-")
             lines.append(f"| {r['M']}x{r['K']} | {r['fmt']}/{r['scope']} | {r['us']:.1f} | "
-                         f"{r['TBps']:.2f} | {r['pct_copy']:.0f}% | {r['xla_ref_us']:.1f} | "
+                         f"{r['TBps']:.2f} | {r['pct_copy']:.0f}% | {d} | {r['xla_ref_us']:.1f} | "
                          f"{r['bit_identical']} |")
     return "\n".join(lines) + "\n"
 

@@ -68,6 +68,17 @@ def rot_time(fn, ws, x):
     return timeit(run, x, ws) / r
 
 
+def rot_device_time(fn, ws, x):
+    """``--device-time``: device seconds of one fn(x, w) (the rotated calls of ``rot_time``,
+    profiled; pallas_kernels.devtime), or None when the flag is off."""
+    if not DEVICE_TIME:
+        return None
+    from pallas_kernels.devtime import device_seconds
+
+    run = jax.jit(lambda x, ws: [fn(x, w) for w in ws])
+    return device_seconds(run, x, ws) / len(ws)
+
+
 def copies(tree, r):
     """r distinct device copies of a pytree of arrays."""
     return [jax.tree.map(lambda a: a + jnp.zeros((), a.dtype) if i else a, tree) for i in range(r)]
@@ -79,9 +90,16 @@ def rotations(bf16_bytes):
 
 ROWS: list[dict] = []
 LOG = None
+DEVICE_TIME = False  # --device-time
+DEV_COPY_BPS = None  # the device-time copy bandwidth (set in main with --device-time)
 
 
-def record(**row):
+def record(device_s=None, **row):
+    """Append a row; ``device_s`` (device seconds per call) adds device_us and device_pct_copy
+    (against the device-time copy bandwidth)."""
+    if device_s is not None:
+        row.update(device_us=device_s * 1e6, device_pct_copy=100 * row["bytes"] / device_s
+                   / DEV_COPY_BPS)
     ROWS.append(row)
     line = json.dumps(row)
     print(line, flush=True)
@@ -142,7 +160,9 @@ def bench_dense(k, n, ms, fmts, bw):
         t_bf = rot_time(lambda x, w: jnp.dot(x, w, preferred_element_type=jnp.float32)
                         .astype(jnp.bfloat16), wbs, x)
         b = wb.nbytes + io
-        record(kind="dense", k=k, n=n, m=m, fmt="bf16", variant="xla_dot", us=t_bf * 1e6,
+        td = rot_device_time(lambda x, w: jnp.dot(x, w, preferred_element_type=jnp.float32)
+                             .astype(jnp.bfloat16), wbs, x)
+        record(device_s=td, kind="dense", k=k, n=n, m=m, fmt="bf16", variant="xla_dot", us=t_bf * 1e6,
                bytes=b, gbps=b / t_bf / 1e9, pct_copy=100 * b / t_bf / bw, speedup=1.0, rel_err=0.0)
         for fmt in fmts:
             fw, fwr = fws[fmt]
@@ -155,11 +175,12 @@ def bench_dense(k, n, ms, fmts, bw):
                     out = jax.jit(f)(x, fw)
                     err = rel_err(out, ref)
                     t = rot_time(f, fwr, x)
+                    td = rot_device_time(f, fwr, x) if cfg is None else None
                 except Exception as e:  # noqa: BLE001 - report and continue
                     print(f"FAILED dense {k}x{n} M={m} {fmt} {name}: {type(e).__name__}: "
                           f"{str(e)[:600]}", flush=True)
                     continue
-                record(kind="dense", k=k, n=n, m=m, fmt=fmt, variant=name, us=t * 1e6, bytes=b,
+                record(device_s=td, kind="dense", k=k, n=n, m=m, fmt=fmt, variant=name, us=t * 1e6, bytes=b,
                        gbps=b / t / 1e9, pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=err)
             if fmt == "nvfp4" and m in (8,) and k == 2048:
                 try:
@@ -254,7 +275,8 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
         bb = touched * k * n * 2 + io
         common = dict(kind="grouped", k=k, n=n, m=m, tokens=tok, experts_touched=touched)
         bench_tables(common, gs, m)
-        record(**common, fmt="bf16", variant="ragged_dot", us=t_bf * 1e6, bytes=bb,
+        td = rot_device_time(lambda x, w: jax.lax.ragged_dot(x, w, gs), wbs, x)
+        record(device_s=td, **common, fmt="bf16", variant="ragged_dot", us=t_bf * 1e6, bytes=bb,
                gbps=bb / t_bf / 1e9, pct_copy=100 * bb / t_bf / bw, speedup=1.0, rel_err=0.0)
         ref_b = jax.lax.ragged_dot(x, wb, gs, preferred_element_type=jnp.float32)
         db = mt.Config(bm=16 if m <= 2048 else 32, bn=64, bk=64, num_warps=4, num_stages=4)
@@ -265,7 +287,8 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
                 f = lambda x, w, cfg=cfg: fm.bf16_grouped_matmul(x, w, gs, cfg=cfg)  # noqa: E731
                 err = rel_err(jax.jit(f)(x, wb), ref_b)
                 t = rot_time(f, wbs, x)
-                record(**common, fmt="bf16", variant=name, us=t * 1e6, bytes=bb,
+                td = rot_device_time(f, wbs, x) if cfg is None else None
+                record(device_s=td, **common, fmt="bf16", variant=name, us=t * 1e6, bytes=bb,
                        gbps=bb / t / 1e9, pct_copy=100 * bb / t / bw, speedup=t_bf / t,
                        rel_err=err)
             except Exception as ex:  # noqa: BLE001
@@ -286,11 +309,12 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
                 out = jax.jit(f)(x, fw)
                 err = rel_err(out, ref)
                 t = rot_time(f, fws, x)
+                td = rot_device_time(f, fws, x) if cfg is None else None
             except Exception as ex:  # noqa: BLE001
                 print(f"FAILED grouped {k}x{n} T={tok} {name}: {type(ex).__name__}: "
                       f"{str(ex)[:600]}", flush=True)
                 continue
-            record(**common, fmt="nvfp4", variant=name, us=t * 1e6, bytes=b, gbps=b / t / 1e9,
+            record(device_s=td, **common, fmt="nvfp4", variant=name, us=t * 1e6, bytes=b, gbps=b / t / 1e9,
                    pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=err)
         # what the model would do without the kernel: dequantize the touched experts + ragged_dot
         if tok not in (32, 512):
@@ -305,14 +329,19 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
 
 
 def table(rows, bw):
-    lines = [f"copy bandwidth (read+write, 2 GiB f32): {bw / 1e12:.3f} TB/s", "",
-             "| kind | K x N | M | fmt | variant | time us | GB/s | % copy | x bf16 | rel err |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"copy bandwidth (read+write, 2 GiB f32): {bw / 1e12:.3f} TB/s"
+             + (f"; device-time copy bandwidth {DEV_COPY_BPS / 1e12:.3f} TB/s (device columns: "
+                "the call's kernels from a profile, no launch or host time)" if DEV_COPY_BPS
+                else ""), "",
+             "| kind | K x N | M | fmt | variant | time us | GB/s | % copy | x bf16 | rel err "
+             "| device us (% copy) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mm = f"{r['m']}" + (f" ({r['tokens']}t,{r['experts_touched']}e)" if "tokens" in r else "")
+        dev = (f"{r['device_us']:.1f} ({r['device_pct_copy']:.1f})" if "device_us" in r
+               else "-")
         lines.append(f"| {r['kind']} | {r['k']}x{r['n']} | {mm} | {r['fmt']} | {r['variant']} | "
                      f"{r['us']:.1f} | {r['gbps']:.0f} | {r['pct_copy']:.1f} | "
-                     f"{r['speedup']:.2f} | {r['rel_err']:.1e} |")
+                     f"{r['speedup']:.2f} | {r['rel_err']:.1e} | {dev} |")
     return "\n".join(lines)
 
 
@@ -324,7 +353,11 @@ def main():
     ap.add_argument("--sections", default="exact,dense,grouped,small",
                     help="comma list of: exact (decode identity), dense (8192x28672), grouped, "
                          "small (dense expert shapes)")
+    ap.add_argument("--device-time", action="store_true",
+                    help="also the device time (profile) of each kind's baseline and default rows")
     a = ap.parse_args()
+    global DEVICE_TIME, DEV_COPY_BPS
+    DEVICE_TIME = a.device_time
     sec = set(a.sections.split(","))
     os.makedirs(a.out, exist_ok=True)
     LOG = os.path.join(a.out, "kernels_matmul.jsonl")
@@ -332,6 +365,11 @@ def main():
     print(f"jax {jax.__version__} device {dev.device_kind}", flush=True)
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
+    if DEVICE_TIME:
+        from pallas_kernels.devtime import copy_bandwidth_device
+
+        DEV_COPY_BPS = copy_bandwidth_device(1 << 29)
+        print(f"copy bandwidth (device time) {DEV_COPY_BPS / 1e12:.3f} TB/s", flush=True)
     if "exact" in sec:
         decode_exact()
     dec = [1, 8, 32, 64]
@@ -347,6 +385,7 @@ def main():
     bw2 = copy_bandwidth()
     md = table(ROWS, bw) + f"\n\ncopy bandwidth re-measured at the end: {bw2 / 1e12:.3f} TB/s\n"
     meta = dict(jax=jax.__version__, device=dev.device_kind, copy_bw=bw, copy_bw_end=bw2,
+                copy_bw_device=DEV_COPY_BPS,
                 command=" ".join(["python -m pallas_kernels.bench_matmul", *sys.argv[1:]]),
                 wall_s=time.time() - T0)
     with open(os.path.join(a.out, "kernels_matmul.json"), "w") as f:

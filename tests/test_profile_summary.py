@@ -62,3 +62,12 @@ def test_idle_gaps_merge_overlapping_streams():
     gaps = PS.idle_gaps(ev)
     assert [(g["idle_ns"], g["after"], g["before"]) for g in gaps] == [(70.0, "b", "c"),
                                                                         (5.0, "c", "d")]
+
+
+def test_devtime_measures_device_time_and_copy_bandwidth():
+    from pallas_kernels import devtime
+
+    f = jax.jit(lambda a: jnp.sin(a) * 2)
+    t = devtime.device_seconds(f, jnp.ones((1 << 16,), jnp.float32), n=2)
+    assert 0 < t < 1.0
+    assert devtime.copy_bandwidth_device(1 << 16, n=2) > 0

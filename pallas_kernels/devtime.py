@@ -1,0 +1,44 @@
+"""Device time of a jitted call, for the kernel benchmarks' ``--device-time`` columns.
+
+A synced call's wall time (the benchmarks' main columns, PERFORMANCE.md's protocol) includes the
+launch and host time of the call; on the H200 that was ~250 us per Pallas call in session 6,
+more than the kernel itself for short kernels. ``device_seconds`` profiles a few calls and
+returns their kernels' device time per call (``experiments/profile_summary``): what the kernel
+costs inside a larger program such as the decode step. The copy bandwidth that such times are
+compared with is measured the same way (``copy_bandwidth_device``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import jax
+import jax.numpy as jnp
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+    sys.path.insert(0, _REPO)
+
+from experiments import profile_summary as PS  # noqa: E402
+
+
+def device_seconds(f, *args, n: int = 5) -> float:
+    """Device-busy seconds per call of ``f(*args)`` (its kernels, summed), over ``n`` profiled
+    calls after one untraced warm-up call."""
+    with tempfile.TemporaryDirectory(prefix="devtime_") as d:
+        s = PS.profile_calls(lambda: f(*args), n, d)
+    if s["busy_ns_per_call"] <= 0:
+        raise RuntimeError("the profile holds no device time for this call")
+    return s["busy_ns_per_call"] * 1e-9
+
+
+def copy_bandwidth_device(n_floats: int = 1 << 30, n: int = 5) -> float:
+    """Read + write bytes per device-second of an elementwise pass over an f32 array."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (n_floats,), jnp.float32)
+    f = jax.jit(lambda a: a * 1.0001)
+    t = device_seconds(f, x, n=n)
+    nbytes = 2 * x.nbytes
+    del x
+    return nbytes / t
