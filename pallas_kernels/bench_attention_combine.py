@@ -42,13 +42,17 @@ def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20, profile=""):
     return {"copy_bw_Bps": bw, "device": jax.devices()[0].device_kind, "rows": rows}
 
 
+def _inputs(b, s, fmt, h, hq, d):
+    """Random q, K / V caches (every row valid) and the KV bytes one call must read."""
+    kc = make_cache(jax.random.PRNGKey(1), b, h, s, d, fmt)
+    vc = make_cache(jax.random.PRNGKey(2), b, h, s, d, fmt)
+    q = jax.random.normal(jax.random.PRNGKey(3), (b, hq, d), jnp.bfloat16)
+    return q, kc, vc, jnp.full((b,), s, jnp.int32), AT.kv_bytes(b, h, s, d, fmt)
+
+
 def _run_shapes(shapes, variants, fmt, h, hq, d, reps, profile, bw, rows):
     for b, s in shapes:
-        kc = make_cache(jax.random.PRNGKey(1), b, h, s, d, fmt)
-        vc = make_cache(jax.random.PRNGKey(2), b, h, s, d, fmt)
-        q = jax.random.normal(jax.random.PRNGKey(3), (b, hq, d), jnp.bfloat16)
-        lengths = jnp.full((b,), s, jnp.int32)
-        nbytes = AT.kv_bytes(b, h, s, d, fmt)
+        q, kc, vc, lengths, nbytes = _inputs(b, s, fmt, h, hq, d)
         ref = None
         for name, barrier, target in variants:
             AT.COMBINE_BARRIER = barrier
@@ -90,11 +94,7 @@ def sweep(shapes, configs, fmt="nvfp4", h=4, hq=32, d=128, profile="/tmp/attn_sw
     rows = []
     default = AT.tuned_knobs(fmt, "v4")
     for b, s in shapes:
-        kc = make_cache(jax.random.PRNGKey(1), b, h, s, d, fmt)
-        vc = make_cache(jax.random.PRNGKey(2), b, h, s, d, fmt)
-        q = jax.random.normal(jax.random.PRNGKey(3), (b, hq, d), jnp.bfloat16)
-        lengths = jnp.full((b,), s, jnp.int32)
-        nbytes = AT.kv_bytes(b, h, s, d, fmt)
+        q, kc, vc, lengths, nbytes = _inputs(b, s, fmt, h, hq, d)
         ref = None
         for bk, w, st, tgt in configs:
             f = jax.jit(lambda q, k, v, n, bk=bk, w=w, st=st, tgt=tgt: AT.decode_attention_triton(
