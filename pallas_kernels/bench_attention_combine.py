@@ -30,8 +30,10 @@ VARIANTS = [("fused (before)", False, None), ("barrier", True, None),
             ("barrier, split_target 4096", True, 4096), ("barrier, split_target 2048", True, 2048)]
 
 
-def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20, profile=""):
-    bw = copy_bandwidth()
+def run(shapes, variants, fmt="nvfp4", h=4, hq=32, d=128, reps=20, profile="", bw=None):
+    """Time each variant at each shape; ``bw``: the copy bandwidth to compare with (default:
+    measured here, a 4 GiB pass)."""
+    bw = bw or copy_bandwidth()
     rows = []
     saved = AT.COMBINE_BARRIER
     try:
@@ -85,12 +87,13 @@ SWEEP = [(bk, w, st, None) for bk in (32, 64) for w in (1, 2, 4) for st in (2, 3
     (32, 1, 3, 4096), (32, 1, 3, 16384), (64, 2, 3, 4096), (64, 2, 3, 16384)]
 
 
-def sweep(shapes, configs, fmt="nvfp4", h=4, hq=32, d=128, profile="/tmp/attn_sweep", reps=5):
+def sweep(shapes, configs, fmt="nvfp4", h=4, hq=32, d=128, profile="/tmp/attn_sweep", reps=5,
+          bw=None):
     """Device time (profile) of each (block_k, num_warps, num_stages, split_target) config at each
     shape: the kernel choice the decode step sees, free of per-call launch / host time."""
     from experiments import profile_summary as PS
 
-    bw = copy_bandwidth()
+    bw = bw or copy_bandwidth()
     rows = []
     default = AT.tuned_knobs(fmt, "v4")
     for b, s in shapes:

@@ -330,10 +330,11 @@ def test_bench_attention_combine_runs_on_cpu(monkeypatch, tmp_path):
 
     monkeypatch.setattr(AT, "decode_attention_triton",
                         functools.partial(AT.decode_attention_triton, interpret=True))
-    res = C.run([(2, 128)], C.VARIANTS[:2], reps=1)
+    res = C.run([(2, 128)], C.VARIANTS[:2], reps=1, bw=1e9)  # (the default copy is 4 GiB)
     assert [r["variant"] for r in res["rows"]] == [v[0] for v in C.VARIANTS[:2]]
     assert res["rows"][1]["rel_err_vs_first"] < 1e-5 and res["rows"][0]["us"] > 0
-    sw = C.sweep([(2, 128)], [(32, 1, 3, None), (16, 1, 2, 4096)], reps=1, profile=str(tmp_path))
+    sw = C.sweep([(2, 128)], [(32, 1, 3, None), (16, 1, 2, 4096)], reps=1, profile=str(tmp_path),
+                 bw=1e9)
     assert all("device_us" in r and r["device_us"] > 0 for r in sw["sweep"]), sw["sweep"]
     assert sw["sweep"][1]["rel_err_vs_first"] < 1e-3  # other splits: another summation order
     assert "| 2 | 128 | 32* | 1 | 3 | default |" in C.sweep_markdown(sw)
