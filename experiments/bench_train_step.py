@@ -16,6 +16,7 @@ RL loop has on by default), which the train step then recomputes and compares.
     python experiments/bench_train_step.py --config configs/qwen3_30b_a3b.py --layers 2 \
         --batch 8 --seq_len 1024                                                 # GPU, 30B shape
     python experiments/bench_train_step.py --smoke                               # CPU: tiny
+    python experiments/bench_train_step.py --from_metrics runs/*/metrics.jsonl   # logged runs
 
 Writes train_step.{json,md} to --out and prints the markdown table last. ``--profile_steps N``
 adds each variant's top kernels by device time (experiments/profile_summary.py).
@@ -154,6 +155,20 @@ def render_md(res) -> str:
     return "\n".join(lines) + "\n"
 
 
+def from_metrics(paths: list[str], skip: int = 5) -> list[dict]:
+    """Median ``time_train_s`` (after the first ``skip`` RL steps) of RL runs' metrics.jsonl
+    files: the train step as the RL loop timed it (it includes building the batch and, with
+    ``rollout.record_codes``, the code-agreement metrics; other processes may have shared the
+    GPU)."""
+    out = []
+    for p in paths:
+        rows = [json.loads(line) for line in Path(p).read_text().splitlines() if line.strip()]
+        t = [r["time_train_s"] for r in rows if "time_train_s" in r][skip:]
+        if t:
+            out.append({"run": p, "rl_steps": len(t) + skip, "median_train_s": statistics.median(t)})
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=str(REPO / "configs/small.py"))
@@ -166,7 +181,15 @@ def main(argv=None):
     ap.add_argument("--profile_steps", type=int, default=0)
     ap.add_argument("--out", default=str(REPO / "experiments/results"))
     ap.add_argument("--smoke", action="store_true", help="CPU: tiny config, small batch, 2 steps")
+    ap.add_argument("--from_metrics", nargs="*", default=None, metavar="METRICS_JSONL",
+                    help="instead: median time_train_s of finished RL runs (no timing here)")
     args = ap.parse_args(argv)
+    if args.from_metrics is not None:
+        rows = from_metrics(args.from_metrics)
+        for r in rows:
+            print(f"{r['run']}: {1e3 * r['median_train_s']:.1f} ms median over "
+                  f"{r['rl_steps']} RL steps")
+        return rows
     if args.smoke:
         args.config = str(REPO / "configs/tiny.py")
         args.batch, args.seq_len, args.steps, args.warmup = 4, 16, 2, 1
