@@ -62,7 +62,7 @@ def load_config(path: str, layers: int | None):
     return c
 
 
-def make_batch(exp: X.Experiment, params, tokens_BxT, record_codes: bool, key) -> TR.Batch:
+def rl_batch(exp: X.Experiment, params, tokens_BxT, record_codes: bool, key) -> TR.Batch:
     """The batch the RL loop would hand the trainer for these trajectories (see the module
     docstring): rollout numerics' log-probs, routing and hints from a full-sequence forward."""
     B, T = tokens_BxT.shape
@@ -95,7 +95,7 @@ def time_variant(config, name, variant, record_codes, args, key) -> dict:
     params = M.init_params(exp.cfg, jax.random.fold_in(key, 1))
     toks = jax.random.randint(jax.random.fold_in(key, 2), (args.batch, args.seq_len), 0,
                               exp.cfg.vocab_size, jnp.int32)
-    batch = make_batch(exp, params, toks, record_codes, jax.random.fold_in(key, 3))
+    batch = rl_batch(exp, params, toks, record_codes, jax.random.fold_in(key, 3))
     state = TR.TrainState(params, opt.init(params))
     kw = dict(cfg=exp.cfg, numerics=exp.train_numerics, tc=tc, opt=opt,
               max_len=args.seq_len - args.seq_len // 2)

@@ -34,8 +34,8 @@ def test_trace_batch_carries_hints_and_codes_only_when_asked():
     exp = X.build(config, "trace")
     params = M.init_params(exp.cfg, jax.random.PRNGKey(0))
     toks = jax.random.randint(jax.random.PRNGKey(1), (2, 8), 0, exp.cfg.vocab_size, jnp.int32)
-    plain = bench_train_step.make_batch(exp, params, toks, False, jax.random.PRNGKey(2))
-    coded = bench_train_step.make_batch(exp, params, toks, True, jax.random.PRNGKey(2))
+    plain = bench_train_step.rl_batch(exp, params, toks, False, jax.random.PRNGKey(2))
+    coded = bench_train_step.rl_batch(exp, params, toks, True, jax.random.PRNGKey(2))
     assert sorted(plain.hints) == sorted(exp.train_numerics.hinted) and not plain.rollout_codes
     assert len(coded.rollout_codes) > len(plain.hints)  # every quantized site, not only hinted
     assert plain.experts.shape == (2, exp.cfg.n_layers, 8, exp.cfg.top_k)
