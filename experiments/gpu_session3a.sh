@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
-CUDA_VISIBLE_DEVICES=0 timeout 420 python3 experiments/bench_rollout.py \
+CUDA_VISIBLE_DEVICES=0 timeout 420 python3 experiments/bench_rollout.py --loop 1 --stacked \
   --config configs/qwen3_30b_a3b.py --layers 4 --contexts 8192,32768,131072 --prefill_len 8192 \
   --time_budget_s 330 --kernel_layout --out "$OUT/bench" > "$OUT/bench.txt" 2>&1 &
 BENCH=$!

@@ -13,7 +13,7 @@ R=/tmp/r4d
 mkdir -p "$OUT" "$R"
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
-timeout 210 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
+timeout 210 python3 experiments/bench_rollout.py --loop 1 --stacked --config configs/qwen3_30b_a3b.py --layers 4 \
   --contexts 32768 --prefill_len 0 --time_budget_s 180 --kernel_layout --out "$R/bench" \
   > "$R/bench.txt" 2>&1
 timeout 60 python3 -m pallas_kernels.bench_attention --out "$R/qh" \

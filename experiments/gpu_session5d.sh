@@ -4,11 +4,12 @@
 # and 128K, each process alone on the GPU, after session 5's kernel defaults: persistent grouped
 # expert matmuls (bf16 and FP4) and the v4 FP4-KV attention knobs from its own sweep.
 # Usage (repo root): bash experiments/gpu_session5d.sh
+# --loop 1 --stacked: how this ran (session 6 later made 8-step loops and per-layer params the defaults)
 source "$(dirname "$0")/gpu_prelude.sh" r5d
-timeout 190 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
+timeout 190 python3 experiments/bench_rollout.py --loop 1 --stacked --config configs/qwen3_30b_a3b.py --layers 4 \
   --contexts 32768 --prefill_len 0 --time_budget_s 130 --kernel_layout \
   --engines bf16,fp4,fp4_nohints --breakdown always --out "$R/32k" > "$R/32k.txt" 2>&1
-timeout 150 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
+timeout 150 python3 experiments/bench_rollout.py --loop 1 --stacked --config configs/qwen3_30b_a3b.py --layers 4 \
   --contexts 131072 --prefill_len 0 --time_budget_s 80 --kernel_layout --engines bf16,fp4 \
   --breakdown always --steps 10 --out "$R/128k" > "$R/128k.txt" 2>&1
 tar czf "$OUT/session5d.tgz" -C /tmp r5d

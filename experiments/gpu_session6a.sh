@@ -7,11 +7,12 @@
 # 32K with hints on and off, then 128K), each process alone on the GPU.
 # Prediction (NOTES_matmul): FP4 128K experts 3.3 -> ~1-1.5 ms, FP4 step ~5 ms, ratio ~4.5x.
 # Usage (repo root): bash experiments/gpu_session6a.sh
+# --loop 1 --stacked: how this ran (session 6 later made 8-step loops and per-layer params the defaults)
 source "$(dirname "$0")/gpu_prelude.sh" r6a
-timeout 190 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
+timeout 190 python3 experiments/bench_rollout.py --loop 1 --stacked --config configs/qwen3_30b_a3b.py --layers 4 \
   --contexts 32768 --prefill_len 0 --time_budget_s 130 --kernel_layout \
   --engines bf16,fp4,fp4_nohints --breakdown always --out "$R/32k" > "$R/32k.txt" 2>&1
-timeout 150 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
+timeout 150 python3 experiments/bench_rollout.py --loop 1 --stacked --config configs/qwen3_30b_a3b.py --layers 4 \
   --contexts 131072 --prefill_len 0 --time_budget_s 80 --kernel_layout --engines bf16,fp4 \
   --breakdown always --steps 10 --out "$R/128k" > "$R/128k.txt" 2>&1
 tar czf "$OUT/session6a.tgz" -C /tmp r6a

@@ -8,7 +8,7 @@
 # and 32K bf16/fp4 timed as the engine runs them: 8 steps per call in one jitted fori_loop.
 # Usage (repo root): bash experiments/gpu_session6d.sh
 source "$(dirname "$0")/gpu_prelude.sh" r6d
-B="python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 --prefill_len 0 --kernel_layout --profile_steps 5"
+B="python3 experiments/bench_rollout.py --loop 1 --config configs/qwen3_30b_a3b.py --layers 4 --prefill_len 0 --kernel_layout --profile_steps 5"
 timeout 200 $B --contexts 32768 --time_budget_s 140 --engines bf16,fp4,fp4_nohints \
   --breakdown always --out "$R/32k" > "$R/32k.txt" 2>&1
 timeout 150 $B --contexts 131072 --time_budget_s 80 --engines bf16,fp4 --breakdown always \
