@@ -7,6 +7,7 @@
 #          RL calibration of configs/small.py: two BF16 SFT warm starts (800 steps at lr 1e-3 and
 #          2e-3), three GRPO learning rates from each (60 steps), reward curves summarised.
 # Usage (repo root): bash experiments/gpu_session3a.sh
+# --loop 1 --stacked: how this ran (session 6 later made 8-step loops and per-layer params the defaults)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"

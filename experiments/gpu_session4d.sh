@@ -7,6 +7,7 @@
 #   2. quantize-with-hint bit-identity against the fixed NVFP4 reference (issue 7).
 #   3. the decode-attention benchmark with the v4 kernel beside v3 and v2 (short sweep).
 # Usage (repo root): bash experiments/gpu_session4d.sh
+# --loop 1 --stacked: how this ran (session 6 later made 8-step loops and per-layer params the defaults)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_out}
 R=/tmp/r4d
