@@ -10,8 +10,8 @@ import bench_train_step  # noqa: E402
 
 
 def test_smoke_times_bf16_and_trace_with_the_rl_loops_batch(tmp_path):
-    res = bench_train_step.main(["--smoke", "--rows", "bf16,trace+codes", "--steps", "1",
-                                 "--out", str(tmp_path)])
+    res = bench_train_step.main(["--smoke", "--layers", "1", "--rows", "bf16,trace+codes",
+                                 "--steps", "1", "--out", str(tmp_path)])
     rows = {r["row"]: r for r in res["rows"]}
     assert set(rows) == {"bf16", "trace+codes"}
     for name, r in rows.items():

@@ -148,16 +148,24 @@ def test_gradients_flow_through_straight_through_estimator(params, tokens):
 
 
 def test_per_layer_layout_gives_the_stacked_results(params, tokens):
-    """unstack_layers (the rollout's kernel layout): the same decode logits, routing and cache
-    as stacked params, bit for bit; a training forward with scan_layers falls back to the loop;
+    """unstack_layers (the rollout's kernel layout): the same logits, routing and cache as
+    stacked params through the cache path, bit for bit; a training forward with scan_layers falls back to the loop;
     stack_layers inverts it; a layer count that does not match the config is refused."""
     num = nx.make_numerics("fp4_rollout", CFG.n_layers)
     p = M.pack_params(params, num, jnp.float32)
     pl = M.unstack_layers(p)
     assert isinstance(pl["layers"], tuple) and len(pl["layers"]) == CFG.n_layers
     assert pl["layers"][1]["attn"]["wq"].shape == p["layers"]["attn"]["wq"].shape[1:]
-    np.testing.assert_array_equal(np.asarray(incremental(pl, tokens, CFG32, num)),
-                                  np.asarray(incremental(p, tokens, CFG32, num)))
+    def prefill(params):  # the cache path (the decode forward's per-layer loop), one compile
+        cache = attention.init_cache(CFG32, num, tokens.shape[0], 16)
+        return jax.jit(lambda p, t, c: M.forward(p, t, cfg=CFG32, numerics=num, cache=c))(
+            params, tokens, cache)
+
+    (a_lg, a_aux, a_cache), (b_lg, b_aux, b_cache) = prefill(pl), prefill(p)
+    np.testing.assert_array_equal(np.asarray(a_lg), np.asarray(b_lg))
+    np.testing.assert_array_equal(np.asarray(a_aux.experts), np.asarray(b_aux.experts))
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)),
+                 a_cache, b_cache)
     scan_cfg = dataclasses.replace(CFG32, scan_layers=True)
     a, a_aux, _ = run(pl, tokens, scan_cfg, num)
     b, b_aux, _ = run(p, tokens, scan_cfg, num)
