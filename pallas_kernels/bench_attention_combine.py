@@ -164,25 +164,21 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.sweep:
         res = sweep(SHAPES[:2], SWEEP, profile=os.path.join(args.out, "sweep_traces"))
-        md = sweep_markdown(res)
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "attention_sweep.json"), "w") as fh:
-            json.dump(res, fh, indent=1)
-        with open(os.path.join(args.out, "attention_sweep.md"), "w") as fh:
-            fh.write(md)
-        print(md)
-        return res
+        return _write(args.out, "attention_sweep", res, sweep_markdown(res))
     variants = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     res = run(SHAPES, variants, profile=os.path.join(args.out, "profile") if args.profile else "")
-    os.makedirs(args.out, exist_ok=True)
-    md = to_markdown(res)
-    with open(os.path.join(args.out, "attention_combine.json"), "w") as fh:
+    return _write(args.out, "attention_combine", res, to_markdown(res))
+
+
+def _write(out, stem, res, md):
+    """{stem}.json and {stem}.md under ``out``; prints the markdown; returns ``res``."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{stem}.json"), "w") as fh:
         json.dump(res, fh, indent=1)
-    with open(os.path.join(args.out, "attention_combine.md"), "w") as fh:
+    with open(os.path.join(out, f"{stem}.md"), "w") as fh:
         fh.write(md)
     print(md)
     return res
-
 
 if __name__ == "__main__":
     sys.exit(0 if main() else 1)
