@@ -371,7 +371,8 @@ def mem_stats() -> dict:
             "bytes_limit": s.get("bytes_limit")}
 
 
-def make_step(cfg, numerics, capture):
+def decode_step(cfg, numerics, capture):
+    """One greedy decode step (params, cache, tok_B, pos_B) -> (next tok, experts, hints, cache)."""
     def step(params, cache, tok_B, pos_B):
         logits, aux, cache = M.forward(params, tok_B[:, None], cfg=cfg, numerics=numerics,
                                        cache=cache, positions_BxT=pos_B[:, None],
@@ -379,7 +380,12 @@ def make_step(cfg, numerics, capture):
         nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
         return nxt, aux.experts, aux.hints, cache
 
-    return jax.jit(step, donate_argnums=(1,))
+    return step
+
+
+def make_step(cfg, numerics, capture):
+    """``decode_step`` jitted, cache donated: one synced call per step (``--loop 1``)."""
+    return jax.jit(decode_step(cfg, numerics, capture), donate_argnums=(1,))
 
 
 def make_loop(cfg, numerics, capture, n_steps):
@@ -387,7 +393,7 @@ def make_loop(cfg, numerics, capture, n_steps):
     them, inside ``rollout._generate``'s while loop): no per-step dispatch, fixed buffers. Every
     sequence stays at the same position (as in the per-call timing); each step's experts and
     hints are carried, so nothing of the step is dead code."""
-    step = make_step(cfg, numerics, capture).__wrapped__
+    step = decode_step(cfg, numerics, capture)
 
     def run(params, cache, tok_B, pos_B):
         shapes = jax.eval_shape(step, params, cache, tok_B, pos_B)
