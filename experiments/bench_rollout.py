@@ -305,13 +305,16 @@ def routed_grouped_matmul(route):
 
 def bf16_kernel_matmul(enabled: bool):
     """Route bf16 expert weights through pallas_kernels.fp4_matmul.bf16_grouped_matmul (the
-    Pallas grouped kernel) instead of ``jax.lax.ragged_dot`` (``--kernel_layout``: the BF16
-    engine gets our fastest expert matmul too, so the FP4 ratio is not against a weak baseline)."""
+    Pallas grouped kernel; ``--kernel_layout``: the BF16 engine gets our fastest expert matmul
+    too, so the FP4 ratio is not against a weak baseline), or, disabled, through plain
+    ``jax.lax.ragged_dot`` (what the ``ragged_dot`` rows name; ops.grouped_matmul itself would
+    pick the Pallas kernel on GPU)."""
     from pallas_kernels import fp4_matmul as FM
 
     def route(x, w, gs):
-        if enabled and isinstance(w, jax.Array) and w.dtype == jnp.bfloat16:
-            return FM.bf16_grouped_matmul(x, w, gs).astype(x.dtype)
+        if isinstance(w, jax.Array) and w.dtype == jnp.bfloat16:
+            backend = "auto" if enabled else "reference"
+            return FM.bf16_grouped_matmul(x, w, gs, backend=backend).astype(x.dtype)
         return None
 
     return routed_grouped_matmul(route)

@@ -6,7 +6,8 @@ Public API (the model calls these):
   prepare_weights(w: QTensor[K,N] | QTensor[E,K,N], layout="kn") -> FP4Weights   at weight sync
   fp4_matmul(x[M,K] bf16 | QTensor[M,K], w, backend=, cfg=) -> [M,N] bf16
   fp4_grouped_matmul(x[M,K], w (E experts), group_sizes[E] int32, backend=, cfg=) -> [M,N] bf16
-  bf16_grouped_matmul(x[M,K], w bf16 [E,K,N], group_sizes) -> [M,N] bf16  (ragged_dot stand-in)
+  bf16_grouped_matmul(x[M,K], w bf16 [E,K,N], group_sizes) -> [M,N] bf16  (ragged_dot stand-in,
+      differentiable: its backward is two grouped kernels)
   fp4_grouped_swiglu(x, w_gate, w_up, group_sizes) -> silu(x@gate) * (x@up)  (unfused composition)
   *_reference: pure-JAX versions with the same signatures (the CPU fallback).
 
@@ -231,15 +232,58 @@ def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "aut
     return matmul_triton.grouped(x, w, group_sizes, cfg)
 
 
+def bf16_kernel_fits(k: int, n: int) -> bool:
+    """Whether the bf16 grouped kernel and its backward tile an [E,K,N] weight."""
+    return k % 64 == 0 and n % 64 == 0
+
+
 def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=None) -> jax.Array:
-    """``jax.lax.ragged_dot`` replacement for bf16 expert weights w[E,K,N] (same item kernel)."""
+    """``jax.lax.ragged_dot`` replacement for bf16 expert weights w[E,K,N] (same item kernel).
+
+    Differentiable in x and w: on the kernel path a custom VJP runs the backward as two more
+    grouped kernels, ``dx = dy @ w[e]^T`` (the forward kernel reading w transposed in place) and
+    ``dw[e] = x_e^T @ dy_e`` (``matmul_triton.grouped_bf16_wgrad``), instead of the dense masked
+    expansion XLA's GPU backend gives ``ragged_dot``'s gradient ([E, M, K] intermediates)."""
     if not _use_kernel(backend):
         return jax.lax.ragged_dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
                                   group_sizes.astype(jnp.int32),
                                   preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+    return _bf16_gmm(cfg, x, w, group_sizes.astype(jnp.int32))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _bf16_gmm(cfg, x, w, group_sizes):
     from pallas_kernels import matmul_triton
 
     return matmul_triton.grouped_bf16(x, w, group_sizes, cfg)
+
+
+def _bf16_gmm_fwd(cfg, x, w, group_sizes):
+    return _bf16_gmm(cfg, x, w, group_sizes), (x, w, group_sizes)
+
+
+def _bf16_gmm_bwd(cfg, res, dy):
+    from pallas_kernels import matmul_triton
+
+    del cfg  # the forward's tiles; the backward picks its own for its shapes
+    x, w, group_sizes = res
+    dx = matmul_triton.grouped_bf16(dy, w, group_sizes, w_layout="nk")
+    dw = matmul_triton.grouped_bf16_wgrad(x, dy, group_sizes)
+    return dx.astype(x.dtype), dw.astype(w.dtype), None
+
+
+_bf16_gmm.defvjp(_bf16_gmm_fwd, _bf16_gmm_bwd)
+
+
+def bf16_grouped_matmul_wgrad_reference(x, dy, group_sizes) -> jax.Array:
+    """f32 [E,K,N] weight gradient of ``ragged_dot(x, w, group_sizes)`` for cotangent ``dy``,
+    from XLA's own transpose of ``ragged_dot`` (f32 operands)."""
+    e, k, n = group_sizes.shape[0], x.shape[1], dy.shape[1]
+    gs = group_sizes.astype(jnp.int32)
+    f = lambda w: jax.lax.ragged_dot(x.astype(jnp.float32), w, gs,  # noqa: E731
+                                     precision=jax.lax.Precision.HIGHEST)
+    _, vjp = jax.vjp(f, jnp.zeros((e, k, n), jnp.float32))
+    return vjp(dy.astype(jnp.float32))[0]
 
 
 def fp4_grouped_swiglu(x, w_gate: FP4Weights, w_up: FP4Weights, group_sizes, *,

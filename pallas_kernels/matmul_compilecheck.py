@@ -174,6 +174,15 @@ def variants():
     for name, c in (("grouped_persistent_bf16", cfgbp), ("grouped_bf16", cfgb)):
         out.append((name, c, lambda x, w, c=c: mt.grouped_bf16(x, w, gs, c),
                     (jnp.ones((8, 2048), jnp.bfloat16), wb)))
+    # the trainer's backward: dx through the transposed weight read in place, and dw
+    cfgt = mt.default_bf16_config(4096, 2048, e=4)
+    out.append(("grouped_bf16_nk", cfgt,
+                lambda x, w, c=cfgt: mt.grouped_bf16(x, w, gs, c, w_layout="nk"),
+                (jnp.ones((4096, 768), jnp.bfloat16), wb)))
+    cfgw = mt.default_wgrad_config(2048, 768)
+    out.append(("grouped_bf16_wgrad", cfgw,
+                lambda x, dy, c=cfgw: mt.grouped_bf16_wgrad(x, dy, gs, c),
+                (jnp.ones((4096, 2048), jnp.bfloat16), jnp.ones((4096, 768), jnp.bfloat16))))
     return out
 
 

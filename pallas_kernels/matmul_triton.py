@@ -252,22 +252,34 @@ def _epilogue(body, steps, acc_shape, e, r0, r1, rs_ref, o_at, omask, cfg, nk):
         plgpu.store(o_at, jnp.zeros(acc_shape, o_at.dtype), mask=omask)
 
 
-def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config, k: int):
+def _bf16_kstep(acc, x_ref, w_ref, ec, r0, r1, n0, kk, *, cfg: Config, w_nk: bool):
+    """acc += x[r0:r1, kk:kk+BK] @ w[ec][kk:kk+BK, n0:n0+BN]; ``w_nk``: w is stored [E, N, K]
+    (the transposed weight of the backward pass, read in place)."""
+    bm, bn, bk = cfg.bm, cfg.bn, cfg.bk
+    xt = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(kk, bk)], mask=_rows_mask(r0, r1, bm, bk, 0),
+                    other=0.0)
+    if w_nk:
+        wt = w_ref[ec, pl.ds(n0, bn), pl.ds(kk, bk)]
+        return acc + jax.lax.dot_general(xt, wt, (((1,), (1,)), ((), ())),
+                                         preferred_element_type=jnp.float32)
+    wt = w_ref[ec, pl.ds(kk, bk), pl.ds(n0, bn)]
+    return acc + jnp.dot(xt, wt, preferred_element_type=jnp.float32)
+
+
+def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config, k: int,
+                 w_nk: bool):
     """Grouped bf16-weight matmul (no decode): the same item structure, for the BF16 engine."""
     i, j = pl.program_id(0), pl.program_id(1)
     e, r0, r1 = ie_ref[i], r0_ref[i], r1_ref[i]
     bm, bn, bk = cfg.bm, cfg.bn, cfg.bk
     n0 = pl.multiple_of(j * bn, bn)
     ec = jnp.maximum(e, 0)
-    xmask = _rows_mask(r0, r1, bm, bk, 0)
     omask = _rows_mask(r0, r1, bm, bn, 0)
     o_at = o_ref.at[pl.ds(r0, bm), pl.ds(n0, bn)]
 
     def body(t, acc):
         kk = pl.multiple_of(t * bk, bk)
-        xt = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(kk, bk)], mask=xmask, other=0.0)
-        wt = w_ref[ec, pl.ds(kk, bk), pl.ds(n0, bn)]
-        return acc + jnp.dot(xt, wt, preferred_element_type=jnp.float32)
+        return _bf16_kstep(acc, x_ref, w_ref, ec, r0, r1, n0, kk, cfg=cfg, w_nk=w_nk)
 
     @pl.when((e >= 0) & (r1 > r0))
     def _compute():
@@ -280,14 +292,11 @@ def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config, k:
 
 
 def _bf16_persistent_kernel(nt_ref, ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config,
-                            k: int, n: int):
-    bm, bn, bk = cfg.bm, cfg.bn, cfg.bk
+                            k: int, n: int, w_nk: bool):
+    bm, bn = cfg.bm, cfg.bn
 
     def kstep(acc, ec, r0, r1, n0, kk):
-        xt = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(kk, bk)],
-                        mask=_rows_mask(r0, r1, bm, bk, 0), other=0.0)
-        wt = w_ref[ec, pl.ds(kk, bk), pl.ds(n0, bn)]
-        return acc + jnp.dot(xt, wt, preferred_element_type=jnp.float32)
+        return _bf16_kstep(acc, x_ref, w_ref, ec, r0, r1, n0, kk, cfg=cfg, w_nk=w_nk)
 
     def store(acc, e, r0, r1, n0):
         plgpu.store(o_ref.at[pl.ds(r0, bm), pl.ds(n0, bn)], acc.astype(o_ref.dtype),
@@ -295,6 +304,29 @@ def _bf16_persistent_kernel(nt_ref, ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref,
 
     _persistent_loop(nt_ref, ie_ref, r0_ref, r1_ref, k=k, n=n, cfg=cfg, acc_shape=(bm, bn),
                      kstep=kstep, store=store)
+
+
+def _bf16_wgrad_kernel(start_ref, end_ref, x_ref, dy_ref, o_ref, *, cfg: Config):
+    """dw[e, K tile, N tile] = x[rows of e, K tile]^T @ dy[rows of e, N tile], f32: one program
+    per (expert, K tile, N tile), looping over its expert's rows BM at a time (an empty expert
+    stores zeros)."""
+    e, i, j = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    bm, bk, bn = cfg.bm, cfg.bk, cfg.bn
+    r0, r1 = start_ref[e], end_ref[e]
+    k0, n0 = pl.multiple_of(i * bk, bk), pl.multiple_of(j * bn, bn)
+
+    def body(t, acc):
+        rs = r0 + t * bm
+        xt = plgpu.load(x_ref.at[pl.ds(rs, bm), pl.ds(k0, bk)],
+                        mask=_rows_mask(rs, r1, bm, bk, 0), other=0.0)
+        gt = plgpu.load(dy_ref.at[pl.ds(rs, bm), pl.ds(n0, bn)],
+                        mask=_rows_mask(rs, r1, bm, bn, 0), other=0.0)
+        return acc + jax.lax.dot_general(xt, gt, (((0,), (0,)), ((), ())),
+                                         preferred_element_type=jnp.float32)
+
+    steps = jax.lax.div(jnp.maximum(r1 - r0, 0) + bm - 1, jnp.int32(bm))
+    acc = jax.lax.fori_loop(0, steps, body, jnp.zeros((bk, bn), jnp.float32))
+    plgpu.store(o_ref.at[e, pl.ds(k0, bk), pl.ds(n0, bn)], acc)
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,9 +485,18 @@ def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") ->
     return Config(bm=bm, bn=bn, bk=bk, split_k=split, num_warps=4, num_stages=3)
 
 
-def default_bf16_config(m: int, n: int) -> Config:
-    """BF16 grouped kernel: persistent programs, 2 per SM, 3 weight buffers (session 5: 1.1-1.23x
-    the one-program-per-tile kernel at 32-512 tokens x top-8 of 128 experts)."""
+TRAIN_TILES = Config(bm=128, bn=128, bk=64, num_warps=8, num_stages=3)  # see default_bf16_config
+
+
+def default_bf16_config(m: int, n: int, e: int | None = None) -> Config:
+    """BF16 grouped kernel. Decode-sized calls (or ``e`` not given): persistent programs, 2 per
+    SM, 3 weight buffers (session 5: 1.1-1.23x the one-program-per-tile kernel at 32-512 tokens
+    x top-8 of 128 experts). At least 64 rows per expert (prefill, the trainer's forward and
+    backward): compute-bound tiles, one program per (item, N tile) (``TRAIN_TILES``, picked by
+    ``pallas_kernels/bench_grouped_train.py``; BN halves where N needs it)."""
+    if e is not None and m >= 64 * e:
+        bn = next(b for b in (TRAIN_TILES.bn, 64, 32) if n % b == 0)
+        return dataclasses.replace(TRAIN_TILES, bn=bn)
     return Config(bm=16 if m <= 2048 else 32, bn=64 if n % 64 == 0 else 32, bk=64, num_warps=4,
                   num_stages=7, programs=2 * _sm_count())
 
@@ -481,21 +522,27 @@ def grouped(x, w, group_sizes, cfg: Config | None = None):
     return _run(x, w, items, row_gw, cfg, group_sizes)
 
 
-def grouped_bf16(x, w, group_sizes, cfg: Config | None = None):
-    """x[M,K] bf16 sorted by expert, w[E,K,N] bf16 -> bf16 [M,N] (rows past the groups: 0)."""
-    e, k, n = w.shape
+def grouped_bf16(x, w, group_sizes, cfg: Config | None = None, *, w_layout: str = "kn"):
+    """x[M,K] bf16 sorted by expert, w[E,K,N] bf16 (``w_layout="nk"``: w[E,N,K], e.g. the forward
+    weight read transposed by the backward pass) -> bf16 [M,N] (rows past the groups: 0)."""
+    if w_layout not in ("kn", "nk"):
+        raise ValueError(f"w_layout must be 'kn' or 'nk', got {w_layout!r}")
+    w_nk = w_layout == "nk"
+    k, n = (w.shape[2], w.shape[1]) if w_nk else (w.shape[1], w.shape[2])
     m = x.shape[0]
-    cfg = cfg or default_bf16_config(m, n)
+    if x.shape[1] != k:
+        raise ValueError(f"x has K={x.shape[1]}, the {w_layout} weight {w.shape} has K={k}")
+    cfg = cfg or default_bf16_config(m, n, w.shape[0])
     if k % cfg.bk or n % cfg.bn:
         raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
     items = _items_for_groups(group_sizes, m, cfg.bm)
     ie, r0, r1 = items
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, cfg.bm), (0, 0)))
     if cfg.programs:
-        kernel = functools.partial(_bf16_persistent_kernel, cfg=cfg, k=k, n=n)
+        kernel = functools.partial(_bf16_persistent_kernel, cfg=cfg, k=k, n=n, w_nk=w_nk)
         grid, args = (cfg.programs,), (_active_tiles(items, n, cfg.bn), ie, r0, r1)
     else:
-        kernel = functools.partial(_bf16_kernel, cfg=cfg, k=k)
+        kernel = functools.partial(_bf16_kernel, cfg=cfg, k=k, w_nk=w_nk)
         grid, args = (ie.shape[0], n // cfg.bn), (ie, r0, r1)
     out = pl.pallas_call(
         kernel,
@@ -507,3 +554,38 @@ def grouped_bf16(x, w, group_sizes, cfg: Config | None = None):
     )(*args, xp, w.astype(jnp.bfloat16))
     out = out[:m]
     return _zero_rows_past(out, group_sizes, m) if cfg.programs else out
+
+
+def default_wgrad_config(k: int, n: int) -> Config:
+    """Weight-gradient tiles: 64 rows per step into a 128 x 128 f32 accumulator where K and N
+    allow (the largest of 128/64/32/16 dividing each)."""
+    bk = next((b for b in (128, 64, 32, 16) if k % b == 0), None)
+    bn = next((b for b in (128, 64, 32, 16) if n % b == 0), None)
+    if bk is None or bn is None:
+        raise ValueError(f"weight gradient: K={k} and N={n} must be multiples of 16")
+    return Config(bm=64, bn=bn, bk=bk, num_warps=8 if bk * bn >= 128 * 128 else 4, num_stages=3)
+
+
+def grouped_bf16_wgrad(x, dy, group_sizes, cfg: Config | None = None):
+    """The grouped matmul's weight gradient: x[M,K], dy[M,N] (rows sorted by expert) ->
+    f32 [E,K,N] with ``dw[e] = x[rows of e]^T @ dy[rows of e]`` (bf16 inputs, f32 accumulation;
+    rows past sum(group_sizes) are ignored, an empty expert gets zeros)."""
+    m, k = x.shape
+    if dy.shape[0] != m:
+        raise ValueError(f"x has {m} rows, dy {dy.shape[0]}")
+    n = dy.shape[1]
+    e = group_sizes.shape[0]
+    cfg = cfg or default_wgrad_config(k, n)
+    if k % cfg.bk or n % cfg.bn:
+        raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
+    ends = jnp.minimum(jnp.cumsum(group_sizes.astype(jnp.int32)), m)
+    starts = jnp.concatenate([jnp.zeros((1,), jnp.int32), ends[:-1]])
+    pad = ((0, cfg.bm), (0, 0))
+    return pl.pallas_call(
+        functools.partial(_bf16_wgrad_kernel, cfg=cfg),
+        out_shape=jax.ShapeDtypeStruct((e, k, n), jnp.float32),
+        grid=(e, k // cfg.bk, n // cfg.bn),
+        compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+        interpret=_interpret(),
+        name="bf16_grouped_matmul_wgrad",
+    )(starts, ends, jnp.pad(x.astype(jnp.bfloat16), pad), jnp.pad(dy.astype(jnp.bfloat16), pad))

@@ -255,3 +255,41 @@ def test_regex_sites_and_w4a16():
     assert num.quantizes("layers/2/moe/expert_weights")
     assert not num.quantizes("layers/2/moe/expert_in")  # W4A16: activations stay bf16
     assert not num.quantizes("layers/0/moe/expert_weights")
+
+
+def test_lm_logits_backward_runs_in_the_activation_dtype():
+    """The head's custom VJP: bf16 cotangent GEMMs (f32 accumulation) that match XLA's f32
+    gradient to bf16 precision, grads in the inputs' dtypes; with f32 inputs it is XLA's."""
+    k0, k1, k2 = jax.random.split(jax.random.key(3), 3)
+    x = jax.random.normal(k0, (2, 5, 32), jnp.float32)
+    head = jax.random.normal(k1, (32, 48), jnp.float32) / 6
+    g = jax.random.normal(k2, (2, 5, 48), jnp.float32)
+    loss = lambda f, x, h: jnp.sum(f(x, h) * g)  # noqa: E731
+    xla = lambda x, h: jnp.dot(x, h, preferred_element_type=jnp.float32)  # noqa: E731
+    rx, rh = jax.grad(lambda x, h: loss(xla, x, h), argnums=(0, 1))(x, head)
+    bx, bh = x.astype(jnp.bfloat16), head.astype(jnp.bfloat16)
+    np.testing.assert_array_equal(M.lm_logits(bx, bh), xla(bx, bh))
+    dx, dh = jax.grad(lambda x, h: loss(M.lm_logits, x, h), argnums=(0, 1))(bx, bh)
+    assert dx.dtype == jnp.bfloat16 and dh.dtype == jnp.bfloat16
+    rel = lambda a, b: float(jnp.linalg.norm(a.astype(jnp.float32) - b) / jnp.linalg.norm(b))  # noqa: E731
+    assert rel(dx, rx) < 2e-2 and rel(dh, rh) < 2e-2
+    jp = jax.make_jaxpr(jax.grad(lambda x, h: loss(M.lm_logits, x, h), argnums=(0, 1)))(bx, bh)
+    dots = _dot_operand_dtypes(jp.jaxpr)
+    assert len(dots) == 3 and all(d == ("bfloat16", "bfloat16") for d in dots), dots
+    fx, fh = jax.grad(lambda x, h: loss(M.lm_logits, x, h), argnums=(0, 1))(x, head)
+    np.testing.assert_allclose(fx, rx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(fh, rh, rtol=1e-5, atol=1e-5)
+
+
+def _dot_operand_dtypes(jaxpr) -> list[tuple[str, ...]]:
+    """Operand dtypes of every dot_general in a jaxpr and its sub-jaxprs."""
+    out = []
+    for e in jaxpr.eqns:
+        if e.primitive.name == "dot_general":
+            out.append(tuple(str(v.aval.dtype) for v in e.invars))
+        for p in e.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    out += _dot_operand_dtypes(inner)
+    return out

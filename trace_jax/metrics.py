@@ -59,9 +59,7 @@ def code_stats(trainer: dict, rollout: dict, valid_BxT,
         w = jnp.broadcast_to(w, a.shape)
         eq += jnp.sum((a == b) * w, dtype=jnp.int32).astype(f32)
         tot += jnp.sum(w, dtype=jnp.int32).astype(f32)
-        site = jnp.zeros(Q.MAX_CODE_DISTANCE + 1, jnp.int32).at[jnp.abs(a - b).ravel()].add(
-            w.ravel())
-        hist += site.astype(f32)
+        hist += Q.distance_counts(jnp.abs(a - b), w).astype(f32)
     return eq, tot, hist
 
 

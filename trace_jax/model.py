@@ -334,10 +334,34 @@ def forward(
 
     x = attention.rms_norm(x, params["final_norm"], cfg.norm_eps)
     head = params["embed"].T if cfg.tie_embeddings else params["lm_head"]
-    logits = jnp.dot(x, head.astype(dt), preferred_element_type=jnp.float32)
+    logits = lm_logits(x, head.astype(dt))
     aux = Aux(jnp.stack(all_experts), jnp.mean(jnp.stack(lbs)), jnp.mean(jnp.stack(zs)),
               sio.hints_out, sio.codes_out)
     return logits, aux, (None if cache is None else tuple(new_cache))
+
+
+@jax.custom_vjp
+def lm_logits(x_BxTxM, head_MxV):
+    """f32 logits ``x @ head`` (f32 accumulation). The backward casts the f32 logit cotangent
+    to x's dtype before its two GEMMs, so with bf16 activations they run as bf16 GEMMs with f32
+    accumulation; XLA's own VJP promotes them to f32 (TF32 on the GPU: 29 of 117 ms in the
+    30B-shape train step, 2 layers x 8K tokens, vocab 152K)."""
+    return jnp.dot(x_BxTxM, head_MxV, preferred_element_type=jnp.float32)
+
+
+def _lm_logits_fwd(x, head):
+    return lm_logits(x, head), (x, head)
+
+
+def _lm_logits_bwd(res, g_BxTxV):
+    x, head = res
+    g = g_BxTxV.astype(x.dtype)
+    dx = jnp.dot(g, head.T, preferred_element_type=jnp.float32).astype(x.dtype)
+    dhead = jnp.einsum("...m,...v->mv", x, g, preferred_element_type=jnp.float32)
+    return dx, dhead.astype(head.dtype)
+
+
+lm_logits.defvjp(_lm_logits_fwd, _lm_logits_bwd)
 
 
 def _layer_groups(numerics: nx.Numerics, hints_in: dict, n_layers: int) -> list[tuple[int, int]]:

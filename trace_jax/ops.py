@@ -1,9 +1,11 @@
 """The model's heavy operations behind one interface each: the pure-JAX reference everywhere, the
 Pallas kernels from ``pallas_kernels`` on GPU where they exist.
 
-* :func:`grouped_matmul` -- tokens sorted by expert times per-expert weights (bf16, packed FP4
-  QTensors: dequantize + ``ragged_dot``, or FP4 weights in the Pallas kernel layout: the Pallas
-  FP4 grouped matmul on GPU, its pure-JAX reference elsewhere).
+* :func:`grouped_matmul` -- tokens sorted by expert times per-expert weights (bf16: ``ragged_dot``,
+  on GPU the Pallas bf16 grouped kernel whose backward is grouped kernels too -- XLA's GPU
+  gradient of ``ragged_dot`` expands to dense [E, M, K] masked products; packed FP4 QTensors:
+  dequantize + ``ragged_dot``; FP4 weights in the Pallas kernel layout: the Pallas FP4 grouped
+  matmul on GPU, its pure-JAX reference elsewhere).
 * :func:`decode_attention` -- one query token per sequence against a bf16 or FP4 KV cache.
 """
 
@@ -44,6 +46,12 @@ def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
         from pallas_kernels.fp4_matmul import fp4_grouped_matmul  # its reference off the GPU
 
         return fp4_grouped_matmul(x_MxK, w, group_sizes_E.astype(jnp.int32)).astype(dt)
+    k, n = w.shape[-2:]
+    if _on_gpu() and dt == jnp.bfloat16 and w.ndim == 3:
+        from pallas_kernels import fp4_matmul as FM
+
+        if FM.bf16_kernel_fits(k, n):  # Pallas grouped kernel, with a grouped-kernel backward
+            return FM.bf16_grouped_matmul(x_MxK, w.astype(dt), group_sizes_E)
     out = jax.lax.ragged_dot(x_MxK, w.astype(dt), group_sizes_E.astype(jnp.int32),
                              preferred_element_type=jnp.float32)
     return out.astype(dt)
