@@ -335,8 +335,10 @@ def fp4_kernel_matmul():
 def expert_backend(name: str, kernel_layout: bool) -> str:
     """How an engine's routed-expert matmuls run (a table column)."""
     fp4_w, _ = engine_precisions(name)
-    if fp4_w:
-        return "pallas fp4" if kernel_layout else "dequant+ragged_dot"
+    if fp4_w:  # dequantized QTensor weights take ops.grouped_matmul's bf16 path
+        gpu = jax.default_backend() == "gpu"
+        return "pallas fp4" if kernel_layout else ("dequant+pallas bf16" if gpu else
+                                                   "dequant+ragged_dot")
     return "pallas bf16" if kernel_layout and ENGINES[name][4] == "kernel" else "ragged_dot"
 
 
