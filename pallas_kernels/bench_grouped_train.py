@@ -20,13 +20,13 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pallas_kernels import bench_matmul as BM
 from pallas_kernels import fp4_matmul as fm
 from pallas_kernels import matmul_triton as mt
 
@@ -49,21 +49,8 @@ WGRAD_SWEEP = [mt.Config(bm=64, bn=128, bk=128, num_warps=8, num_stages=3),
                mt.Config(bm=64, bn=256, bk=128, num_warps=8, num_stages=3)]
 
 
-def timeit(f, *args, n=10) -> float:
-    jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts))
-
-
-def rel(a, b) -> float:
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    if not np.all(np.isfinite(a)):
-        return float("nan")
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+def timeit(f, *args) -> float:
+    return BM.timeit(f, *args, n=10)
 
 
 def inputs(e, k_top, tokens, K, N, seed=0):
@@ -104,7 +91,7 @@ def errors(e, k_top, tokens, K, N):
     got = fwd_bwd(kernel_impl)(x, w, dy, gs)
     f32 = lambda a: a.astype(jnp.float32)  # noqa: E731
     want = fwd_bwd(ref_impl)(f32(x), f32(w), f32(dy), gs)
-    return {f"err_{n}": rel(a, b) for n, a, b in zip(("out", "dx", "dw"), got, want)}
+    return {f"err_{n}": BM.rel_err(a, b) for n, a, b in zip(("out", "dx", "dw"), got, want)}
 
 
 def bench_shape(name, e, k_top, tokens, K, N, sweep: bool) -> dict:

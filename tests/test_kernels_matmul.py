@@ -16,6 +16,7 @@ import pytest
 from pallas_kernels import fp4_matmul as fm
 from pallas_kernels import matmul_layout as L
 from pallas_kernels import matmul_triton as mt
+from tests._jaxpr import eqns as walk_eqns
 from trace_jax import e2m1, quant
 
 CFG = mt.Config(bm=16, bn=32, bk=256, split_k=1)
@@ -237,18 +238,8 @@ def test_grouped_persistent_multi_tile(layout, gs):
 
 def _loops_outside_kernels(jaxpr) -> list[str]:
     """Loop primitives (scan / while) in a jaxpr and its sub-jaxprs, not inside pallas_call."""
-    found = []
-    for e in jaxpr.eqns:
-        if e.primitive.name == "pallas_call":
-            continue
-        if e.primitive.name in ("scan", "while"):
-            found.append(e.primitive.name)
-        for p in e.params.values():
-            for sub in p if isinstance(p, (list, tuple)) else [p]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    found += _loops_outside_kernels(inner)
-    return found
+    return [e.primitive.name for e in walk_eqns(jaxpr, skip=("pallas_call",))
+            if e.primitive.name in ("scan", "while")]
 
 
 def test_grouped_wrappers_have_no_loops():

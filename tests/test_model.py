@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests._jaxpr import eqns as walk_eqns
 from trace_jax import attention
 from trace_jax import model as M
 from trace_jax import numerics as nx
@@ -283,16 +284,8 @@ def test_lm_logits_backward_runs_in_the_activation_dtype():
 
 def _dot_operand_dtypes(jaxpr) -> list[tuple[str, ...]]:
     """Operand dtypes of every dot_general in a jaxpr and its sub-jaxprs."""
-    out = []
-    for e in jaxpr.eqns:
-        if e.primitive.name == "dot_general":
-            out.append(tuple(str(v.aval.dtype) for v in e.invars))
-        for p in e.params.values():
-            for sub in p if isinstance(p, (list, tuple)) else [p]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    out += _dot_operand_dtypes(inner)
-    return out
+    return [tuple(str(v.aval.dtype) for v in e.invars) for e in walk_eqns(jaxpr)
+            if e.primitive.name == "dot_general"]
 
 
 def test_model_gradient_through_the_pallas_grouped_path(monkeypatch):
