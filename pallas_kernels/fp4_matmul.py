@@ -243,8 +243,10 @@ def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=Non
     Differentiable in x and w: on the kernel path a custom VJP runs the backward as two more
     grouped kernels, ``dx = dy @ w[e]^T`` (the forward kernel reading w transposed in place) and
     ``dw[e] = x_e^T @ dy_e`` (``matmul_triton.grouped_bf16_wgrad``), instead of the dense masked
-    expansion XLA's GPU backend gives ``ragged_dot``'s gradient ([E, M, K] intermediates)."""
-    if not _use_kernel(backend):
+    expansion XLA's GPU backend gives ``ragged_dot``'s gradient ([E, M, K] intermediates).
+    Weights the kernels do not tile (``bf16_kernel_fits``) take ``ragged_dot``. Reverse mode
+    only: a custom VJP has no forward-mode (jvp) rule."""
+    if not _use_kernel(backend) or not bf16_kernel_fits(*w.shape[-2:]):
         return jax.lax.ragged_dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
                                   group_sizes.astype(jnp.int32),
                                   preferred_element_type=jnp.float32).astype(jnp.bfloat16)

@@ -582,9 +582,10 @@ def code_distance_histogram(a: QTensor | jax.Array, b: QTensor | jax.Array) -> j
 
 
 def distance_counts(d: jax.Array, weight: jax.Array | None = None) -> jax.Array:
-    """int32[15]: ``count[i] = sum(weight where d == i)`` (weight 1 if None) for code distances
-    ``d`` in 0..14, as 15 masked sums that XLA fuses into one pass. (A scatter-add into 15 bins
-    serializes on the GPU's atomics: 29 ms for 50M codes in the 30B-shape train step.)"""
+    """int32[15]: ``count[i] = sum(weight where d == i)`` for code distances ``d`` in 0..14
+    (integer or bool weights, 1 if None), as 15 masked sums that XLA fuses into one pass. (A
+    scatter-add into 15 bins serializes on the GPU's atomics: 29 ms for 50M codes in the
+    30B-shape train step.)"""
     w = jnp.ones(d.shape, jnp.int32) if weight is None else weight.astype(jnp.int32)
     return jnp.stack([jnp.sum(jnp.where(d == i, w, 0), dtype=jnp.int32)
                       for i in range(MAX_CODE_DISTANCE + 1)])
