@@ -214,11 +214,14 @@ def test_kernel_layout_weights_through_the_model(params, tokens):
     np.testing.assert_allclose(np.asarray(ep[0]), np.asarray(out[0]), rtol=1e-4, atol=1e-4)
 
 
-def test_expert_stages_on_the_pallas_path_under_expert_parallelism(monkeypatch):
+@pytest.mark.parametrize("shape", [(1, 2, 4, 1), (2, 4, 1, 1)])
+def test_expert_stages_on_the_pallas_path_under_a_mesh(monkeypatch, shape):
     """What the GPU runs: the expert stages through the Pallas bf16 grouped kernels (interpret
-    mode here) inside the expert-parallel shard_map, forward and gradient, equal the one-device
-    reference path (ragged_dot) to bf16 precision. (With shard_map's vma check on, tracing the
-    pallas_call failed: only visible with the kernels in the program.)"""
+    mode here) inside the expert-parallel shard_map (``expert`` axis 4) or the token-parallel
+    one (data x FSDP, no expert axis: GSPMD would replicate a Pallas call), forward and
+    gradient, equal the one-device reference path (ragged_dot) to bf16 precision. (With
+    shard_map's vma check on, tracing the pallas_call failed: only visible with the kernels in
+    the program.)"""
     from pallas_kernels import fp4_matmul as FM
     from trace_jax import ops
 
@@ -243,8 +246,10 @@ def test_expert_stages_on_the_pallas_path_under_expert_parallelism(monkeypatch):
     monkeypatch.setattr(ops, "_on_gpu", lambda: True)
     monkeypatch.setattr(FM, "bf16_grouped_matmul",
                         lambda *a, **kw: calls.append(1) or orig(*a, **{**kw, "backend": "triton"}))
-    with jax.set_mesh(mesh_of((1, 2, 4, 1))):
-        l, g = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(x, w)
+    with jax.set_mesh(mesh_of(shape)):
+        f = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+        assert "shard_map" in str(jax.make_jaxpr(f)(x, w))
+        l, g = f(x, w)
     assert calls  # the kernel path was traced
     assert abs(float(l - ref_l)) <= 1e-2 * abs(float(ref_l))
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref_g)):

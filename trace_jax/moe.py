@@ -5,6 +5,11 @@ Each token's k chosen experts are kept in ascending expert-id order ("slots"), s
 the same expert in rollout and trainer whenever both chose the same set -- the per-slot
 ``moe/expert_hidden`` hints stay aligned even if the routing probabilities' order flips.
 
+Token parallelism. Under a mesh context without an ``expert`` axis (and without ``tensor``) whose
+batch axes split the tokens, each stage runs in a ``shard_map`` over those axes: every device
+its own tokens, the weights gathered (GSPMD cannot partition a Pallas call and would replicate
+it).
+
 Expert parallelism. Traced under a mesh context (``jax.set_mesh``) whose ``expert`` axis has
 size ep > 1, the two expert GEMM stages run in a ``shard_map``: each device holds E/ep experts
 and its own tokens (the batch is split over the expert axis too); per stage it all-gathers the
@@ -145,12 +150,36 @@ def expert_parallel_size() -> int:
     return 1 if mesh is None else int(dict(mesh.shape).get(EXPERT_AXIS, 1))
 
 
+def _token_parallel(stage, tokens_NxX, experts_NxK, *weights):
+    """No expert parallelism: under a mesh context whose token batch is split (data / FSDP), each
+    device runs the stage on its own tokens with the whole weights (gathered for FSDP), in a
+    ``shard_map``. Left to GSPMD, a Pallas call (the GPU path) cannot be partitioned and would
+    be replicated: every device computing every token. Plain local computation without a mesh,
+    when the tokens do not split evenly, or when a ``tensor`` axis splits the expert width
+    (GSPMD partitions that)."""
+    mesh = SH.context_mesh()
+    if mesh is None or int(dict(mesh.shape).get("tensor", 1)) > 1:
+        return stage(tokens_NxX, experts_NxK, *weights, 0)
+    bax = SH.token_batch_axes(mesh)
+    shards = 1
+    for a in bax:
+        shards *= mesh.shape[a]
+    if shards == 1 or tokens_NxX.shape[0] % shards:
+        return stage(tokens_NxX, experts_NxK, *weights, 0)
+    tok = P(bax)
+    w_specs = tuple(jax.tree.map(lambda _: P(), w) for w in weights)
+    return jax.shard_map(lambda x, e, *ws: stage(x, e, *ws, 0), mesh=mesh,
+                         in_specs=(tok, tok, *w_specs), out_specs=tok,
+                         check_vma=False)(tokens_NxX, experts_NxK, *weights)
+
+
 def experts_apply(stage, tokens_NxX, experts_NxK, *weights):
-    """Run an expert stage (``_gate_up_local`` / ``_down_local``) on one device, or expert
-    parallel over the context mesh's ``expert`` axis (see the module docstring)."""
+    """Run an expert stage (``_gate_up_local`` / ``_down_local``) on one device, token parallel
+    over the context mesh's batch axes (:func:`_token_parallel`), or expert parallel over its
+    ``expert`` axis (see the module docstring)."""
     ep = expert_parallel_size()
     if ep == 1:
-        return stage(tokens_NxX, experts_NxK, *weights, 0)
+        return _token_parallel(stage, tokens_NxX, experts_NxK, *weights)
     mesh = SH.context_mesh()
     E = _n_experts(weights[0])
     if E % ep:

@@ -27,7 +27,8 @@ or ``jit`` in/out shardings) is enough for data/FSDP/tensor parallelism. Inside 
 residual stream is constrained to the batch sharding, and the routed experts run **expert
 parallel** (``trace_jax.moe``: ``shard_map`` with a token all-gather / reduce-scatter over the
 ``expert`` axis) whenever the function is traced under a mesh context with an ``expert`` axis
-of size > 1: callers trace under ``with jax.set_mesh(mesh)`` (``run.run`` and
+of size > 1, and token parallel (a ``shard_map`` over the batch axes, weights gathered) when
+only the batch is split: callers trace under ``with jax.set_mesh(mesh)`` (``run.run`` and
 ``rollout.generate(mesh=...)`` do). Without a mesh context the model code is purely local.
 
 Config (``config.mesh``)::
