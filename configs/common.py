@@ -51,8 +51,9 @@ def base_config():
         max_new_tokens=8,
         temperature=1.0, top_k=0, top_p=1.0,
         record_codes=True,  # also record exact codes at every site (code-agreement metrics)
-        # FP4 experts packed (once per sync) for the Pallas FP4 grouped matmul (GPU; its pure-JAX
-        # reference elsewhere) instead of dequantize + ragged_dot
+        # rollout params per layer (no per-step copy of a layer's weights before a Pallas call)
+        # and FP4 experts packed (once per sync) for the Pallas FP4 grouped matmul (GPU; its
+        # pure-JAX reference elsewhere) instead of dequantize + grouped matmul: use on GPUs
         kernel_layout=False,
     ))
 

@@ -101,10 +101,13 @@ class Placement:
 
 
 def rollout_kernel_layout(config, exp: X.Experiment) -> bool:
-    """Whether rollout params use the Pallas kernel layout (FP4 rollouts with
-    ``rollout.kernel_layout``): the one flag both ``sync_weights`` and the rollout shardings
-    follow, so their trees match."""
-    return bool(config.rollout.kernel_layout) and exp.rollout_numerics.is_fp4
+    """Whether rollout params use the Pallas kernel layout (``rollout.kernel_layout``): per-layer
+    params for every rollout (so no layer's expert weights are copied out of a stacked array
+    before a Pallas call; the BF16 rollout's grouped matmuls are Pallas kernels on the GPU too)
+    and, for FP4 rollouts, experts packed for the FP4 grouped matmul. The one flag both
+    ``sync_weights`` and the rollout shardings follow, so their trees match."""
+    del exp  # the same for every numerics (kept: callers pass the experiment)
+    return bool(config.rollout.kernel_layout)
 
 
 def make_placement(config, exp: X.Experiment) -> Placement | None:
