@@ -25,6 +25,8 @@ token exchange in two collectives that XLA schedules itself.)
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
@@ -154,9 +156,11 @@ def _token_parallel(stage, tokens_NxX, experts_NxK, *weights):
     """No expert parallelism: under a mesh context whose token batch is split (data / FSDP), each
     device runs the stage on its own tokens with the whole weights (gathered for FSDP), in a
     ``shard_map``. Left to GSPMD, a Pallas call (the GPU path) cannot be partitioned and would
-    be replicated: every device computing every token. Plain local computation without a mesh,
-    when the tokens do not split evenly, or when a ``tensor`` axis splits the expert width
-    (GSPMD partitions that)."""
+    be replicated: every device computing every token. Plain local computation (left to GSPMD,
+    so replicated on the GPU path) without a mesh, when the tokens do not split evenly (with a
+    warning), or when a ``tensor`` axis splits the expert width. Cost: under FSDP each weight
+    gradient leaves as a full all-reduce, not a reduce-scatter (weights gathered via in_specs
+    ``P()``; an in-body all-gather of the FSDP shards would make it one)."""
     mesh = SH.context_mesh()
     if mesh is None or int(dict(mesh.shape).get("tensor", 1)) > 1:
         return stage(tokens_NxX, experts_NxK, *weights, 0)
@@ -164,7 +168,12 @@ def _token_parallel(stage, tokens_NxX, experts_NxK, *weights):
     shards = 1
     for a in bax:
         shards *= mesh.shape[a]
-    if shards == 1 or tokens_NxX.shape[0] % shards:
+    if shards == 1:
+        return stage(tokens_NxX, experts_NxK, *weights, 0)
+    if tokens_NxX.shape[0] % shards:
+        warnings.warn(f"MoE expert stage: {tokens_NxX.shape[0]} tokens do not split over the "
+                      f"{shards} devices of mesh axes {bax}; the stage runs replicated (use a "
+                      f"(micro-)batch of sequences that is a multiple of {shards})", stacklevel=2)
         return stage(tokens_NxX, experts_NxK, *weights, 0)
     tok = P(bax)
     w_specs = tuple(jax.tree.map(lambda _: P(), w) for w in weights)
