@@ -320,3 +320,41 @@ def test_model_gradient_through_the_pallas_grouped_path(monkeypatch):
         a, b = k_g["layers"]["moe"][name], ref_g["layers"]["moe"][name]
         rel = float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
         assert float(jnp.linalg.norm(b)) > 0 and rel < 2e-2, (name, rel)
+
+
+def test_moe_stage_gradients_are_gathers_not_scatters():
+    """The expert stages' row gathers have gather backwards (XLA's own gradient of ``x[idx]``
+    is a scatter-add: GPU atomics, even for a permutation) and give autodiff's gradients."""
+    from trace_jax import moe, ops
+
+    rng = np.random.default_rng(0)
+    N, k, E, Md, F = 24, 3, 6, 16, 8
+    x = jnp.asarray(rng.standard_normal((N, Md)), jnp.float32)
+    e = jnp.asarray(np.sort(np.stack([rng.choice(E, k, replace=False) for _ in range(N)]), -1),
+                    jnp.int32)
+    w = [jnp.asarray(0.3 * rng.standard_normal(s), jnp.float32)
+         for s in ((E, Md, F), (E, Md, F), (E, F, Md))]
+
+    def plain(x, wg, wu, wd):  # the same stages with XLA's gather gradients
+        local, order, inverse, sizes = moe._local_slots(e, 0, E)
+        xs = x[order // k]
+        g = ops.grouped_matmul(xs, wg, sizes)
+        h = (jax.nn.silu(g) * ops.grouped_matmul(xs, wu, sizes))[inverse]
+        h = jnp.where(local[:, None], h, 0)
+        d = ops.grouped_matmul(h[order], wd, sizes)[inverse]
+        return jnp.sum(jnp.where(local[:, None], d, 0) ** 2)
+
+    def stages(x, wg, wu, wd):
+        h = moe._gate_up_local(x, e, wg, wu, 0)
+        return jnp.sum(moe._down_local(h, e, wd, 0) ** 2)
+
+    grad = jax.grad(stages, argnums=(0, 1, 2, 3))
+    for a, b in zip(grad(x, *w), jax.grad(plain, argnums=(0, 1, 2, 3))(x, *w)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    def float_scatters(fn):  # (the group sizes' bincount is an int32 scatter-add: forward)
+        return [q for q in walk_eqns(jax.make_jaxpr(fn)(x, *w).jaxpr)
+                if "scatter" in q.primitive.name
+                and jnp.issubdtype(q.outvars[0].aval.dtype, jnp.floating)]
+
+    assert float_scatters(grad) == []
+    assert float_scatters(jax.grad(plain, argnums=(0, 1, 2, 3)))  # what the custom VJPs replace
