@@ -1,18 +1,15 @@
 #!/usr/bin/env bash
-# Prepared in session 7 for the next session's first GPU call on one H200 (not yet run):
-#   1. the full-depth check of issue 8's 4-layer ratios: all 48 layers of the 30B shape at 32K
-#      and 128K, BF16 and FP4 engines (prediction from the 4-layer steps: ~2.9x at 32K, ~2.6x at
-#      128K; per-layer costs dominate, the lm_head is ~3% of the 4-layer FP4 step)
-#   2. the Nsight Compute profile of the FP4 grouped matmul (gpu_session5f.sh, never run in its
-#      fixed form): stall reasons for issue 6's 36-40%
+# Prepared in session 7 for the next session's first GPU call on one H200 (not yet run): the RL
+# train step again after the MoE dispatch's gather backwards (session 7's call D profiles showed
+# 4 scatter-add fusions per layer: ~2 ms of small.py's 15.5 ms trace step, 4.1 ms listed at the
+# 30B shape; predicted: small.py ~13 ms trace, 30B ~84 ms trace, ratios about unchanged).
 # Usage (repo root): bash experiments/gpu_session8a.sh
 source "$(dirname "$0")/gpu_prelude.sh" r8a
-timeout 330 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py \
-  --kernel_layout --prefill_len 0 --loop 8 --steps 16 --breakdown never --copy_gb 1 \
-  --contexts 32768,131072 --engines bf16,fp4 --time_budget_s 280 --out "$R/full" \
-  > "$R/full.txt" 2>&1
-OUT=$R bash "$(dirname "$0")/gpu_session5f.sh" > "$R/ncu_call.txt" 2>&1
-tar czf "$OUT/session8a.tgz" -C /tmp r8a r5f
-grep -E "ctx|copy bandwidth" "$R/full.txt" | cut -c1-160
-tail -40 "$R/ncu_call.txt"
+timeout 280 python3 experiments/bench_train_step.py --config configs/small.py --profile_steps 3 \
+  --out "$R/small" > "$R/small.txt" 2>&1
+timeout 200 python3 experiments/bench_train_step.py --config configs/qwen3_30b_a3b.py --layers 2 \
+  --batch 8 --seq_len 1024 --steps 10 --profile_steps 3 --out "$R/30b" > "$R/30b.txt" 2>&1
+tar czf "$OUT/session8a.tgz" -C /tmp r8a
+for s in small 30b; do tail -7 "$R/$s/train_step.md"; done
+grep -h scatter "$R"/*/train_step_profile_trace.md | cut -c1-120
 exit 0
