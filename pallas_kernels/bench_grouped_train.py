@@ -142,7 +142,8 @@ def render_md(res) -> str:
              "synced jitted calls; fwd+bwd = out, dx, dw. Errors: the Pallas path vs an f32 "
              "ragged_dot reference (at <= 1024 tokens).", "",
              "| shape | E | rows | K x N | pallas fwd ms | ragged_dot fwd ms | pallas fwd+bwd ms "
-             "| ragged_dot fwd+bwd ms | speedup fwd+bwd | pallas fwd+bwd TFLOP/s | err out / dx / dw |",
+             "| ragged_dot fwd+bwd ms | speedup fwd+bwd | pallas fwd+bwd TFLOP/s "
+             "| err out / dx / dw |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         rd = r.get("ragged_dot_fwd_bwd_ms")
@@ -154,7 +155,8 @@ def render_md(res) -> str:
             f"{f(r.get('pallas_fwd_ms'))} | {f(r.get('ragged_dot_fwd_ms'))} | {f(pk)} | {f(rd)} | "
             f"{sp} | {f(r.get('pallas_fwd_bwd_tflops'), 0)} | {r['err_out']:.1e} / "
             f"{r['err_dx']:.1e} / {r['err_dw']:.1e} |")
-    errs = [f"{r['shape']}: {r['ragged_dot_error']}" for r in res["rows"] if "ragged_dot_error" in r]
+    errs = [f"{r['shape']}: {r['ragged_dot_error']}" for r in res["rows"]
+            if "ragged_dot_error" in r]
     if errs:
         lines += ["", "ragged_dot failures: " + "; ".join(errs)]
     return "\n".join(lines) + "\n"
@@ -162,7 +164,8 @@ def render_md(res) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "experiments/results"))
+    ap.add_argument("--out",
+                    default=str(Path(__file__).resolve().parents[1] / "experiments/results"))
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     ap.add_argument("--sweep", action="store_true", help="also time each kernel per tile config")
     ap.add_argument("--smoke", action="store_true", help="one tiny shape (CPU: interpret mode)")

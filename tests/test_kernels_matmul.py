@@ -193,8 +193,9 @@ def test_grouped_bf16_backward():
         return jnp.sum(fn(x, w).astype(jnp.float32) * dy.astype(jnp.float32))
 
     kern = lambda x, w: fm.bf16_grouped_matmul(x, w, gs, backend="triton")  # noqa: E731
-    ref = lambda x, w: jax.lax.ragged_dot(x.astype(jnp.float32), w.astype(jnp.float32), gs,  # noqa: E731
-                                          precision="highest")
+    def ref(x, w):
+        return jax.lax.ragged_dot(x.astype(jnp.float32), w.astype(jnp.float32), gs,
+                                  precision="highest")
     dx, dw = jax.grad(functools.partial(loss, kern), argnums=(0, 1))(x, w)
     rx, rw = jax.grad(functools.partial(loss, ref), argnums=(0, 1))(x, w)
     assert dx.dtype == x.dtype and dw.dtype == w.dtype

@@ -46,12 +46,11 @@ def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
         from pallas_kernels.fp4_matmul import fp4_grouped_matmul  # its reference off the GPU
 
         return fp4_grouped_matmul(x_MxK, w, group_sizes_E.astype(jnp.int32)).astype(dt)
-    k, n = w.shape[-2:]
     if _on_gpu() and dt == jnp.bfloat16 and w.ndim == 3:
         from pallas_kernels import fp4_matmul as FM
 
-        if FM.bf16_kernel_fits(k, n):  # Pallas grouped kernel, with a grouped-kernel backward
-            return FM.bf16_grouped_matmul(x_MxK, w.astype(dt), group_sizes_E)
+        # Pallas grouped kernel with a grouped-kernel backward (ragged_dot where it cannot tile)
+        return FM.bf16_grouped_matmul(x_MxK, w.astype(dt), group_sizes_E)
     out = jax.lax.ragged_dot(x_MxK, w.astype(dt), group_sizes_E.astype(jnp.int32),
                              preferred_element_type=jnp.float32)
     return out.astype(dt)

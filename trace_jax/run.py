@@ -100,13 +100,12 @@ class Placement:
         return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
 
 
-def rollout_kernel_layout(config, exp: X.Experiment) -> bool:
+def rollout_kernel_layout(config) -> bool:
     """Whether rollout params use the Pallas kernel layout (``rollout.kernel_layout``): per-layer
     params for every rollout (so no layer's expert weights are copied out of a stacked array
     before a Pallas call; the BF16 rollout's grouped matmuls are Pallas kernels on the GPU too)
     and, for FP4 rollouts, experts packed for the FP4 grouped matmul. The one flag both
     ``sync_weights`` and the rollout shardings follow, so their trees match."""
-    del exp  # the same for every numerics (kept: callers pass the experiment)
     return bool(config.rollout.kernel_layout)
 
 
@@ -128,7 +127,7 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
     n = config.rollout.batch_prompts * exp.group_size
     SH.check_batch_divisible(n, mesh, tr)
     SH.check_batch_divisible(config.sft.batch_size, mesh, tr)
-    kl = rollout_kernel_layout(config, exp)
+    kl = rollout_kernel_layout(config)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
                      SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,
                                                 kernel_layout=kl))
@@ -375,7 +374,7 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     source = stale[0] if tc.max_version_diff else ts.params  # async: oldest allowed version
     rparams = jax.block_until_ready(R.sync_weights(
         source, roll_num, shardings=None if placement is None else placement.rollout_params,
-        kernel_layout=rollout_kernel_layout(config, exp)))
+        kernel_layout=rollout_kernel_layout(config)))
     t1 = time.perf_counter()
 
     examples = exp.train_data.batch(step)
