@@ -63,6 +63,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+# JAX's allocator takes 75% of the GPU by default (~112 GB of an H200): too little for the
+# 130 GB budget at full depth (session 8's 48-layer run ran out of memory). Before jax loads.
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
