@@ -469,13 +469,14 @@ def _sm_count() -> int:
 
 def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") -> Config:
     """Heuristic tile choice (see NOTES_matmul.md for the measurements behind it). Grouped:
-    persistent programs, 2 per SM, 3 weight buffers (session 5: 1.0-1.13x the one-program-per-tile
-    kernel for NVFP4 at 32-512 tokens x top-8 of 128 experts)."""
+    persistent programs, 3 per SM, 5 pipeline stages (2 weight buffers): session 8's device-time
+    sweep (``pallas_kernels/sweep_grouped.py``) measured it 1.02-1.09x the previous 2 per SM / 7
+    stages at all six 30B decode shapes (216-3528 rows x top-8 of 128 experts)."""
     bm = 16 if m <= 16 else 32  # M=64: two BM=32 mma.sync tiles beat one wgmma tile (GPU run 4)
     if grouped:
         bm = 16 if m <= 2048 else 32  # mean group size m/E for 128 experts
         bn = next(b for b in (128, 64, 32) if n % b == 0)
-        return Config(bm=bm, bn=bn, bk=256, num_warps=4, num_stages=7, programs=2 * _sm_count())
+        return Config(bm=bm, bn=bn, bk=256, num_warps=4, num_stages=5, programs=3 * _sm_count())
     bn = next(b for b in (128, 64, 32) if n % b == 0)
     bk = 256
     split = 1
