@@ -210,6 +210,8 @@ def main(argv=None):
            "batch": args.batch, "seq_len": args.seq_len, "steps": args.steps,
            "warmup": args.warmup, "rows": []}
     key = jax.random.PRNGKey(0)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     for w in wanted:
         name, variant, codes = known[w]
         try:
@@ -218,11 +220,10 @@ def main(argv=None):
             row = {"row": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
         res["rows"].append(row)
         print(name, {k: v for k, v in row.items() if k != "profile"}, flush=True)
+        # rewritten after every row: a run cut short by a time limit keeps the rows it finished
+        (out / "train_step.json").write_text(json.dumps(res, indent=1))
+        (out / "train_step.md").write_text(render_md(res))
     md = render_md(res)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "train_step.json").write_text(json.dumps(res, indent=1))
-    (out / "train_step.md").write_text(md)
     print(md)
     return res
 
