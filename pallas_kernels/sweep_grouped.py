@@ -149,7 +149,8 @@ def main(argv=None) -> int:
     print(f"phase 2: default + {[name(c) for c in best]} at {len(SHAPES)} shapes", flush=True)
     for shape in SHAPES:
         d = mt.default_config(*shape, grouped=True)
-        for cfg in [d] + [dataclasses.replace(b, bm=d.bm) for b in best if b != d]:
+        cands = [d] + [dataclasses.replace(b, bm=d.bm) for b in best]
+        for cfg in [c for i, c in enumerate(cands) if c not in cands[:i]]:  # no repeats
             if time.time() - t0 > a.max_seconds:
                 print("  (time budget spent)", flush=True)
                 break
