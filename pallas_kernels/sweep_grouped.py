@@ -46,7 +46,8 @@ from trace_jax import quant  # noqa: E402
 
 E, TOPK = 128, 8
 SHAPES = [(m, k, n) for m in (888, 216, 3528) for k, n in ((2048, 768), (768, 2048))]
-GRID = dict(bn=(64, 128), programs=(264, 396, 528), num_stages=(3, 5, 7), num_warps=(4, 8))
+# knob values; ``programs`` in persistent programs per SM (2, 3, 4 x 132 on the H200)
+GRID = dict(bn=(64, 128), programs=(2, 3, 4), num_stages=(3, 5, 7), num_warps=(4, 8))
 
 
 def kernel_seconds(f, *args, n: int = 5) -> float:
@@ -87,7 +88,9 @@ def configs(base: mt.Config, quick: bool):
     grid = {k: v[:2] for k, v in GRID.items()} if quick else GRID
     keys = list(grid)
     for vals in itertools.product(*(grid[k] for k in keys)):
-        yield dataclasses.replace(base, **dict(zip(keys, vals)))
+        knobs = dict(zip(keys, vals))
+        knobs["programs"] *= mt._sm_count()
+        yield dataclasses.replace(base, **knobs)
 
 
 def name(cfg: mt.Config) -> str:
