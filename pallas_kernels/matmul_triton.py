@@ -470,7 +470,7 @@ def _sm_count() -> int:
 def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") -> Config:
     """Heuristic tile choice (see NOTES_matmul.md for the measurements behind it). Grouped:
     persistent programs, 3 per SM, 5 pipeline stages (2 weight buffers): session 8's device-time
-    sweep (``pallas_kernels/sweep_grouped.py``) measured it 1.02-1.09x the previous 2 per SM / 7
+    sweep (``pallas_kernels/sweep_grouped.py``) measured it 1.02-1.08x the previous 2 per SM / 7
     stages at all six 30B decode shapes (216-3528 rows x top-8 of 128 experts)."""
     bm = 16 if m <= 16 else 32  # M=64: two BM=32 mma.sync tiles beat one wgmma tile (GPU run 4)
     if grouped:
