@@ -24,14 +24,17 @@ if _REPO not in sys.path:
 from experiments import profile_summary as PS  # noqa: E402
 
 
-def device_seconds(f, *args, n: int = 5) -> float:
+def device_seconds(f, *args, n: int = 5, kernel: str | None = None) -> float:
     """Device-busy seconds per call of ``f(*args)`` (its kernels, summed), over ``n`` profiled
-    calls after one untraced warm-up call."""
+    calls after one untraced warm-up call; with ``kernel``, only the kernels whose name
+    contains it (e.g. a Pallas kernel without its wrapper's small XLA kernels)."""
     with tempfile.TemporaryDirectory(prefix="devtime_") as d:
         s = PS.profile_calls(lambda: f(*args), n, d)
-    if s["busy_ns_per_call"] <= 0:
-        raise RuntimeError("the profile holds no device time for this call")
-    return s["busy_ns_per_call"] * 1e-9
+    ns = (s["busy_ns_per_call"] if kernel is None else
+          sum(r["ns_per_call"] for r in s["rows"] if kernel in r["kernel"]))
+    if ns <= 0:
+        raise RuntimeError(f"the profile holds no device time for {kernel or 'this call'}")
+    return ns * 1e-9
 
 
 def copy_bandwidth_device(n_floats: int = 1 << 30, n: int = 5) -> float:

@@ -26,7 +26,6 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 import time
 
 import jax
@@ -37,7 +36,6 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from experiments import profile_summary as PS  # noqa: E402
 from pallas_kernels import devtime  # noqa: E402
 from pallas_kernels import fp4_matmul as fm  # noqa: E402
 from pallas_kernels import matmul_triton as mt  # noqa: E402
@@ -48,17 +46,6 @@ E, TOPK = 128, 8
 SHAPES = [(m, k, n) for m in (888, 216, 3528) for k, n in ((2048, 768), (768, 2048))]
 # knob values; ``programs`` in persistent programs per SM (2, 3, 4 x 132 on the H200)
 GRID = dict(bn=(64, 128), programs=(2, 3, 4), num_stages=(3, 5, 7), num_warps=(4, 8))
-
-
-def kernel_seconds(f, *args, n: int = 5) -> float:
-    """Device seconds per call of the ``fp4_matmul`` kernel(s) of ``f(*args)`` (the wrapper's
-    item tables, small XLA kernels, are left out)."""
-    with tempfile.TemporaryDirectory(prefix="sweep_grouped_") as d:
-        s = PS.profile_calls(lambda: f(*args), n, d)
-    ns = sum(r["ns_per_call"] for r in s["rows"] if "fp4_matmul" in r["kernel"])
-    if ns <= 0:
-        raise RuntimeError("no fp4_matmul kernel in the profile")
-    return ns * 1e-9
 
 
 class Case:
@@ -81,7 +68,8 @@ class Case:
         f = jax.jit(lambda x, w, gs: mt.grouped(x, w, gs, cfg))
         out = np.asarray(f(self.x, self.w, self.gs), np.float32)
         err = float(np.linalg.norm(out - self.ref) / np.linalg.norm(self.ref))
-        return kernel_seconds(f, self.x, self.w, self.gs), err
+        # the kernel alone: the wrapper's item tables are small XLA kernels
+        return devtime.device_seconds(f, self.x, self.w, self.gs, kernel="fp4_matmul"), err
 
 
 def configs(base: mt.Config, quick: bool):

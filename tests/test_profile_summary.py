@@ -71,3 +71,15 @@ def test_devtime_measures_device_time_and_copy_bandwidth():
     t = devtime.device_seconds(f, jnp.ones((1 << 16,), jnp.float32), n=2)
     assert 0 < t < 1.0
     assert devtime.copy_bandwidth_device(1 << 16, n=2) > 0
+
+
+def test_devtime_kernel_filter_keeps_only_matching_kernels():
+    from pallas_kernels import devtime
+
+    f = jax.jit(lambda a: jnp.sin(a) * 2)
+    x = jnp.ones((1 << 16,), jnp.float32)
+    whole = devtime.device_seconds(f, x, n=2)
+    with pytest.raises(RuntimeError, match="no_such_kernel"):
+        devtime.device_seconds(f, x, n=2, kernel="no_such_kernel")
+    part = devtime.device_seconds(f, x, n=2, kernel="")  # "" matches every kernel
+    assert 0 < part <= whole * 1.5
