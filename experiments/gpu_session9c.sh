@@ -12,6 +12,6 @@ for kl in False True; do
     --config.sft.steps=20 --config.train.steps=20 --config.rollout.kernel_layout=$kl 2>&1 \
     | tr '\r' '\n' | grep -E "^step|Error|error|Traceback" > "$R/kl_$kl.txt"
 done
-tar czf "$OUT/session9c.tgz" -C /tmp r9c
+tar czf "$OUT/session9c.tgz" -C /tmp --exclude="kl_*/*" r9c  # logs only: the workdirs hold checkpoints
 for kl in False True; do echo "== kernel_layout=$kl"; tail -4 "$R/kl_$kl.txt"; done
 exit 0

@@ -30,8 +30,14 @@ def device_seconds(f, *args, n: int = 5, kernel: str | None = None) -> float:
     contains it (e.g. a Pallas kernel without its wrapper's small XLA kernels)."""
     with tempfile.TemporaryDirectory(prefix="devtime_") as d:
         s = PS.profile_calls(lambda: f(*args), n, d)
-    ns = (s["busy_ns_per_call"] if kernel is None else
-          sum(r["ns_per_call"] for r in s["rows"] if kernel in r["kernel"]))
+    return selected_seconds(s, kernel)
+
+
+def selected_seconds(summary: dict, kernel: str | None = None) -> float:
+    """Seconds per call in a :func:`profile_summary.profile_calls` summary: all device-busy time
+    (``kernel`` None) or the kernels whose name contains ``kernel``; raises if that is zero."""
+    ns = (summary["busy_ns_per_call"] if kernel is None else
+          sum(r["ns_per_call"] for r in summary["rows"] if kernel in r["kernel"]))
     if ns <= 0:
         raise RuntimeError(f"the profile holds no device time for {kernel or 'this call'}")
     return ns * 1e-9
