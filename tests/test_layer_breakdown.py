@@ -1,0 +1,42 @@
+"""experiments/layer_breakdown.py: the per-layer split of a profiled decode step."""
+
+import importlib.util
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location(
+    "layer_breakdown", os.path.join(REPO, "experiments", "layer_breakdown.py"))
+LB = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(LB)
+
+MD = """fp4 @ 32768: device busy 1000.0 us/call of 1200.0 us wall, 30 launches/call (8 calls traced)
+
+| kernel | hlo op | us/call | launches/call | % busy |
+|---|---|---|---|---|
+| `decode_attention_nvfp4_v4` | `command_buffer_15` | 600.0 | 2.0 | 60.0 |
+| `fp4_matmul_nvfp4_kn` | `command_buffer_15` | 150.0 | 4.0 | 15.0 |
+| `bf16_grouped_matmul__1` | `command_buffer_15` | 50.0 | 2.0 | 5.0 |
+| `nvjet_sm90_tss_128x112` | `command_buffer_15` | 100.0 | 1.0 | 10.0 |
+| `sort_125_1` | `command_buffer_15` | 20.0 | 1.0 | 2.0 |
+| (3 more) | | 80.0 | 20.0 | 8.0 |
+"""
+
+
+def test_breakdown_classes_and_per_layer_split():
+    p = LB.parse(MD)
+    assert (p["busy_us"], p["wall_us"]) == (1000.0, 1200.0)
+    assert len(p["rows"]) == 6
+    b = LB.breakdown(p, layers=2)
+    assert b["attention"] == pytest.approx(300.0)
+    assert b["expert matmuls"] == pytest.approx(100.0)  # fp4 + bf16 grouped kernels
+    assert b["rest"] == pytest.approx(50.0)  # the per-layer sort and the "(3 more)" row
+    assert b["idle"] == pytest.approx(100.0)
+    assert b["once per step"] == pytest.approx(100.0)  # the lm_head GEMM, not per layer
+    assert b["layer"] == pytest.approx(550.0)
+
+
+def test_not_a_profile_is_refused():
+    with pytest.raises(ValueError, match="not a profile summary"):
+        LB.parse("| a | b |")
