@@ -717,7 +717,11 @@ def attention_kernel_version() -> str:
     default = sig["decode"].default
     if default is None:  # chosen from head_dim: v4 when head_dim % 8 == 0
         default = "v4 (head_dim % 8 == 0) else v3"
-    return f"decode_attention_triton(decode={default!r}, default tiling)"
+    from pallas_kernels import attention_triton
+
+    tiling = ("default tiling" if attention_triton.SPLIT_TARGET is None
+              else f"default tiling, split target {attention_triton.SPLIT_TARGET}")
+    return f"decode_attention_triton(decode={default!r}, {tiling})"
 
 
 def render_md(res, copy_bw):
@@ -789,7 +793,16 @@ def main(argv=None):
     ap.add_argument("--stacked", action="store_true",
                     help="with --kernel_layout: keep the layers stacked (before session 6: each "
                          "step copies every layer's expert weights out for the Pallas calls)")
+    ap.add_argument("--attn_split_target", type=int, default=0,
+                    help="the Pallas decode attention's split target (programs B*H*splits it "
+                         "aims for; 0 = the kernel's default, 8192 // num_warps)")
     args = ap.parse_args(argv)
+    if args.attn_split_target < 0:
+        raise SystemExit(f"--attn_split_target must be >= 0, got {args.attn_split_target}")
+    if args.attn_split_target:
+        from pallas_kernels import attention_triton
+
+        attention_triton.SPLIT_TARGET = args.attn_split_target
     if args.loop is None:
         args.loop = 1 if args.smoke else 8
     if args.loop < 1:

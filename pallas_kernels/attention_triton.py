@@ -446,6 +446,13 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     return num / den[..., None]
 
 
+# Programs (B * H * splits) the split count aims for when neither ``num_splits`` nor
+# ``split_target`` is given; None = 8192 // num_warps (at least 2048). A module default so that a
+# benchmark can change it for a whole model step (``bench_rollout.py --attn_split_target``); read
+# at trace time, so set it before the first call.
+SPLIT_TARGET: int | None = None
+
+
 # Session 6 profile (30B decode step, B=27 x 128K): XLA fused the split reduction into the
 # interleaving transpose and spent 148 us per layer there (plus 41 us on the other half's reduce)
 # beside a 770 us attention kernel. The barrier keeps the reductions (over P, large) apart from
@@ -555,7 +562,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             k_cache, v_cache = padrows(k_cache), padrows(v_cache)
         s += pad
     n_blocks = s // step
-    target = split_target or max(2048, 8192 // num_warps)
+    target = split_target or SPLIT_TARGET or max(2048, 8192 // num_warps)
     p = num_splits or _pick_splits(b, h, n_blocks, target_programs=target)
     if n_blocks % p:
         raise ValueError(f"num_splits={p} must divide the {n_blocks} cache blocks")

@@ -321,6 +321,29 @@ def test_split_combine_barrier_keeps_the_result(monkeypatch):
     assert _rel(outs[1], ref) < 1e-5
 
 
+def test_split_target_default_sets_the_split_count(monkeypatch):
+    """``SPLIT_TARGET`` (what ``bench_rollout.py --attn_split_target`` sets) is the split target
+    when a call names none: it changes the number of splits (the partial outputs' P axis in the
+    lowered program) and not the result."""
+    q, k, v = _inputs(12, 2, 8, 2, 128, 64)
+    kc, vc = _cache(k, "nvfp4"), _cache(v, "nvfp4")
+    lengths = jnp.array([128, 45], jnp.int32)
+    outs, hlos = [], []
+    for target in (None, 16):  # default: 8192 programs -> P = 8 (the cap: 16 blocks / 2); 16 -> 4
+        monkeypatch.setattr(AT, "SPLIT_TARGET", target)
+        jax.clear_caches()
+        f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
+            q, kc, vc, n, sm_scale=0.125, block_k=8, decode="v4", interpret=True,
+            out_dtype=jnp.float32)
+        hlos.append(jax.jit(f).lower(q, kc, vc, lengths).as_text())
+        outs.append(np.asarray(f(q, kc, vc, lengths)))
+    assert "tensor<2x2x8x32x8xf32>" in hlos[0] and "tensor<2x2x8x32x8xf32>" not in hlos[1]
+    assert "tensor<2x2x4x32x8xf32>" in hlos[1]
+    np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=1e-5)  # summation order only
+    ref = _np_attention(q, dequantize(kc), dequantize(vc), lengths, 0.125)
+    assert max(_rel(o, ref) for o in outs) < 1e-5
+
+
 def test_bench_attention_combine_runs_on_cpu(monkeypatch, tmp_path):
     """pallas_kernels.bench_attention_combine's two modes (interpret mode, tiny shape): the
     combine variants agree with each other and the sweep rows carry a device time."""
