@@ -5,12 +5,12 @@
 # (session 8 profile). Split target 4096 -> 16 splits. Prediction (session 6's kernel sweep: 819
 # vs 838 us at 32K, ~2% slower at 128K): at 32K the FP4 step ~2.5% faster (kernel -19 us and
 # combine -16 us per layer of ~1,280); at 128K (27 x 4 pairs: 128 -> 64 splits) within +-1%.
-# Usage (repo root): bash experiments/gpu_session10a.sh
+# Usage (repo root): bash experiments/gpu_session10a.sh   (env CONTEXTS, LIMIT_S per run)
 source "$(dirname "$0")/gpu_prelude.sh" r10a
 for t in 0 4096; do
-  timeout 140 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
+  timeout "${LIMIT_S:-140}" python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
     --kernel_layout --prefill_len 0 --loop 8 --steps 16 --breakdown never --engines fp4 \
-    --contexts 32768,131072 --profile_steps 4 --attn_split_target $t --out "$R/t$t" \
+    --contexts "${CONTEXTS:-32768,131072}" --profile_steps 4 --attn_split_target $t --out "$R/t$t" \
     > "$R/t$t.txt" 2>&1
 done
 tar czf "$OUT/session10a.tgz" -C /tmp r10a
