@@ -71,7 +71,7 @@ def main():
         with open(p) as f:
             b = breakdown(parse(f.read()), a.layers)
         out[p] = b
-        lines.append(f"| `{p.split('/')[-1]}` | " + " | ".join(
+        lines.append(f"| `{'/'.join(p.split('/')[-2:])}` | " + " | ".join(
             f"{b[c]:.0f}" for c in (*CLASSES, "layer", "once per step")) + " |")
     text = "\n".join(lines)
     print(text)
