@@ -170,13 +170,18 @@ def bench_dense(k, n, ms, fmts, bw):
             b = fw.nbytes + io
             for i, (name, cfg) in enumerate(dense_variants(m, k, n, fmt)):
                 try:
-                    f = (lambda x, w: fm.fp4_matmul(x, w, backend="triton")) if cfg is None else \
-                        (lambda x, w, cfg=cfg: mt.dense(x, w, cfg))
+                    if cfg is None:
+                        f = lambda x, w: fm.fp4_matmul(x, w, backend="triton")  # noqa: E731
+                    elif cfg == "qtensor":  # the prefill path before dequantize_planes
+                        f = _prefill_via_qtensor
+                    else:
+                        f = lambda x, w, cfg=cfg: mt.dense(x, w, cfg)  # noqa: E731
                     out = jax.jit(f)(x, fw)
                     err = rel_err(out, ref)
                     t = rot_time(f, fwr, x)
                     # device time for the default (first) variant and the public dispatch
-                    td = rot_device_time(f, fwr, x) if cfg is None or i == 0 else None
+                    td = rot_device_time(f, fwr, x) if cfg in (None, "qtensor") or i == 0 \
+                        else None
                 except Exception as e:  # noqa: BLE001 - report and continue
                     print(f"FAILED dense {k}x{n} M={m} {fmt} {name}: {type(e).__name__}: "
                           f"{str(e)[:600]}", flush=True)
@@ -199,10 +204,19 @@ def bench_dense(k, n, ms, fmts, bw):
                        speedup=t_bf / t, rel_err=rel_err(out, ref4))
 
 
+def _prefill_via_qtensor(x, w):
+    """The large-M path as it was before session 9: dequantize through the unpacked QTensor
+    (``fm.dequantize_bf16``), then the XLA bf16 GEMM and the f32 global-scale epilogue."""
+    xb, g = mt.x_bf16(x)
+    wb = fm.dequantize_bf16(dataclasses.replace(w, global_scale=jnp.ones_like(w.global_scale)))
+    out = jnp.dot(xb, wb, preferred_element_type=jnp.float32)
+    return (out * (g * w.global_scale.reshape(1, 1))).astype(jnp.bfloat16)
+
+
 def dense_variants(m, k, n, fmt):
     """(name, Config | None = the public fp4_matmul dispatch)."""
     if m >= fm.PREFILL_M:
-        out = [("auto(dequant+xla)", None)]
+        out = [("auto(dequant+xla)", None), ("dequant_bf16+xla", "qtensor")]
         if m <= 512 and fmt == "nvfp4":
             out.append(("kernel_bm64_bn128", mt.Config(bm=64, bn=128, bk=256)))
         return out
@@ -354,6 +368,8 @@ def main():
     ap.add_argument("--sections", default="exact,dense,grouped,small",
                     help="comma list of: exact (decode identity), dense (8192x28672), grouped, "
                          "small (dense expert shapes)")
+    ap.add_argument("--dense_m", default="1,8,32,64,512,4096",
+                    help="rows M of the dense 8192 x 28672 section")
     ap.add_argument("--device-time", action="store_true",
                     help="also the device time (profile) of each kind's baseline and default rows")
     a = ap.parse_args()
@@ -373,10 +389,9 @@ def main():
         print(f"copy bandwidth (device time) {DEV_COPY_BPS / 1e12:.3f} TB/s", flush=True)
     if "exact" in sec:
         decode_exact()
-    dec = [1, 8, 32, 64]
-    pre = [512, 4096]
     if "dense" in sec:
-        bench_dense(8192, 28672, dec + pre, ["nvfp4", "mxfp4"], bw)
+        bench_dense(8192, 28672, [int(v) for v in a.dense_m.split(",") if v],
+                    ["nvfp4", "mxfp4"], bw)
     if "grouped" in sec:
         bench_grouped(2048, 768, [32, 128, 512], 128, 8, bw)
         bench_grouped(768, 2048, [32, 512], 128, 8, bw)

@@ -213,7 +213,11 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
     m = x.codes.shape[0] if isinstance(x, QTensor) else x.shape[0]
     if cfg is None and m >= PREFILL_M:
         xb, g = matmul_triton.x_bf16(x)
-        wb = dequantize_bf16(dataclasses.replace(w, global_scale=jnp.ones_like(w.global_scale)))
+        if matmul_triton.planes_fit(w):  # one Pallas pass over the units, rows plane-major
+            wb = matmul_triton.dequantize_planes(w)
+            xb = matmul_triton.permute_x(xb, matmul_triton.PLANES_BK)
+        else:
+            wb = dequantize_bf16(dataclasses.replace(w, global_scale=jnp.ones_like(w.global_scale)))
         out = jnp.dot(xb, wb, preferred_element_type=jnp.float32)
         return (out * (g * w.global_scale.reshape(1, 1))).astype(jnp.bfloat16)
     return matmul_triton.dense(x, w, cfg)

@@ -160,6 +160,9 @@ def variants():
                 x = jnp.ones((m, 8192), jnp.bfloat16)
                 out.append((f"dense_{layout}_{fmt}_m{m}", cfg,
                             lambda x, w, cfg=cfg: mt.dense(x, w, cfg), (x, w)))
+    wd = fm.prepare_weights(quant.quantize(jnp.ones((8192, 1024)), "nvfp4", axis=-2))
+    out.append(("dequant_planes_nvfp4", mt.Config(num_warps=4, num_stages=2),
+                lambda x, w: mt.dequantize_planes(w), (jnp.ones((1, 8192)), wd)))
     qe = quant.quantize(jnp.ones((4, 2048, 768)), "mxfp4", axis=-2)
     we = fm.prepare_weights(qe, "kn")
     gs = jnp.array([3, 0, 2, 3], jnp.int32)

@@ -512,6 +512,49 @@ def dense(x, w, cfg: Config | None = None):
     return _run(x, w, items, row_gw, cfg, jnp.array([m], jnp.int32))
 
 
+PLANES_BK = 256  # K rows per dequantize_planes tile (16 planes of 16 rows)
+
+
+def planes_fit(w) -> bool:
+    """Whether :func:`dequantize_planes` tiles these weights (dense "kn", K % 256, N % 16)."""
+    k, n = w.shape[-2:]
+    return w.codes.ndim == 3 and w.layout == "kn" and k % PLANES_BK == 0 and n % 16 == 0
+
+
+def _dequant_planes_kernel(wc_ref, ws_ref, ks_ref, o_ref, *, fmt: str, bkb: int, emulate: bool):
+    planes = decode_planes(wc_ref[0], wc_ref[1], ws_ref[...], fmt, emulate)
+    ks = ks_ref[...]  # [1, 1] f32: 2**shift, exact
+    for p in range(16):
+        o_ref[pl.ds(p * bkb, bkb), :] = (planes[p].astype(jnp.float32) * ks).astype(jnp.bfloat16)
+
+
+def dequantize_planes(w) -> jax.Array:
+    """Dense "kn" FP4 weights [K, N] -> bf16 ``code * block_scale`` (the global scale is *not*
+    applied), exact, with the rows of each 256-row K tile in plane-major order: row
+    ``p * 16 + i`` of a tile holds K index ``16 i + p``, so ``permute_x(x, 256) @ out`` is
+    ``x @ W`` (up to f32 summation order). One pass over the packed units (the prefill path's
+    weight round trip; ``fp4_matmul.dequantize_bf16`` goes through the unpacked QTensor)."""
+    if not planes_fit(w):
+        raise ValueError(f"dequantize_planes wants dense 'kn' weights with K % {PLANES_BK} == 0 "
+                         f"and N % 16 == 0, got {w.shape} ({w.layout})")
+    k, n = w.shape
+    bkb = PLANES_BK // 16
+    bn = next(b for b in (128, 64, 32, 16) if n % b == 0)
+    emulate = _interpret()
+    return pl.pallas_call(
+        functools.partial(_dequant_planes_kernel, fmt=w.fmt, bkb=bkb, emulate=emulate),
+        out_shape=jax.ShapeDtypeStruct((k, n), jnp.bfloat16),
+        grid=(k // PLANES_BK, n // bn),
+        in_specs=[pl.BlockSpec((2, bkb, bn), lambda i, j: (0, i, j)),
+                  pl.BlockSpec((bkb, bn), lambda i, j: (i, j)),
+                  pl.BlockSpec((1, 1), lambda i, j: (0, 0))],
+        out_specs=pl.BlockSpec((PLANES_BK, bn), lambda i, j: (i, j)),
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
+        interpret=emulate,
+        name=f"fp4_dequant_planes_{w.fmt}",
+    )(w.codes, w.scales, w.kscale.reshape(1, 1).astype(jnp.float32))
+
+
 def grouped(x, w, group_sizes, cfg: Config | None = None):
     e, k, n = w.shape
     m = x.codes.shape[0] if isinstance(x, QTensor) else x.shape[0]

@@ -120,10 +120,12 @@ def test_dense_detects_wrong_permutation():
     assert _rel(bad, _ref_q(x, q)) > 0.3
 
 
-def test_prefill_path_exact():
-    q = _q(jax.random.key(11), (256, 64), "nvfp4", 2.0)
+@pytest.mark.parametrize("k", [256, 160])  # 256: the plane-major dequantize; 160: the fallback
+def test_prefill_path_exact(k):
+    q = _q(jax.random.key(11), (k, 64), "nvfp4", 2.0)
     w = fm.prepare_weights(q)
-    x = jax.random.normal(jax.random.key(12), (fm.PREFILL_M, 256)).astype(jnp.bfloat16)
+    assert mt.planes_fit(w) == (k == 256)
+    x = jax.random.normal(jax.random.key(12), (fm.PREFILL_M, k)).astype(jnp.bfloat16)
     out = fm.fp4_matmul(x, w, backend="triton")  # M >= PREFILL_M: dequant + XLA dot
     assert _rel(out, _ref_q(x, q)) < 4e-3
 
@@ -327,3 +329,24 @@ def test_auto_is_reference_on_cpu():
     w = fm.prepare_weights(_q(jax.random.key(5), (256, 32), "nvfp4"))
     x = jnp.ones((2, 256), jnp.bfloat16)
     np.testing.assert_array_equal(fm.fp4_matmul(x, w), fm.fp4_matmul_reference(x, w))
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_dequantize_planes_is_the_exact_weight_plane_major(fmt):
+    """The prefill path's one-pass dequantize (interpret mode): bit-identical to
+    ``code * block_scale`` (dequantize_bf16 with a unit global scale) after undoing the
+    plane-major row order, and ``permute_x(x) @ planes`` equals ``x @ W``."""
+    q = _q(jax.random.key(21), (512, 48), fmt, 4.0)  # 2 K tiles, N = 48 -> 16-wide tiles
+    w = fm.prepare_weights(q)
+    planes = mt.dequantize_planes(w)
+    unit = fm.dequantize_bf16(dataclasses.replace(w, global_scale=jnp.ones_like(w.global_scale)))
+    rows = np.arange(512).reshape(2, 16, 16).transpose(0, 2, 1).reshape(512)  # 16 i + p per row
+    np.testing.assert_array_equal(np.asarray(planes, np.float32),
+                                  np.asarray(unit, np.float32)[rows])
+    assert not np.array_equal(np.asarray(planes, np.float32), np.asarray(unit, np.float32))
+    x = jax.random.normal(jax.random.key(22), (3, 512)).astype(jnp.bfloat16)
+    a = jnp.dot(mt.permute_x(x, mt.PLANES_BK), planes, preferred_element_type=jnp.float32)
+    b = jnp.dot(x, unit, preferred_element_type=jnp.float32)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="K % 256"):
+        mt.dequantize_planes(fm.prepare_weights(_q(jax.random.key(23), (128, 48), fmt)))
