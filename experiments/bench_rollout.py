@@ -795,7 +795,7 @@ def main(argv=None):
                          "step copies every layer's expert weights out for the Pallas calls)")
     ap.add_argument("--attn_split_target", type=int, default=0,
                     help="the Pallas decode attention's split target (programs B*H*splits it "
-                         "aims for; 0 = the kernel's default, 8192 // num_warps)")
+                         "aims for; 0 = the kernel's default, max(2048, 8192 // num_warps))")
     args = ap.parse_args(argv)
     if args.attn_split_target < 0:
         raise SystemExit(f"--attn_split_target must be >= 0, got {args.attn_split_target}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared in session 9 for the next session (one H200; not yet run): the FP4-KV attention's split
+# Session 9 (one H200; run as CONTEXTS=32768 LIMIT_S=120 and CONTEXTS=131072 LIMIT_S=100, results in
+# experiments/results/gpu/session9/split_target/, NOTES_attention): the FP4-KV attention's split
 # count inside the 30B decode step. At B = 111 x 32K the 1-warp NVFP4 kernel aims for 8192
 # programs -> 32 splits, and the split combine reads 58 MB of f32 partials in ~32 us per layer
 # (session 8 profile). Split target 4096 -> 16 splits. Prediction (session 6's kernel sweep: 819

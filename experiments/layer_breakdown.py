@@ -46,7 +46,11 @@ def kernel_class(name: str, launches: float) -> str:
 
 
 def breakdown(profile: dict, layers: int) -> dict:
-    """Per-layer microseconds of each class (idle spread over layers like the rest)."""
+    """Per-layer microseconds of each class (idle spread over layers like the rest). Needs a
+    step of >= 2 layers: "once per step" is told from per-layer kernels by launch count."""
+    if layers < 2:
+        raise ValueError(f"layers must be >= 2 (once-per-step kernels are told apart by their "
+                         f"launch count), got {layers}")
     tot = {c: 0.0 for c in (*CLASSES, "once per step")}
     for name, us, launches in profile["rows"]:
         tot[kernel_class(name, launches)] += us

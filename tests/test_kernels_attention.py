@@ -329,14 +329,17 @@ def test_split_target_default_sets_the_split_count(monkeypatch):
     kc, vc = _cache(k, "nvfp4"), _cache(v, "nvfp4")
     lengths = jnp.array([128, 45], jnp.int32)
     outs, hlos = [], []
-    for target in (None, 16):  # default: 8192 programs -> P = 8 (the cap: 16 blocks / 2); 16 -> 4
-        monkeypatch.setattr(AT, "SPLIT_TARGET", target)
-        jax.clear_caches()
-        f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
-            q, kc, vc, n, sm_scale=0.125, block_k=8, decode="v4", interpret=True,
-            out_dtype=jnp.float32)
-        hlos.append(jax.jit(f).lower(q, kc, vc, lengths).as_text())
-        outs.append(np.asarray(f(q, kc, vc, lengths)))
+    try:
+        for target in (None, 16):  # default: 8192 programs -> P = 8 (cap: 16 blocks / 2); 16 -> 4
+            monkeypatch.setattr(AT, "SPLIT_TARGET", target)
+            jax.clear_caches()
+            f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
+                q, kc, vc, n, sm_scale=0.125, block_k=8, decode="v4", interpret=True,
+                out_dtype=jnp.float32)
+            hlos.append(jax.jit(f).lower(q, kc, vc, lengths).as_text())
+            outs.append(np.asarray(f(q, kc, vc, lengths)))
+    finally:
+        jax.clear_caches()  # no trace made with the non-default target outlives the test
     assert "tensor<2x2x8x32x8xf32>" in hlos[0] and "tensor<2x2x8x32x8xf32>" not in hlos[1]
     assert "tensor<2x2x4x32x8xf32>" in hlos[1]
     np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=1e-5)  # summation order only

@@ -40,3 +40,20 @@ def test_breakdown_classes_and_per_layer_split():
 def test_not_a_profile_is_refused():
     with pytest.raises(ValueError, match="not a profile summary"):
         LB.parse("| a | b |")
+
+
+def test_every_microsecond_of_a_real_profile_is_accounted_for():
+    """On the committed session-8 profiles: classes x layers + once-per-step = the call's wall
+    time, attention holds the decode_attention row, and a 1-layer step is refused."""
+    for eng in ("bf16", "fp4"):
+        path = os.path.join(REPO, "experiments", "results", "gpu", "session8", "e_32k",
+                            f"{eng}_32768.md")
+        with open(path) as f:
+            p = LB.parse(f.read())
+        b = LB.breakdown(p, layers=4)
+        total = 4 * sum(b[c] for c in LB.CLASSES) + b["once per step"]
+        assert total == pytest.approx(p["wall_us"], abs=0.05 * len(p["rows"]))  # md rounding
+        att = [us for name, us, _ in p["rows"] if name.startswith("decode_attention")]
+        assert len(att) == 1 and b["attention"] == pytest.approx(att[0] / 4)
+        with pytest.raises(ValueError, match="layers must be >= 2"):
+            LB.breakdown(p, layers=1)
