@@ -32,3 +32,29 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 def pytest_unconfigure(config):
     if _OWN_CACHE and not hasattr(config, "workerinput"):  # the controller, after the workers
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
+
+# The slowest tests (seconds on the 2-core CI machine, `pytest --durations`), started first so
+# that the two xdist workers do not end with one of them running a 1-3 minute test while the other
+# idles: worksteal gives each worker a contiguous share and lets an idle worker take the tail of
+# the other's queue, so tests at the front run first and the quick ones fill in around them.
+SLOW_FIRST = (
+    "test_train.py::test_tiny_run_raises_reward_on_addition",  # ~150 s
+    "test_train.py::test_sharded_run_matches_single_device_and_restores_onto_another_mesh",
+    "test_quickstart.py::test_quickstart_notebook_runs",
+    "test_diagnose.py::test_diagnose_cli_variants_orderings_and_config_typo",
+    "test_model.py::test_scanned_layers_equal_unrolled_layers",
+    "test_train.py::test_metrics_file_has_every_field_and_tensorboard",
+    "test_rollout.py::test_recorded_logprobs_match_trainer_recompute",
+    "test_sharding.py::test_sharded_rollout_matches_single_device_and_keeps_hints_sharded",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        for i, name in enumerate(SLOW_FIRST):
+            if name in item.nodeid:
+                return i
+        return len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
