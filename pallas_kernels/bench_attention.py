@@ -27,7 +27,8 @@ import numpy as np
 from pallas_kernels.attention_triton import decode_attention_triton, kv_bytes, tuned_knobs
 from pallas_kernels.decode_attention import decode_attention_reference
 from pallas_kernels.kv_append import append_kv
-from pallas_kernels.quantize_hint import quantize_with_hint_reference, quantize_with_hint_triton
+from pallas_kernels.quantize_hint import (default_knobs, quantize_with_hint_reference,
+                                         quantize_with_hint_triton)
 from trace_jax.quant import quantize
 
 warnings.filterwarnings("ignore")
@@ -391,11 +392,16 @@ def quantize_rows(bw, rows=None, on_row=None):
                 x = x.at[3].set(1e-38).at[4, :8].set(jnp.asarray(
                     [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0], jnp.bfloat16))
             best = None
-            for bm, nw, kc in ((8, 4, 256), (16, 4, 256), (32, 8, 256), (16, 8, 512)):
+            # the defaults (v3, one walk) and v2's tuned configs (two walks); the knob sweep in
+            # device time is pallas_kernels/sweep_quantize.py
+            kd = default_knobs(k, m)
+            for bm, nw, kc, one in ((kd["block_m"], kd["num_warps"], kd["chunk_k"], True),
+                                    (8, 4, 256, False), (16, 8, 512, False)):
                     if TINY and bm > m:
                         continue
-                    f = jax.jit(lambda x, bm=bm, nw=nw, kc=kc: quantize_with_hint_triton(
-                        x, fmt, global_scope=scope, block_m=bm, num_warps=nw, chunk_k=kc))
+                    f = jax.jit(lambda x, bm=bm, nw=nw, kc=kc, one=one: quantize_with_hint_triton(
+                        x, fmt, global_scope=scope, block_m=bm, num_warps=nw, chunk_k=kc,
+                        single_walk=one))
                     try:
                         t = timeit(f, x)
                     except Exception as e:  # noqa: BLE001

@@ -24,10 +24,11 @@ Backends: ``"reference"`` (trace_jax.quant; the CPU fallback), ``"triton"`` (Pal
 ``interpret=True`` on CPU), ``"auto"``: reference on CPU, triton on GPU.
 
 Kernel: grid over row blocks of BM rows; the row is walked in power-of-two chunks of KC columns
-(a static loop): for ``global_scope="row"`` nvfp4 a first walk takes the row amax (the second
-walk reads the same rows again, from L2), the second writes codes (two per byte), scales and
-hint bits (eight per byte). ``global_scope="tensor"`` computes the one global scale in XLA first
-(``quant._default_global_scale``, the reference's own code).
+(a static loop) that write codes (two per byte), scales and hint bits (eight per byte). For
+``global_scope="row"`` nvfp4 all chunks of the row block are loaded, and their block maxima
+taken, before any code (the row amax is the max of the block maxima); they stay in registers, so
+x is read once (v3; v2 read it twice, ``single_walk=False``). ``global_scope="tensor"`` computes
+the one global scale in XLA first (``quant._default_global_scale``, the reference's own code).
 """
 
 from __future__ import annotations
@@ -123,16 +124,27 @@ def _pack_last(v_u32, group, width):
 
 
 def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, kc, nk,
-               row_scope, e4m3, interpret):
+               row_scope, e4m3, single_walk, interpret):
     bm = x_ref.shape[0]
     nvfp4 = fmt == "nvfp4"
     inf_bits = jnp.uint32(0x7F800000)
+    nbc = kc // bs
+
+    def blocks(c):  # chunk c as f32 [bm, nbc, bs] and its block maxima of |x| (bit patterns)
+        xb = x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32).reshape(bm, nbc, bs)
+        return xb, _absmax_bits_last(xb)
+
+    # single walk: with a row-scope global scale every chunk is loaded (and its block maxima
+    # taken) before the codes, and stays in registers for them (``block_m * K`` elements per
+    # program); the row amax is the max of the block maxima, in the blocks' own layout
+    walked = [blocks(c) for c in range(nk)] if nvfp4 and row_scope and single_walk else None
     if nvfp4:
         if row_scope:
             amax_bits = jnp.zeros((bm,), jnp.uint32)
-            for c in range(nk):
-                xa = x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32)
-                amax_bits = jnp.maximum(amax_bits, _absmax_bits_last(xa))
+            for c in range(nk):  # v2 (single_walk=False): a first walk for the amax only
+                ab = walked[c][1] if walked else _absmax_bits_last(
+                    x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32))
+                amax_bits = jnp.maximum(amax_bits, jnp.max(ab, axis=-1) if walked else ab)
             amax = jax.lax.bitcast_convert_type(amax_bits, jnp.float32)
             g = amax * jnp.float32(quant.GLOBAL_FACTOR)
             g = jnp.where(g == 0, 1.0, g)
@@ -142,10 +154,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             g = jnp.broadcast_to(g_ref[...].reshape(1), (bm,))
         inv6g = _recip(jnp.float32(6.0) * g, interpret)  # once per row
     for c in range(nk):
-        x = x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32)
-        nbc = kc // bs
-        xb = x.reshape(bm, nbc, bs)
-        amax_b_bits = _absmax_bits_last(xb)  # [bm, nbc]
+        xb, amax_b_bits = walked[c] if walked else blocks(c)  # [bm, nbc, bs], [bm, nbc]
         amax_b = jax.lax.bitcast_convert_type(amax_b_bits, jnp.float32)
         bad_b = amax_b_bits >= inf_bits
         if nvfp4:
@@ -180,6 +189,18 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             bits_ref[0][:, pl.ds(c * (kc // 8), kc // 8)] = _pack_last(code & 1, 8, 1)
 
 
+KNOBS = ("block_m", "chunk_k", "num_warps")
+
+
+def default_knobs(k: int, m: int | None = None) -> dict:
+    """The kernel's tile knobs for rows of K elements (``quantize_with_hint_triton``'s defaults
+    when a knob is not given): at most 16K elements per program, which the single walk keeps in
+    registers (K = 4096, 4 rows: 167 registers per thread at 4 warps, no spills)."""
+    del m
+    rows = max(1, min(8, 16384 // k))
+    return dict(block_m=1 << (rows.bit_length() - 1), chunk_k=256, num_warps=4)
+
+
 def _pow2_divisor(n, cap):
     p = 1
     while p * 2 <= cap and n % (p * 2) == 0:
@@ -188,10 +209,11 @@ def _pow2_divisor(n, cap):
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "block_m",
-                                             "chunk_k", "num_warps", "e4m3", "interpret"))
+                                             "chunk_k", "num_warps", "e4m3", "single_walk",
+                                             "interpret"))
 def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
-                              block_m=8, chunk_k=256, num_warps=4, e4m3="direct",
-                              interpret=False):
+                              block_m=None, chunk_k=None, num_warps=None, e4m3="direct",
+                              single_walk=True, interpret=False):
     f = quant.get_format(fmt)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")
@@ -199,6 +221,10 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     bs = f.block_size
     if k % bs:
         raise ValueError(f"{fmt}: K={k} is not a multiple of the block size {bs}")
+    knobs = default_knobs(k, m)
+    block_m = block_m or knobs["block_m"]
+    chunk_k = chunk_k or knobs["chunk_k"]
+    num_warps = num_warps or knobs["num_warps"]
     kc = _pow2_divisor(k, chunk_k)
     if kc < bs:
         raise ValueError(f"K={k} has no power-of-two chunk >= the block size {bs}")
@@ -221,7 +247,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
         out_specs.append(row(k // 8))
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
                                row_scope=row_scope and f.has_global_scale, e4m3=e4m3,
-                               interpret=interpret)
+                               single_walk=single_walk, interpret=interpret)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.quantize_hint import quantize_with_hint
+from pallas_kernels.quantize_hint import default_knobs, quantize_with_hint
 from trace_jax import quant as Q
 
 CASES = [("nvfp4", "row"), ("nvfp4", "tensor"), ("mxfp4", "row")]
@@ -109,6 +109,24 @@ def test_one_nan_row_of_many():
 def test_chunking_and_block_rows(fmt, scope):
     x = (jax.random.normal(jax.random.PRNGKey(5), (32, 512)) * 3).astype(jnp.bfloat16)
     _check(x, fmt, scope, block_m=16, chunk_k=64)
+
+
+@pytest.mark.parametrize("single_walk", [True, False])
+def test_row_scope_walks_with_nan_and_zero_rows(single_walk):
+    """NVFP4 row scope reads x once (v3: block maxima of every chunk first) or twice (v2); both
+    are the reference, over several chunks, a NaN row, an Inf row and an all-zero row."""
+    x = jax.random.normal(jax.random.PRNGKey(3), (16, 1024)) * 2
+    x = x.at[2, 700].set(jnp.nan).at[5, 3].set(-jnp.inf).at[11].set(0.0)
+    _check(x.astype(jnp.bfloat16), "nvfp4", "row", block_m=4, chunk_k=256,
+           single_walk=single_walk)
+
+
+@pytest.mark.parametrize("k,m", [(4096, 65536), (2048, 8), (768, 24), (96, 5), (3072, 6), (32768, 4)])
+def test_default_knobs_keep_a_row_block_in_registers(k, m):
+    """At most 16K elements per program (the single walk holds them), power-of-two rows."""
+    kn = default_knobs(k, m)
+    assert kn["block_m"] * k <= max(16384, k)
+    assert kn["block_m"] & (kn["block_m"] - 1) == 0 and kn["block_m"] >= 1
 
 
 def test_without_hint():

@@ -1,0 +1,84 @@
+"""Compile the fused quantize-with-hint kernel for sm_90 on a CPU-only machine; count its SASS.
+
+  python -m pallas_kernels.quantize_compilecheck [OUTDIR] [NAME=CONFIG ...]
+
+CONFIG is a Python dict literal of ``quantize_with_hint_triton`` keywords plus ``fmt``, ``m`` and
+``k``, e.g. ``nv="dict(fmt='nvfp4', k=4096, block_m=4, num_warps=8)"``; without configs a default
+set is compiled. The kernel has no loop (its K chunks are unrolled), so the count is the whole
+program's static SASS, per element of its [block_m, K] tile and per thread (warp instructions x
+32 x warps / elements): at the bench's 65536 x 4096 a kernel at 70% of the H200's copy bandwidth
+has a budget of ~20 of these (NOTES_attention.md, quantize-with-hint v3). Lowering as in
+``matmul_compilecheck`` (stubbed H200 gpu_info, the venv's Triton and its ptxas/cuobjdump).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import Counter
+
+os.environ.setdefault("FP4_FORCE_COMPILE", "1")
+
+import jax.numpy as jnp  # noqa: E402
+
+from pallas_kernels import matmul_compilecheck as mc  # noqa: E402
+from pallas_kernels import quantize_hint as QH  # noqa: E402
+
+DEFAULTS = {
+    "nv_row_k4096": dict(fmt="nvfp4", k=4096),
+    "mx_row_k4096": dict(fmt="mxfp4", k=4096),
+    "nv_tensor_k4096": dict(fmt="nvfp4", k=4096, global_scope="tensor"),
+}
+
+
+def sass_counts(sass: str) -> Counter:
+    ops = Counter()
+    for ln in sass.splitlines():
+        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln)
+        if m and m.group(2) not in ("NOP", "BRA", "EXIT"):
+            ops[m.group(2)] += 1
+    return ops
+
+
+def compile_config(name, cfg, outdir):
+    cfg = dict(cfg)
+    fmt, m, k = cfg.pop("fmt", "nvfp4"), cfg.pop("m", 1024), cfg.pop("k", 4096)
+    cfg.setdefault("global_scope", "row")
+    knobs = QH.default_knobs(k, m) | {kk: v for kk, v in cfg.items() if kk in QH.KNOBS}
+    x = jnp.ones((m, k), jnp.bfloat16)
+    (ttir,) = [t for t in mc.lower(lambda x: QH.quantize_with_hint_triton(x, fmt, **cfg), x)
+               if "quantize_with_hint" in t] or [None]
+    st = mc.compile_ttir(ttir, knobs["num_warps"], 1, outdir, name)
+    with open(os.path.join(outdir, f"{name}.sass")) as f:
+        ops = sass_counts(f.read())
+    per = 32 * knobs["num_warps"] / (knobs["block_m"] * k)
+    total = sum(ops.values())
+    integer = sum(v for kk, v in ops.items() if kk.startswith(mc.INT_OPS))
+    return dict(regs=st["regs"], local=st["local_bytes"], knobs=knobs, per_elem=total * per,
+                int_per_elem=integer * per,
+                mix={kk: round(v * per, 2) for kk, v in ops.most_common(10)})
+
+
+def main(argv):
+    outdir = argv[1] if len(argv) > 1 and "=" not in argv[1] else "/tmp/qh_cc"
+    os.makedirs(outdir, exist_ok=True)
+    given = [a for a in argv[1:] if "=" in a]
+    configs = ({a.split("=", 1)[0]: eval(a.split("=", 1)[1]) for a in given}  # noqa: S307
+               if given else dict(DEFAULTS))
+    mc._patch()
+    ok = True
+    print(f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/el':>8s} {'int/el':>7s}  knobs; mix/el")
+    for name, cfg in configs.items():
+        try:
+            st = compile_config(name, cfg, outdir)
+            print(f"{name:18s} {st['regs']:5d} {st['local']:5d} {st['per_elem']:8.2f} "
+                  f"{st['int_per_elem']:7.2f}  {st['knobs']}; {st['mix']}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            ok = False
+            print(f"FAIL {name}: {type(e).__name__}: {str(e)[:1000]}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
