@@ -194,11 +194,14 @@ KNOBS = ("block_m", "chunk_k", "num_warps")
 
 def default_knobs(k: int, m: int | None = None) -> dict:
     """The kernel's tile knobs for rows of K elements (``quantize_with_hint_triton``'s defaults
-    when a knob is not given): at most 16K elements per program, which the single walk keeps in
-    registers (K = 4096, 4 rows: 167 registers per thread at 4 warps, no spills)."""
+    when a knob is not given): at most 8K elements per program, which the single walk keeps in
+    registers, in chunks of ~1K (``block_m * chunk_k``). Session 10's device-time sweep
+    (``pallas_kernels/sweep_quantize.py``, H200): best at K = 4096 with 2 rows x 512 and at
+    K = 2048 with 4 rows x 256, bit-identical everywhere (NOTES_attention.md)."""
     del m
-    rows = max(1, min(8, 16384 // k))
-    return dict(block_m=1 << (rows.bit_length() - 1), chunk_k=256, num_warps=4)
+    rows = max(1, min(8, 8192 // k))
+    bm = 1 << (rows.bit_length() - 1)
+    return dict(block_m=bm, chunk_k=max(256, 1024 // bm), num_warps=4)
 
 
 def _pow2_divisor(n, cap):

@@ -123,9 +123,9 @@ def test_row_scope_walks_with_nan_and_zero_rows(single_walk):
 
 @pytest.mark.parametrize("k,m", [(4096, 65536), (2048, 8), (768, 24), (96, 5), (3072, 6), (32768, 4)])
 def test_default_knobs_keep_a_row_block_in_registers(k, m):
-    """At most 16K elements per program (the single walk holds them), power-of-two rows."""
+    """At most 8K elements per program (the single walk holds them), power-of-two rows."""
     kn = default_knobs(k, m)
-    assert kn["block_m"] * k <= max(16384, k)
+    assert kn["block_m"] * k <= max(8192, k)
     assert kn["block_m"] & (kn["block_m"] - 1) == 0 and kn["block_m"] >= 1
 
 
