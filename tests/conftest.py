@@ -39,7 +39,7 @@ def pytest_unconfigure(config):
 # idles: worksteal gives each worker a contiguous share and lets an idle worker take the tail of
 # the other's queue, so tests at the front run first and the quick ones fill in around them.
 SLOW_FIRST = (
-    "test_train.py::test_tiny_run_raises_reward_on_addition",  # ~150 s
+    "test_train.py::test_tiny_run_raises_reward_on_addition",  # ~100 s
     "test_train.py::test_sharded_run_matches_single_device_and_restores_onto_another_mesh",
     "test_quickstart.py::test_quickstart_notebook_runs",
     "test_diagnose.py::test_diagnose_cli_variants_orderings_and_config_typo",

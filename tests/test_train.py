@@ -228,11 +228,11 @@ def test_tiny_run_raises_reward_on_addition(tmp_path):
     hints must raise the reward on one-digit addition from a fixed seed."""
     c = tiny.get_config()
     c.workdir = str(tmp_path)
-    c.train.steps = 100
+    c.train.steps = 60  # measured: reward 0.41 over the first 20 steps, 0.54 over the last 20
     c.checkpoint.every = 1000
     RUN.run(c)
     r = [m["reward_mean"] for m in read_metrics(tmp_path)]
-    early, late = np.mean(r[:30]), np.mean(r[-30:])
+    early, late = np.mean(r[:20]), np.mean(r[-20:])
     assert late > early + 0.05, (early, late)
 
 
