@@ -59,12 +59,7 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
 
 
 def main(argv):
-    outdir = argv[1] if len(argv) > 1 and "=" not in argv[1] else "/tmp/attn_cc"
-    os.makedirs(outdir, exist_ok=True)
-    configs = dict(DEFAULTS)
-    given = [a for a in argv[1:] if "=" in a]
-    if given:
-        configs = {a.split("=", 1)[0]: eval(a.split("=", 1)[1]) for a in given}  # noqa: S307
+    outdir, configs = mc.cli_configs(argv, DEFAULTS, "/tmp/attn_cc")
     mc._patch()
     ok = True
     print(f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/row':>9s} {'int/row':>8s}  mix/row")

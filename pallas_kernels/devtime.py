@@ -10,6 +10,7 @@ compared with is measured the same way (``copy_bandwidth_device``).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -51,3 +52,15 @@ def copy_bandwidth_device(n_floats: int = 1 << 30, n: int = 5) -> float:
     nbytes = 2 * x.nbytes
     del x
     return nbytes / t
+
+
+def write_sweep(out_dir: str, stem: str, lines: list[str], rows: list[dict], copy_Bps: float):
+    """A knob sweep's results: ``stem.md`` (``lines``), ``stem.json`` (device, jax, the copy
+    bandwidth and ``rows``) under ``out_dir``; prints the table (its last len(rows) + 2 lines)."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
+        json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+                       copy_tbs=copy_Bps / 1e12, rows=rows), f, indent=1)
+    print("\n".join(lines[-(len(rows) + 2):]))

@@ -51,6 +51,18 @@ INT_OPS = ("IMAD", "LOP3", "PRMT", "IADD3", "SHF", "LEA", "SEL", "VIADD", "ISETP
            "SGXT", "BFE", "BFI")
 
 
+def cli_configs(argv, defaults: dict, outdir: str) -> tuple[str, dict]:
+    """``[OUTDIR] [NAME=CONFIG ...]`` of the compile checks -> (OUTDIR, {NAME: config dict});
+    CONFIG is a Python dict literal, the ``defaults`` when none is given. Creates OUTDIR."""
+    if len(argv) > 1 and "=" not in argv[1]:
+        outdir = argv[1]
+    os.makedirs(outdir, exist_ok=True)
+    given = [a for a in argv[1:] if "=" in a]
+    configs = ({a.split("=", 1)[0]: eval(a.split("=", 1)[1]) for a in given}  # noqa: S307
+               if given else dict(defaults))
+    return outdir, configs
+
+
 def cuobjdump() -> str:
     """The cuobjdump bundled with the installed Triton."""
     import triton

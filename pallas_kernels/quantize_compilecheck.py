@@ -61,11 +61,7 @@ def compile_config(name, cfg, outdir):
 
 
 def main(argv):
-    outdir = argv[1] if len(argv) > 1 and "=" not in argv[1] else "/tmp/qh_cc"
-    os.makedirs(outdir, exist_ok=True)
-    given = [a for a in argv[1:] if "=" in a]
-    configs = ({a.split("=", 1)[0]: eval(a.split("=", 1)[1]) for a in given}  # noqa: S307
-               if given else dict(DEFAULTS))
+    outdir, configs = mc.cli_configs(argv, DEFAULTS, "/tmp/qh_cc")
     mc._patch()
     ok = True
     print(f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/el':>8s} {'int/el':>7s}  knobs; mix/el")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import os
 import sys
 import time
@@ -158,13 +157,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['phase']} | {r['m']} x {r['k']} x {r['n']} | {r['name']} | "
                      f"{r['us']:.1f} | {r['tbs']:.2f} | {r['pct_copy']:.1f} | "
                      f"{'yes' if r['default'] else ''} |")
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "kernels_matmul_grouped_sweep.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(a.out, "kernels_matmul_grouped_sweep.json"), "w") as f:
-        json.dump(dict(device=dev.device_kind, jax=jax.__version__, copy_tbs=bw / 1e12,
-                       rows=rows), f, indent=1)
-    print("\n".join(lines[-(len(rows) + 2):]))
+    devtime.write_sweep(a.out, "kernels_matmul_grouped_sweep", lines, rows, bw)
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 import time
@@ -143,13 +142,7 @@ def main(argv=None) -> int:
                      f"{r['name']} | {r['us']:.1f} | {r['all_us']:.1f} | {r['tbs']:.2f} | "
                      f"{r['pct_copy']:.1f} | {r['bit_identical']} | "
                      f"{'yes' if r['default'] else ''} |")
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "kernels_quantize_sweep.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(a.out, "kernels_quantize_sweep.json"), "w") as f:
-        json.dump(dict(device=dev.device_kind, jax=jax.__version__, copy_tbs=bw / 1e12,
-                       rows=rows), f, indent=1)
-    print("\n".join(lines[-(len(rows) + 2):]))
+    devtime.write_sweep(a.out, "kernels_quantize_sweep", lines, rows, bw)
     return 0
 
 

@@ -1,5 +1,7 @@
 """experiments/profile_summary.py: per-kernel device time from a jax.profiler trace."""
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -91,3 +93,24 @@ def test_devtime_kernel_filter_keeps_only_matching_kernels():
     with pytest.raises(RuntimeError, match="no_such_kernel"):
         devtime.device_seconds(f, x, n=2, kernel="no_such_kernel")
     assert devtime.device_seconds(f, x, n=2, kernel="") > 0
+
+
+def test_write_sweep_tables_and_compilecheck_cli(tmp_path, capsys):
+    """The sweeps' result files (markdown table + JSON rows) and the compile checks' CLI."""
+    from pallas_kernels import devtime
+    from pallas_kernels import matmul_compilecheck as mc
+
+    rows = [{"name": "a", "us": 1.5}, {"name": "b", "us": 2.0}]
+    lines = ["# t", "", "| name | us |", "|---|---|", "| a | 1.5 |", "| b | 2.0 |"]
+    devtime.write_sweep(str(tmp_path / "out"), "s", lines, rows, 4.0e12)
+    assert (tmp_path / "out" / "s.md").read_text().splitlines() == lines
+    got = json.loads((tmp_path / "out" / "s.json").read_text())
+    assert got["rows"] == rows and got["copy_tbs"] == 4.0 and got["jax"]
+    assert capsys.readouterr().out.splitlines() == lines[-4:]
+
+    defaults = {"x": {"k": 1}}
+    out, cfg = mc.cli_configs(["prog"], defaults, str(tmp_path / "d"))
+    assert out == str(tmp_path / "d") and cfg == defaults and os.path.isdir(out)
+    out, cfg = mc.cli_configs(["prog", str(tmp_path / "e"), "y=dict(k=2, fmt='mxfp4')"],
+                              defaults, "/unused")
+    assert out == str(tmp_path / "e") and cfg == {"y": {"k": 2, "fmt": "mxfp4"}}
