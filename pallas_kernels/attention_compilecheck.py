@@ -59,19 +59,11 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
 
 
 def main(argv):
-    outdir, configs = mc.cli_configs(argv, DEFAULTS, "/tmp/attn_cc")
-    mc._patch()
-    ok = True
-    print(f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/row':>9s} {'int/row':>8s}  mix/row")
-    for name, cfg in configs.items():
-        try:
-            st = compile_config(name, cfg, outdir)
-            print(f"{name:18s} {st['regs']:5d} {st['local']:5d} {st['per_row']:9.1f} "
-                  f"{st['int_per_row']:8.1f}  {st['mix']}", flush=True)
-        except Exception as e:  # noqa: BLE001
-            ok = False
-            print(f"FAIL {name}: {type(e).__name__}: {str(e)[:1000]}", flush=True)
-    return 0 if ok else 1
+    return mc.compile_cli(
+        argv, DEFAULTS, "/tmp/attn_cc", compile_config,
+        f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/row':>9s} {'int/row':>8s}  mix/row",
+        lambda name, st: f"{name:18s} {st['regs']:5d} {st['local']:5d} {st['per_row']:9.1f} "
+                         f"{st['int_per_row']:8.1f}  {st['mix']}")
 
 
 if __name__ == "__main__":

@@ -63,6 +63,23 @@ def cli_configs(argv, defaults: dict, outdir: str) -> tuple[str, dict]:
     return outdir, configs
 
 
+def compile_cli(argv, defaults: dict, outdir: str, compile_one, header: str, row) -> int:
+    """The compile checks' ``main``: compile each config (``compile_one(name, cfg, outdir)`` ->
+    stats), print ``header`` then ``row(name, stats)`` per config or its failure; 1 if any
+    failed."""
+    outdir, configs = cli_configs(argv, defaults, outdir)
+    _patch()
+    ok = True
+    print(header)
+    for name, cfg in configs.items():
+        try:
+            print(row(name, compile_one(name, cfg, outdir)), flush=True)
+        except Exception as e:  # noqa: BLE001
+            ok = False
+            print(f"FAIL {name}: {type(e).__name__}: {str(e)[:1000]}", flush=True)
+    return 0 if ok else 1
+
+
 def cuobjdump() -> str:
     """The cuobjdump bundled with the installed Triton."""
     import triton

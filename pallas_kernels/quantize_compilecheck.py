@@ -61,19 +61,11 @@ def compile_config(name, cfg, outdir):
 
 
 def main(argv):
-    outdir, configs = mc.cli_configs(argv, DEFAULTS, "/tmp/qh_cc")
-    mc._patch()
-    ok = True
-    print(f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/el':>8s} {'int/el':>7s}  knobs; mix/el")
-    for name, cfg in configs.items():
-        try:
-            st = compile_config(name, cfg, outdir)
-            print(f"{name:18s} {st['regs']:5d} {st['local']:5d} {st['per_elem']:8.2f} "
-                  f"{st['int_per_elem']:7.2f}  {st['knobs']}; {st['mix']}", flush=True)
-        except Exception as e:  # noqa: BLE001
-            ok = False
-            print(f"FAIL {name}: {type(e).__name__}: {str(e)[:1000]}", flush=True)
-    return 0 if ok else 1
+    return mc.compile_cli(
+        argv, DEFAULTS, "/tmp/qh_cc", compile_config,
+        f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/el':>8s} {'int/el':>7s}  knobs; mix/el",
+        lambda name, st: f"{name:18s} {st['regs']:5d} {st['local']:5d} {st['per_elem']:8.2f} "
+                         f"{st['int_per_elem']:7.2f}  {st['knobs']}; {st['mix']}")
 
 
 if __name__ == "__main__":
