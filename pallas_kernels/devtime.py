@@ -10,6 +10,7 @@ compared with is measured the same way (``copy_bandwidth_device``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -64,3 +65,21 @@ def write_sweep(out_dir: str, stem: str, lines: list[str], rows: list[dict], cop
         json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                        copy_tbs=copy_Bps / 1e12, rows=rows), f, indent=1)
     print("\n".join(lines[-(len(rows) + 2):]))
+
+
+def sweep_parser(doc: str, max_seconds: float, quick_help: str) -> argparse.ArgumentParser:
+    """The knob sweeps' common flags: --out (results folder), --max-seconds, --quick, --top."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
+    ap.add_argument("--max-seconds", type=float, default=max_seconds)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--top", type=int, default=3, help="phase-1 configs carried to phase 2")
+    return ap
+
+
+def report_copy_bandwidth(n_floats: int = 1 << 30) -> float:
+    """:func:`copy_bandwidth_device`, printed with the device and jax version (bytes/s)."""
+    bw = copy_bandwidth_device(n_floats)
+    print(f"device {jax.devices()[0].device_kind}, jax {jax.__version__}, copy bandwidth "
+          f"(device time) {bw / 1e12:.2f} TB/s", flush=True)
+    return bw

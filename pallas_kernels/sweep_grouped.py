@@ -20,7 +20,6 @@ Writes ``kernels_matmul_grouped_sweep.{md,json}`` to --out.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import os
@@ -85,17 +84,10 @@ def name(cfg: mt.Config) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
-    ap.add_argument("--max-seconds", type=float, default=400.0)
-    ap.add_argument("--quick", action="store_true", help="2 values per knob (smoke runs)")
-    ap.add_argument("--top", type=int, default=3, help="phase-1 configs carried to phase 2")
-    a = ap.parse_args(argv)
+    a = devtime.sweep_parser(__doc__, 400.0, "2 values per knob (smoke runs)").parse_args(argv)
     t0 = time.time()
     dev = jax.devices()[0]
-    bw = devtime.copy_bandwidth_device()
-    print(f"device {dev.device_kind}, jax {jax.__version__}, copy bandwidth (device time) "
-          f"{bw / 1e12:.2f} TB/s", flush=True)
+    bw = devtime.report_copy_bandwidth()
     key = jax.random.key(0)
     cases = {s: None for s in SHAPES}
 

@@ -14,7 +14,6 @@ Writes ``kernels_quantize_sweep.{md,json}`` to --out.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -58,19 +57,12 @@ def name(knobs: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
-    ap.add_argument("--max-seconds", type=float, default=300.0)
-    ap.add_argument("--quick", action="store_true", help="2 values per knob, small shapes")
-    ap.add_argument("--top", type=int, default=3, help="phase-1 configs carried to phase 2")
-    a = ap.parse_args(argv)
+    a = devtime.sweep_parser(__doc__, 300.0, "2 values per knob, small shapes").parse_args(argv)
     t0 = time.time()
     dev = jax.devices()[0]
     shapes = ((512, 4096), (256, 2048)) if a.quick else SHAPES
     grid = {k: v[:2] for k, v in GRID.items()} if a.quick else GRID
-    bw = devtime.copy_bandwidth_device(1 << (20 if a.quick else 30))
-    print(f"device {dev.device_kind}, jax {jax.__version__}, copy bandwidth (device time) "
-          f"{bw / 1e12:.2f} TB/s", flush=True)
+    bw = devtime.report_copy_bandwidth(1 << (20 if a.quick else 30))
     xs, refs, rows = {}, {}, []
     u8 = lambda a: np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))  # noqa: E731
 

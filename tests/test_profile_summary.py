@@ -108,6 +108,9 @@ def test_write_sweep_tables_and_compilecheck_cli(tmp_path, capsys):
     assert got["rows"] == rows and got["copy_tbs"] == 4.0 and got["jax"]
     assert capsys.readouterr().out.splitlines() == lines[-4:]
 
+    a = devtime.sweep_parser("Doc line.\nmore", 12.0, "h").parse_args(["--quick", "--top", "2"])
+    assert (a.max_seconds, a.quick, a.top) == (12.0, True, 2) and a.out.endswith("results")
+
     defaults = {"x": {"k": 1}}
     out, cfg = mc.cli_configs(["prog"], defaults, str(tmp_path / "d"))
     assert out == str(tmp_path / "d") and cfg == defaults and os.path.isdir(out)
