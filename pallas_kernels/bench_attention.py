@@ -394,7 +394,7 @@ def quantize_rows(bw, rows=None, on_row=None):
             best = None
             # the defaults (v3, one walk) and v2's tuned configs (two walks); the knob sweep in
             # device time is pallas_kernels/sweep_quantize.py
-            kd = default_knobs(k, m)
+            kd = default_knobs(k)
             for bm, nw, kc, one in ((kd["block_m"], kd["num_warps"], kd["chunk_k"], True),
                                     (8, 4, 256, False), (16, 8, 512, False)):
                     if TINY and bm > m:

@@ -45,7 +45,7 @@ def compile_config(name, cfg, outdir):
     cfg = dict(cfg)
     fmt, m, k = cfg.pop("fmt", "nvfp4"), cfg.pop("m", 1024), cfg.pop("k", 4096)
     cfg.setdefault("global_scope", "row")
-    knobs = QH.default_knobs(k, m) | {kk: v for kk, v in cfg.items() if kk in QH.KNOBS}
+    knobs = QH.default_knobs(k) | {kk: v for kk, v in cfg.items() if kk in QH.KNOBS}
     x = jnp.ones((m, k), jnp.bfloat16)
     (ttir,) = [t for t in mc.lower(lambda x: QH.quantize_with_hint_triton(x, fmt, **cfg), x)
                if "quantize_with_hint" in t] or [None]

@@ -141,10 +141,12 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
     if nvfp4:
         if row_scope:
             amax_bits = jnp.zeros((bm,), jnp.uint32)
-            for c in range(nk):  # v2 (single_walk=False): a first walk for the amax only
-                ab = walked[c][1] if walked else _absmax_bits_last(
-                    x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32))
-                amax_bits = jnp.maximum(amax_bits, jnp.max(ab, axis=-1) if walked else ab)
+            for c in range(nk):
+                if walked:
+                    ab = jnp.max(walked[c][1], axis=-1)
+                else:  # v2 (single_walk=False): a first walk for the amax only
+                    ab = _absmax_bits_last(x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32))
+                amax_bits = jnp.maximum(amax_bits, ab)
             amax = jax.lax.bitcast_convert_type(amax_bits, jnp.float32)
             g = amax * jnp.float32(quant.GLOBAL_FACTOR)
             g = jnp.where(g == 0, 1.0, g)
@@ -192,13 +194,12 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
 KNOBS = ("block_m", "chunk_k", "num_warps")
 
 
-def default_knobs(k: int, m: int | None = None) -> dict:
+def default_knobs(k: int) -> dict:
     """The kernel's tile knobs for rows of K elements (``quantize_with_hint_triton``'s defaults
     when a knob is not given): at most 8K elements per program, which the single walk keeps in
     registers, in chunks of ~1K (``block_m * chunk_k``). Session 10's device-time sweep
     (``pallas_kernels/sweep_quantize.py``, H200): best at K = 4096 with 2 rows x 512 and at
     K = 2048 with 4 rows x 256, bit-identical everywhere (NOTES_attention.md)."""
-    del m
     rows = max(1, min(8, 8192 // k))
     bm = 1 << (rows.bit_length() - 1)
     return dict(block_m=bm, chunk_k=max(256, 1024 // bm), num_warps=4)
@@ -224,7 +225,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     bs = f.block_size
     if k % bs:
         raise ValueError(f"{fmt}: K={k} is not a multiple of the block size {bs}")
-    knobs = default_knobs(k, m)
+    knobs = default_knobs(k)
     block_m = block_m or knobs["block_m"]
     chunk_k = chunk_k or knobs["chunk_k"]
     num_warps = num_warps or knobs["num_warps"]

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         r = dict(phase=phase, m=shape[0], k=shape[1], fmt=fmt, scope=scope, knobs=knobs,
                  name=name(knobs), us=t * 1e6, all_us=t_all * 1e6, tbs=nb / t / 1e12,
                  pct_copy=100 * nb / t / bw, bit_identical=same,
-                 default=knobs == QH.default_knobs(shape[1], shape[0]))
+                 default=knobs == QH.default_knobs(shape[1]))
         rows.append(r)
         print(f"  {shape} {fmt}/{scope} {r['name']:20s} {r['us']:8.1f} us {r['tbs']:5.2f} TB/s "
               f"{r['pct_copy']:5.1f}% identical={same}{'  (default)' if r['default'] else ''}",
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     print(f"phase 2: v2, default + {[name(b) for b in best]}", flush=True)
     for shape in shapes:
         for fmt, scope in FORMATS:
-            cands = [V2, QH.default_knobs(shape[1], shape[0])] + best
+            cands = [V2, QH.default_knobs(shape[1])] + best
             for knobs in [c for i, c in enumerate(cands) if c not in cands[:i]]:
                 if time.time() - t0 > a.max_seconds:
                     print("  (time budget spent)", flush=True)
