@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 9 for the next session (one H200; not yet run): the dense prefill path with
+# Prepared in session 9, run in session 10 (one H200; NOTES_matmul.md has the result): the dense prefill path with
 # matmul_triton.dequantize_planes (one Pallas pass from the packed units to bf16, rows
 # plane-major, x permuted) against the path before it (dequantize through the unpacked QTensor,
 # 842 us at M = 512 vs the bf16 GEMM's 335 us, session 9), 8192 x 28672, device time.
