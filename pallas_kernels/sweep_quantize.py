@@ -127,7 +127,8 @@ def main(argv=None) -> int:
              "every kernel of the call (tensor scope: + XLA's global-scale reduction); bytes = x "
              "(bf16) + codes + scales + hint bits + global scales; identical = codes, scales, "
              "global scales and hint bits equal to the jitted trace_jax.quant reference.", "",
-             "| phase | M x K | fmt/scope | config | us | all us | TB/s | % copy | identical | default |",
+             "| phase | M x K | fmt/scope | config | us | all us | TB/s | % copy | identical "
+             "| default |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["phase"], -r["m"], r["fmt"], r["scope"], r["us"])):
         lines.append(f"| {r['phase']} | {r['m']} x {r['k']} | {r['fmt']}/{r['scope']} | "
