@@ -2,7 +2,8 @@
 # Prepared in session 9, run in session 10 (one H200; the result is in NOTES_matmul.md): the
 # dense prefill path with matmul_triton.dequantize_planes (one Pallas pass from the packed units
 # to bf16, rows plane-major, x permuted) against the path before it (dequantize through the
-# unpacked QTensor, 842 us at M = 512 vs the bf16 GEMM's 335 us, session 9), 8192 x 28672, device time.
+# unpacked QTensor, 842 us at M = 512 vs the bf16 GEMM's 335 us, session 9), 8192 x 28672,
+# device time.
 # Prediction: the dequantize pass at ~3.5-4 TB/s (132 MB read + 470 MB written: 150-170 us), so
 # M = 512 at ~510 us (~1.5x the bf16 GEMM; target <= 1.5x) and M = 4096 at ~2.7 ms (~1.05x).
 # Usage (repo root): bash experiments/gpu_session10b.sh
