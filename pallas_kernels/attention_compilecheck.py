@@ -15,12 +15,9 @@ H200 the v2/v3 times tracked them (NOTES_attention.md, v3). Lowering as in
 
 from __future__ import annotations
 
-import os
 import sys
 
-os.environ.setdefault("FP4_FORCE_COMPILE", "1")
-
-import jax.numpy as jnp  # noqa: E402
+import jax.numpy as jnp
 
 from pallas_kernels import attention_triton as AT  # noqa: E402
 from pallas_kernels import matmul_compilecheck as mc  # noqa: E402

@@ -17,8 +17,6 @@ import subprocess
 import sys
 from collections import Counter
 
-os.environ.setdefault("FP4_FORCE_COMPILE", "1")
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax._src.pallas.triton import gpu_info as gpu_info_lib  # noqa: E402
@@ -29,6 +27,9 @@ CAPTURED: list = []
 
 
 def _patch():
+    """Lower for a GPU on this CPU machine: the kernels skip interpret mode (FP4_FORCE_COMPILE)
+    and Pallas' GPU-info query answers for an H200."""
+    os.environ.setdefault("FP4_FORCE_COMPILE", "1")
     h200 = gpu_info_lib.get_gpu_info_from_version(gpu_info_lib.GpuVersion.H200)
     reg.gpu_info_lib = type("G", (), {"get_gpu_info": staticmethod(lambda: h200)})
     orig = tlow.lower_jaxpr_to_triton_module

@@ -18,9 +18,7 @@ import re
 import sys
 from collections import Counter
 
-os.environ.setdefault("FP4_FORCE_COMPILE", "1")
-
-import jax.numpy as jnp  # noqa: E402
+import jax.numpy as jnp
 
 from pallas_kernels import matmul_compilecheck as mc  # noqa: E402
 from pallas_kernels import quantize_hint as QH  # noqa: E402

@@ -98,12 +98,7 @@ def test_devtime_kernel_filter_keeps_only_matching_kernels():
 def test_write_sweep_tables_and_compilecheck_cli(tmp_path, capsys):
     """The sweeps' result files (markdown table + JSON rows) and the compile checks' CLI."""
     from pallas_kernels import devtime
-
-    had = "FP4_FORCE_COMPILE" in os.environ
-    from pallas_kernels import matmul_compilecheck as mc  # sets FP4_FORCE_COMPILE on import
-
-    if not had:  # the kernels' CPU tests in this process must keep running in interpret mode
-        os.environ.pop("FP4_FORCE_COMPILE", None)
+    from pallas_kernels import matmul_compilecheck as mc
 
     rows = [{"name": "a", "us": 1.5}, {"name": "b", "us": 2.0}]
     lines = ["# t", "", "| name | us |", "|---|---|", "| a | 1.5 |", "| b | 2.0 |"]
@@ -122,3 +117,4 @@ def test_write_sweep_tables_and_compilecheck_cli(tmp_path, capsys):
     out, cfg = mc.cli_configs(["prog", str(tmp_path / "e"), "y=dict(k=2, fmt='mxfp4')"],
                               defaults, "/unused")
     assert out == str(tmp_path / "e") and cfg == {"y": {"k": 2, "fmt": "mxfp4"}}
+    assert "FP4_FORCE_COMPILE" not in os.environ  # set by _patch only: CPU tests stay interpreted
