@@ -190,6 +190,10 @@ def variants():
                 x = jnp.ones((m, 8192), jnp.bfloat16)
                 out.append((f"dense_{layout}_{fmt}_m{m}", cfg,
                             lambda x, w, cfg=cfg: mt.dense(x, w, cfg), (x, w)))
+            cfg = mt.Config(bm=16, bn=128, bk=256, programs=3 * 132)  # stream-K
+            out.append((f"dense_streamk_{layout}_{fmt}_m1", cfg,
+                        lambda x, w, cfg=cfg: mt.dense(x, w, cfg),
+                        (jnp.ones((1, 8192), jnp.bfloat16), w)))
     wd = fm.prepare_weights(quant.quantize(jnp.ones((8192, 1024)), "nvfp4", axis=-2))
     out.append(("dequant_planes_nvfp4", mt.Config(num_warps=4, num_stages=2),
                 lambda x, w: mt.dequantize_planes(w), (jnp.ones((1, 8192)), wd)))

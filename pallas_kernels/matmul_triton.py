@@ -27,6 +27,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
@@ -76,7 +77,8 @@ class Config:
     num_stages: int = 3
     # 0: one program per (item, N tile). > 0 (grouped, split_k 1): that many persistent programs,
     # each streaming its share of the active tiles as one software-pipelined loop over
-    # (tile, K step), so weight loads stay in flight across tiles and empty experts cost nothing
+    # (tile, K step), so weight loads stay in flight across tiles and empty experts cost nothing.
+    # Dense: stream-K over that many programs (``stream_k_plan``: equal work per program)
     programs: int = 0
 
 
@@ -235,6 +237,55 @@ def _fp4_persistent_kernel(nt_ref, ie_ref, r0_ref, r1_ref, x_ref, wc_ref, ws_ref
     acc_shape = (cfg.bn, cfg.bm) if nk else (cfg.bm, cfg.bn)
     _persistent_loop(nt_ref, ie_ref, r0_ref, r1_ref, k=k, n=n, cfg=cfg, acc_shape=acc_shape,
                      kstep=kstep, store=store)
+
+
+def stream_k_plan(tiles: int, steps: int, programs: int):
+    """Dense stream-K split of ``tiles x steps`` K-step iterations over ``programs`` programs:
+    program p runs iterations [p T / P, (p + 1) T / P) (T = tiles x steps, floor division), so
+    every program gets the same work whatever the tile count (no partial last wave). A tile's
+    iterations are shared by consecutive programs; the i-th of them writes its partial sum to
+    slot i. Returns (P, S slots, written [S, tiles] bool): the slots the kernel writes, with the
+    in-kernel formulas (a slot not written holds garbage and is masked out of the sum)."""
+    t_total = tiles * steps
+    p_n = max(1, min(programs, t_total))
+    first = [((t * steps + 1) * p_n - 1) // t_total for t in range(tiles)]  # program of iteration
+    last = [(((t + 1) * steps) * p_n - 1) // t_total for t in range(tiles)]  # t*steps (and end)
+    s_n = max(b - a + 1 for a, b in zip(first, last))
+    written = np.zeros((s_n, tiles), bool)
+    for t, (a, b) in enumerate(zip(first, last)):
+        written[: b - a + 1, t] = True
+    return p_n, s_n, written
+
+
+def _fp4_stream_kernel(r0_ref, r1_ref, x_ref, wc_ref, ws_ref, o_ref, *, cfg: Config,
+                       fmt: str, k: int, n: int, tiles: int, nk: bool, emulate: bool):
+    """Stream-K dense matmul (``stream_k_plan``): f32 partial sums, one slot per program that
+    touches a tile; the wrapper sums the slots in a fixed order (deterministic)."""
+    p, p_n = pl.program_id(0), pl.num_programs(0)
+    steps, tiles_n = k // cfg.bk, n // cfg.bn
+    t_total = tiles * steps
+    lo, hi = jax.lax.div(p * t_total, p_n), jax.lax.div((p + 1) * t_total, p_n)
+    acc_shape = (cfg.bn, cfg.bm) if nk else (cfg.bm, cfg.bn)
+
+    def body(t, acc):
+        tile, ks = jax.lax.div(t, steps), jax.lax.rem(t, steps)
+        item, j = jax.lax.div(tile, tiles_n), jax.lax.rem(tile, tiles_n)
+        r0, r1 = r0_ref[item], r1_ref[item]
+        n0 = pl.multiple_of(j * cfg.bn, cfg.bn)
+        acc = _fp4_kstep(acc, x_ref, wc_ref, ws_ref, 0, r0, r1, n0,
+                         pl.multiple_of(ks * cfg.bk, cfg.bk), cfg=cfg, fmt=fmt, nk=nk,
+                         emulate=emulate)
+        flush = (ks == steps - 1) | (t == hi - 1)
+
+        @pl.when(flush)
+        def _():
+            slot = p - jax.lax.div((tile * steps + 1) * p_n - 1, t_total)
+            o_at, omask, _ = _out_tile(o_ref, slot, r0, r1, n0, cfg, nk)
+            plgpu.store(o_at, acc, mask=omask)
+
+        return jnp.where(flush, jnp.zeros_like(acc), acc)
+
+    jax.lax.fori_loop(lo, hi, body, jnp.zeros(acc_shape, jnp.float32))
 
 
 def _epilogue(body, steps, acc_shape, e, r0, r1, rs_ref, o_at, omask, cfg, nk):
@@ -412,7 +463,7 @@ def permute_x(xb, bk: int):
     return xb.reshape(m, k // bk, bk // 16, 16).transpose(0, 1, 3, 2).reshape(m, k)
 
 
-def _run(x, w, items, row_gw, cfg: Config, group_sizes):
+def _run(x, w, items, row_gw, cfg: Config, group_sizes, stream_k: bool = False):
     xb, g = x_bf16(x)
     m, k = xb.shape
     m_pad = m + cfg.bm  # items may start anywhere below m and read BM rows
@@ -422,6 +473,8 @@ def _run(x, w, items, row_gw, cfg: Config, group_sizes):
         raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
     if cfg.programs and cfg.split_k != 1:
         raise ValueError(f"persistent programs need split_k=1, got {cfg}")
+    if stream_k:
+        return _run_stream_k(xb, g, w, row_gw, cfg)
     rs = jnp.pad(g * row_gw, ((0, m_pad - m), (0, 0)))  # [Mp,1]
     xp = jnp.pad(permute_x(xb, cfg.bk), ((0, m_pad - m), (0, 0)))
     if nk:
@@ -460,6 +513,40 @@ def _run(x, w, items, row_gw, cfg: Config, group_sizes):
     return (jnp.sum(out[:, :m], axis=0) * rs[:m]).astype(jnp.bfloat16)
 
 
+def _run_stream_k(xb, g, w, row_gw, cfg: Config):
+    """Dense ``Config.programs`` > 0: the stream-K kernel, then the slot sum and row scale."""
+    m, k = xb.shape
+    n = w.shape[-1]
+    nk = w.layout == "nk"
+    n_items = -(-m // cfg.bm)
+    m_pad = (n_items + 1) * cfg.bm
+    tiles = n_items * (n // cfg.bn)
+    p_n, s_n, written = stream_k_plan(tiles, k // cfg.bk, cfg.programs)
+    rs = jnp.pad(g * row_gw, ((0, m_pad - m), (0, 0)))
+    xp = jnp.pad(permute_x(xb, cfg.bk), ((0, m_pad - m), (0, 0)))
+    if nk:
+        xp = xp.T
+    r0 = jnp.arange(n_items, dtype=jnp.int32) * cfg.bm
+    r1 = jnp.minimum(r0 + cfg.bm, m)
+    emulate = _interpret()
+    out = pl.pallas_call(
+        functools.partial(_fp4_stream_kernel, cfg=cfg, fmt=w.fmt, k=k, n=n, tiles=tiles, nk=nk,
+                          emulate=emulate),
+        out_shape=jax.ShapeDtypeStruct((s_n, n, m_pad) if nk else (s_n, m_pad, n), jnp.float32),
+        grid=(p_n,),
+        compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
+        interpret=emulate,
+        name=f"fp4_matmul_{w.fmt}_{w.layout}_streamk",
+        debug=bool(os.environ.get("FP4_PALLAS_DEBUG")),
+    )(r0, r1, xp, w.codes.reshape(-1, *w.codes.shape[-3:]),
+      w.scales.reshape(-1, *w.scales.shape[-2:]))
+    if nk:
+        out = jnp.swapaxes(out, 1, 2)
+    mask = np.repeat(np.repeat(written.reshape(s_n, n_items, n // cfg.bn), cfg.bm, 1), cfg.bn, 2)
+    out = jnp.where(mask[:, :m], out[:, :m], 0.0)  # slots a tile's programs did not write
+    return (jnp.sum(out, axis=0) * rs[:m]).astype(jnp.bfloat16)
+
+
 @functools.cache
 def _sm_count() -> int:
     """Streaming multiprocessors of this process's first device (132 on an H200; 132 off the
@@ -468,7 +555,9 @@ def _sm_count() -> int:
 
 
 def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") -> Config:
-    """Heuristic tile choice (see NOTES_matmul.md for the measurements behind it). Grouped:
+    """Heuristic tile choice (see NOTES_matmul.md for the measurements behind it). Dense
+    (``pallas_kernels/sweep_dense.py``, session 11, device time at 8192 x 28672): M <= 16
+    split-K up to >= 4 programs per SM; larger M stream-K over 3 programs per SM. Grouped:
     persistent programs, 3 per SM, 5 pipeline stages (2 weight buffers): session 8's device-time
     sweep (``pallas_kernels/sweep_grouped.py``) measured it 1.02-1.08x the previous 2 per SM / 7
     stages at all six 30B decode shapes (216-3528 rows x top-8 of 128 experts)."""
@@ -479,10 +568,12 @@ def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") ->
         return Config(bm=bm, bn=bn, bk=256, num_warps=4, num_stages=5, programs=3 * _sm_count())
     bn = next(b for b in (128, 64, 32) if n % b == 0)
     bk = 256
+    if m > 16:  # session 11 sweep: stream-K, 3 programs per SM, 4 stages (1.11-1.16x split-K)
+        return Config(bm=bm, bn=bn, bk=bk, num_warps=4, num_stages=4, programs=3 * _sm_count())
     split = 1
     tiles = (-(-m // bm)) * (n // bn)
-    while tiles * split < 264 and (k // bk) % (split * 2) == 0:
-        split *= 2
+    while tiles * split < 4 * _sm_count() and (k // bk) % (split * 2) == 0:
+        split *= 2  # session 11 sweep: >= 4 programs per SM (split 4 at 8192 x 28672: 1.08x)
     return Config(bm=bm, bn=bn, bk=bk, split_k=split, num_warps=4, num_stages=3)
 
 
@@ -509,7 +600,7 @@ def dense(x, w, cfg: Config | None = None):
     items = _items_for_groups(jnp.array([m], jnp.int32), m, cfg.bm)
     gw = (w.global_scale * w.kscale).reshape(1, 1)
     row_gw = jnp.broadcast_to(gw, (m, 1))
-    return _run(x, w, items, row_gw, cfg, jnp.array([m], jnp.int32))
+    return _run(x, w, items, row_gw, cfg, jnp.array([m], jnp.int32), stream_k=cfg.programs > 0)
 
 
 PLANES_BK = 256  # K rows per dequantize_planes tile (16 planes of 16 rows)

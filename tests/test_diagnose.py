@@ -7,7 +7,7 @@ import sys
 
 from trace_jax import diagnose
 
-SMALL = ["--config=configs/tiny.py", "--config.model.n_layers=2", "--config.rollout.batch_prompts=2",
+SMALL = ["--config=configs/tiny.py", "--config.model.n_layers=2", "--config.rollout.batch_prompts=4",
          "--config.rollout.group_size=2", "--config.rollout.max_new_tokens=4"]
 
 

@@ -106,6 +106,48 @@ def test_dense(fmt, m, layout, cfg):
     assert _rel(out, fm.fp4_matmul_reference(x, w)) < 4e-3
 
 
+@pytest.mark.parametrize("tiles,steps,programs", [(4, 2, 3), (7, 32, 396), (3, 5, 40),
+                                                    (224, 32, 396), (5, 4, 5)])
+def test_stream_k_plan_matches_a_simulation(tiles, steps, programs):
+    """Every iteration is run by exactly one program; a tile's programs write slots 0, 1, ...
+    in program order (the kernel's slot formula), and the plan's mask is exactly those slots."""
+    p_n, s_n, written = mt.stream_k_plan(tiles, steps, programs)
+    total = tiles * steps
+    owners = {t: [] for t in range(tiles)}
+    seen = []
+    for p in range(p_n):
+        lo, hi = p * total // p_n, (p + 1) * total // p_n
+        seen += range(lo, hi)
+        for t in sorted({i // steps for i in range(lo, hi)}):
+            slot = p - ((t * steps + 1) * p_n - 1) // total  # as in _fp4_stream_kernel
+            owners[t].append((p, slot))
+    assert sorted(seen) == list(range(total))
+    want = np.zeros((max(len(o) for o in owners.values()), tiles), bool)
+    for t, o in owners.items():
+        assert [s for _, s in o] == list(range(len(o)))
+        want[: len(o), t] = True
+    assert s_n == want.shape[0] and np.array_equal(written, want)
+
+
+@pytest.mark.parametrize("fmt,layout,m,programs,bk", [
+    ("nvfp4", "kn", 1, 3, 256),     # 2 tiles x 4 K steps over 3 programs: tiles split
+    ("mxfp4", "nk", 5, 5, 256),     # 3 programs touch a tile
+    ("nvfp4", "kn", 19, 7, 512),    # 2 row tiles, the last partial
+    ("nvfp4", "nk", 3, 64, 256)])   # more programs than iterations: one per iteration
+def test_dense_stream_k(fmt, layout, m, programs, bk):
+    k0, k1 = jax.random.split(jax.random.key(m + programs))
+    q = _q(k0, (1024, 64), fmt, 3.0)
+    w = fm.prepare_weights(q, layout)
+    x = jax.random.normal(k1, (m, 1024)).astype(jnp.bfloat16)
+    cfg = mt.Config(bm=16, bn=32, bk=bk, programs=programs)
+    out = mt.dense(x, w, cfg)
+    assert out.shape == (m, 64) and out.dtype == jnp.bfloat16
+    assert _rel(out, _ref_q(x, q)) < 4e-3
+    plain = mt.dense(x, w, dataclasses.replace(cfg, programs=0))
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(plain, np.float32),
+                               rtol=1e-2, atol=1e-2)
+
+
 def test_dense_detects_wrong_permutation():
     """The test above can fail: a kernel fed unpermuted x is far off."""
     q = _q(jax.random.key(9), (256, 32), "nvfp4")

@@ -31,6 +31,10 @@ def fp4():
     return nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half")
 
 
+# the trainer's forward, compiled once per (config, numerics): op-by-op it took ~28 s per call
+forward = jax.jit(M.forward, static_argnames=("cfg", "numerics", "capture_hints", "capture_codes"))
+
+
 def gen(params, numerics, key=0, sampling=S, **kw):
     return R.generate(R.sync_weights(params, numerics, dtype=CFG.dtype), PROMPTS, LENS, jax.random.key(key),
                       cfg=CFG, numerics=numerics, sampling=sampling, **kw)
@@ -49,7 +53,7 @@ def test_same_seed_same_rollout_and_different_seed_differs(params, fp4):
 def test_greedy_equals_argmax_of_full_forward(params):
     bf = nx.make_numerics("bf16", CFG.n_layers)
     ro = gen(params, bf, sampling=dataclasses.replace(S, temperature=0.0), capture_hints=False)
-    logits, _, _ = M.forward(params, ro.tokens, cfg=CFG, numerics=bf)
+    logits, _, _ = forward(params, ro.tokens, cfg=CFG, numerics=bf)
     pred = np.asarray(jnp.argmax(logits, -1))
     toks, mask = np.asarray(ro.tokens), np.asarray(ro.response_mask)
     b, t = np.nonzero(mask)
@@ -67,7 +71,7 @@ def test_recorded_logprobs_match_trainer_recompute(params, mode):
     ro = gen(params, rec)
     train = num.with_mode("fp4_qat" if mode != "bf16" else "bf16")
     g = ro.guidance
-    logits, aux, _ = M.forward(params, ro.tokens, cfg=CFG, numerics=train,
+    logits, aux, _ = forward(params, ro.tokens, cfg=CFG, numerics=train,
                                hints=train.trainer_hints(g.hints) if mode != "bf16" else None,
                                hint_experts_LxBxTxK=g.experts if mode != "bf16" else None,
                                hint_valid_BxT=g.recorded if mode != "bf16" else None)
@@ -95,7 +99,7 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, dr
 
     def codes(hints):
         num = qat if hints else dataclasses.replace(qat, hinted=frozenset())
-        _, aux, _ = M.forward(w, ro.tokens, cfg=cfg, numerics=num,
+        _, aux, _ = forward(w, ro.tokens, cfg=cfg, numerics=num,
                               hints=qat.trainer_hints(g.hints) if hints else None,
                               forced_experts_LxBxTxK=g.experts, hint_experts_LxBxTxK=g.experts,
                               hint_valid_BxT=g.recorded if hints else None, capture_codes=True)
@@ -112,7 +116,7 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, dr
 
 def test_routing_replay_reproduces_rollout_experts(params, fp4):
     ro = gen(params, fp4)
-    _, aux, _ = M.forward(params, ro.tokens, cfg=CFG, numerics=fp4.with_mode("bf16"),
+    _, aux, _ = forward(params, ro.tokens, cfg=CFG, numerics=fp4.with_mode("bf16"),
                           forced_experts_LxBxTxK=ro.guidance.experts)
     np.testing.assert_array_equal(np.asarray(aux.experts), np.asarray(ro.guidance.experts))
     assert ro.guidance.experts.dtype == jnp.uint8
