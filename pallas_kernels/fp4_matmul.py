@@ -105,8 +105,8 @@ def prepare_weights(w: QTensor, layout: Layout = "kn") -> FP4Weights:
     k, n = w.shape[-2:]
     if k % 16:
         raise ValueError(f"K={k} must be a multiple of 16")
-    nib = jnp.stack([w.codes & 15, w.codes >> 4], axis=-2).reshape(*lead, k, n)
-    nib = matmul_layout.pair_k(nib, axis=-2).reshape(*lead, k // 16, 16, n)  # paired units
+    nib = jnp.stack([w.codes & 15, w.codes >> 4], axis=-2)  # [..., K/2, 2, N]
+    nib = nib.reshape(*lead, k // 16, 16, n)
     words = jnp.moveaxis(matmul_layout.pack_units(nib, axis=-2), 0, -3)  # [..., 2, K/16, N]
     sb = jax.lax.bitcast_convert_type(w.scales, jnp.uint8)
     if w.fmt == "nvfp4":
@@ -134,8 +134,7 @@ def weights_to_qtensor(w: FP4Weights) -> QTensor:
     words, sb = (w.codes, w.scales) if w.layout == "kn" else (_t(w.codes), _t(w.scales))
     *lead, _, k16, n = words.shape
     nib = matmul_layout.unpack_units(jnp.moveaxis(words, -3, 0))  # [16, ..., K/16, N]
-    nib = matmul_layout.pair_k(jnp.moveaxis(nib, 0, -2).reshape(*lead, 16 * k16, n), axis=-2,
-                               inverse=True).reshape(*lead, 8 * k16, 2, n)
+    nib = jnp.moveaxis(nib, 0, -2).reshape(*lead, 8 * k16, 2, n)
     codes = (nib[..., 0, :] | (nib[..., 1, :] << 4)).astype(jnp.uint8)
     if w.fmt == "mxfp4":
         sh = jnp.frexp(w.kscale)[1].astype(jnp.int32) - 1

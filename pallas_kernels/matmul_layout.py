@@ -17,9 +17,7 @@ words (A, B). The in-kernel decode turns a unit into 8 bf16x2 registers with 16 
 
 Everything here is derived from :data:`PROGRAM`: the packing (prepare time), its inverse, a
 bit-exact pure-JAX emulation of the asm (CPU tests, interpret mode) and the PTX text.
-Plane ``o`` (0..15) of a unit holds the code of K index ``16 * kb + o``. The kernels store
-*paired* units (section at the end): the same packing after a K permutation inside each 256-K
-group, so that one decoded pair is one plane of two adjacent units (the MMA's operand pair).
+Plane ``o`` (0..15) of a unit holds the code of K index ``16 * kb + o``.
 """
 
 from __future__ import annotations
@@ -130,6 +128,18 @@ def pattern_to_code(p16: jax.Array) -> jax.Array:
     return (((p16 >> 6) & 7) | ((p16 >> 12) & 8)).astype(jnp.int32)
 
 
+def emulate_planes(a, b, s_eff, dtype=jnp.bfloat16) -> list[jax.Array]:
+    """16 bf16 planes ``code * s_eff`` (s_eff: f32, the block scale times 2**-shift, broadcast
+    against a/b), through the bit-exact pattern emulation (value from the code table, so no
+    subnormal float arithmetic is involved on the CPU)."""
+    out = []
+    for pr in emulate_pairs(a, b):
+        for half in (0, 1):
+            out.append((code_value(pattern_to_code(pr >> (16 * half) & 0xFFFF)) * s_eff)
+                       .astype(dtype))
+    return out
+
+
 def code_value(code: jax.Array) -> jax.Array:
     """E2M1 code (int32 0..15) -> f32 value by arithmetic (no table constant in kernels)."""
     m = (code & 1).astype(jnp.float32)
@@ -139,69 +149,12 @@ def code_value(code: jax.Array) -> jax.Array:
     return jnp.where((code & 8) != 0, -mag, mag)
 
 
-
-
-# --------------------------------------------------------------------------------------------
-# Paired units (v3): each decode pair is one plane of two adjacent units, i.e. one MMA B fragment
-#
-# The v2 asm returns a pair as (plane 2q, plane 2q + 1) of one unit; the MMA wants (unit kb, unit
-# kb + 1) of one plane in a register, so Triton re-packed every pair (PRMT + moves, ~300 of
-# ~1,060 SASS per warp per 256 x 128 K step; NOTES_matmul session 11). Here the 16 units of each
-# 256-K group are stored as 16 *virtual* units: virtual unit 8h + j, code slot 2q + t holds K
-# offset 16 (2j + t) + 8h + q of the group, so op q of the same asm on virtual unit (h, j)
-# yields plane 8h + q of units 2j (low half) and 2j + 1 (high half), times the scale pair
-# {S[2j], S[2j + 1]}. The codes are a fixed K permutation inside each 256-K group followed by the
-# v2 packing; the scales stay per real unit, in K order.
-
-GROUP_K = 256  # K per paired group: 16 units of 16
-
-
-@functools.lru_cache(maxsize=None)
-def paired_order() -> np.ndarray:
-    """int [256]: stored K offset (16 virtual unit + slot) -> natural K offset in the group."""
-    perm = np.empty(GROUP_K, np.int64)
-    for h in range(2):
-        for j in range(8):
-            for q in range(8):
-                for t in range(2):
-                    perm[16 * (8 * h + j) + 2 * q + t] = 16 * (2 * j + t) + 8 * h + q
-    return perm
-
-
-def pair_k(a: jax.Array, axis: int, inverse: bool = False) -> jax.Array:
-    """Natural K order -> paired storage order along ``axis`` (``inverse``: back). Only whole
-    256-K groups are permuted; a K tail (K % 256, which no kernel tiles) keeps its order."""
-    k = a.shape[axis]
-    full = k - k % GROUP_K
-    if not full:
-        return a
-    perm = paired_order()
-    if inverse:
-        perm = np.argsort(perm)
-    idx = (np.arange(full // GROUP_K)[:, None] * GROUP_K + perm[None, :]).reshape(-1)
-    return jnp.take(a, jnp.asarray(np.concatenate([idx, np.arange(full, k)])), axis=axis)
-
-
-def emulate_paired(a, b, s_even, s_odd, dtype=jnp.bfloat16) -> list[jax.Array]:
-    """The paired asm on one virtual-unit row block (a, b: uint32 words of virtual units
-    8h + j, j = 0..7; s_even / s_odd: f32 multipliers of units 2j / 2j + 1, broadcast against
-    a): 8 arrays [..., 2] (last axis: unit 2j, 2j + 1), op order q (plane 8h + q)."""
-    out = []
-    for pr in emulate_pairs(a, b):
-        lo = code_value(pattern_to_code(pr & 0xFFFF)) * s_even
-        hi = code_value(pattern_to_code(pr >> 16)) * s_odd
-        out.append(jnp.stack([lo.astype(dtype), hi.astype(dtype)], axis=-1))
-    return out
-
-
-def paired_asm_text() -> str:
-    """PTX for one virtual unit, ``pack = 2`` over a trailing axis of 2 (unit 2j, 2j + 1):
-    $8/$9 = A (the same word twice), $10/$11 = B, $12 = S[2j] (bf16 bits in the low half),
-    $13 = S[2j + 1] << 16; outputs $0..$7 = bf16x2 {plane of unit 2j, of unit 2j + 1}, op
-    order: 16 bit operations (:data:`PROGRAM`) and 8 ``mul.bf16x2``, 1.5 per element."""
-    lines = ["{", ".reg .b32 s2, c, ta, tb, t;", "or.b32 s2, $12, $13;"]
-    src = {"A": "$8", "B": "$10", "C": "c"}
-    lines += [f"shf.l.wrap.b32 ta, $8, $8, {RA};", f"shf.l.wrap.b32 tb, $10, $10, {RB};",
+def asm_text() -> str:
+    """PTX for one unit: inputs $16 = A, $17 = B (u32), $18 = S (bf16 bits, u16);
+    outputs $0..$15 = the 16 planes (bf16 bits, u16), PROGRAM order, low half first."""
+    lines = ["{", ".reg .b32 s2, c, ta, tb, t;", "mov.b32 s2, {$18, $18};"]
+    src = {"A": "$16", "B": "$17", "C": "c"}
+    lines += [f"shf.l.wrap.b32 ta, $16, $16, {RA};", f"shf.l.wrap.b32 tb, $17, $17, {RB};",
               f"lop3.b32 c, ta, tb, {MASK_A:#010x}, 0xE4;"]
     for q, (w, r) in enumerate(PROGRAM):
         s = src[w]
@@ -210,9 +163,10 @@ def paired_asm_text() -> str:
             lines.append(f"and.b32 t, t, {P_MASK:#010x};")
         else:
             lines.append(f"and.b32 t, {s}, {P_MASK:#010x};")
-        lines.append(f"mul.rn.bf16x2 ${q}, t, s2;")
+        lines.append("mul.rn.bf16x2 t, t, s2;")
+        lines.append(f"mov.b32 {{${2 * q}, ${2 * q + 1}}}, t;")
     lines.append("}")
     return "\n".join(lines)
 
 
-PAIRED_ASM_CONSTRAINTS = ",".join(["=r"] * 8 + ["r"] * 6)
+ASM_CONSTRAINTS = ",".join(["=h"] * 16 + ["r", "r", "h"])

@@ -5,10 +5,10 @@ the group sizes (dense = one group of M rows). Grid = (items, N/BN, split-K), or
 ``Config.programs`` (the grouped default), that many persistent programs sharing out the active
 (item, N tile) pairs in one pipelined loop. Each program streams
 its expert's packed units (two u32 words per 16 K-codes of one column, ``matmul_layout``) and one
-scale byte per unit, decodes each 256-K group of paired units with inline PTX into 16 exact bf16
-planes (``code * block_scale * 2**-shift``; ~1.5 ops per element; a decoded bf16x2 register is
-already the MMA's (k, k + 1) operand pair) and runs 16 small bf16 MMAs per group, plane p against
-the x columns ``16 kb + p`` (the wrapper pre-permutes x so each is one contiguous slice). The f32 epilogue multiplies the per-row scale (activation global scale x expert global
+scale byte per unit, decodes a unit with inline PTX into 16 exact bf16 planes
+(``code * block_scale * 2**-shift``; ~1.5 ops per element) and runs 16 small bf16 MMAs per K step,
+plane p against the x columns ``16 kb + p`` (the wrapper pre-permutes x so each is one contiguous
+slice). The f32 epilogue multiplies the per-row scale (activation global scale x expert global
 scale x 2**shift).
 
 Two weight orientations (``FP4Weights.layout``): "kn" (units [K/16, N], dot(x_p, plane_p)) and
@@ -110,49 +110,15 @@ def scale_eff(s_u8: jax.Array, fmt: str) -> jax.Array:
     return jnp.where(b == 255, jnp.nan, jnp.where(b >= 127, val, 0.0))
 
 
-def _decode_virtual(a, b, s_even, s_odd, fmt: str, emulate: bool) -> list[jax.Array]:
-    """Words of 8 virtual units (uint32 a, b) -> 8 bf16 arrays [..., 2]: op q's plane of the
-    real units (2j, 2j + 1), scaled by their scale bytes (s_even, s_odd)."""
+def decode_planes(a, b, s_u8, fmt: str, emulate: bool):
+    """Units (u32 words a, b; scale bytes) -> 16 bf16 planes of the same shape."""
     if emulate:
-        return L.emulate_paired(a, b, scale_eff(s_even, fmt), scale_eff(s_odd, fmt))
-    lo, hi = (jax.lax.bitcast_convert_type(scale_bf16(s, fmt), jnp.uint16).astype(jnp.uint32)
-              for s in (s_even, s_odd))
-    s2 = jnp.stack([lo, hi << 16], axis=-1)  # the pair axis lands in one thread's registers
-    wide = [jnp.broadcast_to(w[..., None], s2.shape) for w in (a, b)]
-    return plgpu.elementwise_inline_asm(
-        L.paired_asm_text(), args=[*wide, s2], constraints=L.PAIRED_ASM_CONSTRAINTS, pack=2,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(s2.shape, jnp.bfloat16)] * 8)
-
-
-def _even_odd_units(ws_ref, lead: tuple, u0, n0, bn: int, nk: bool, emulate: bool):
-    """Scale bytes ``ws_ref[*lead, ...]`` of the group's even and odd units (16 from ``u0``),
-    columns [n0, n0 + bn): two strided loads on the GPU; interpret mode cannot discharge a
-    strided dynamic load, so there the 16 rows are loaded and split."""
-    if not emulate:
-        if nk:
-            return tuple(ws_ref[(*lead, pl.ds(n0, bn), pl.ds(u0 + t, 8, stride=2))] for t in (0, 1))
-        return tuple(ws_ref[(*lead, pl.ds(u0 + t, 8, stride=2), pl.ds(n0, bn))] for t in (0, 1))
-    if nk:
-        sc = ws_ref[(*lead, pl.ds(n0, bn), pl.ds(u0, 16))]
-        return sc[:, 0::2], sc[:, 1::2]
-    sc = ws_ref[(*lead, pl.ds(u0, 16), pl.ds(n0, bn))]
-    return sc[0::2], sc[1::2]
-
-
-def decode_group(words, s_even, s_odd, fmt: str, emulate: bool, nk: bool) -> list[jax.Array]:
-    """One 256-K group of paired units -> its 16 bf16 planes, plane p = ``code * scale`` of K
-    offset ``16 u + p`` for the group's units u = 0..15 in order: [16, BN] ("kn") or [BN, 16]
-    ("nk"), i.e. the MMA's B (A) operand for the x columns of plane p. ``words``: ((A, B) of
-    virtual units 0-7, (A, B) of 8-15), each [8, BN] ([BN, 8]); ``s_even`` / ``s_odd``: the
-    scale bytes of units 0, 2, .., 14 / 1, 3, .., 15 (same shape)."""
-    planes = []
-    for a, b in words:
-        for pr in _decode_virtual(a, b, s_even, s_odd, fmt, emulate):
-            if nk:  # [BN, 8, 2] -> [BN, 16]: unit 2j + t
-                planes.append(pr.reshape(pr.shape[0], 16))
-            else:  # [8, BN, 2] -> [8, 2, BN] -> [16, BN]
-                planes.append(jnp.transpose(pr, (0, 2, 1)).reshape(16, pr.shape[1]))
-    return planes
+        return L.emulate_planes(a, b, scale_eff(s_u8, fmt))
+    s16 = jax.lax.bitcast_convert_type(scale_bf16(s_u8, fmt), jnp.int16)
+    outs = plgpu.elementwise_inline_asm(
+        L.asm_text(), args=[a, b, s16], constraints=L.ASM_CONSTRAINTS, pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(a.shape, jnp.int16)] * 16)
+    return [jax.lax.bitcast_convert_type(o, jnp.bfloat16) for o in outs]
 
 
 # --------------------------------------------------------------------------------------------
@@ -169,25 +135,25 @@ def _fp4_kstep(acc, x_ref, wc_ref, ws_ref, ec, r0, r1, n0, kk, *, cfg: Config, f
     """acc + x[r0:r1, kk:kk+BK] @ w[ec, kk:kk+BK, n0:n0+BN] (acc transposed for "nk")."""
     bm, bn, bkb = cfg.bm, cfg.bn, cfg.bk // 16
     kb = pl.multiple_of(kk // 16, bkb)
-    xmask = _rows_mask(r0, r1, bm, 16, 1 if nk else 0)
-    for g in range(bkb // 16):  # 256-K groups of paired units
-        u0 = kb + 16 * g
-        if nk:  # units [N, K/16]
-            words = [tuple(wc_ref[ec, w, pl.ds(n0, bn), pl.ds(u0 + 8 * h, 8)] for w in (0, 1))
-                     for h in (0, 1)]
-        else:  # units [K/16, N]
-            words = [tuple(wc_ref[ec, w, pl.ds(u0 + 8 * h, 8), pl.ds(n0, bn)] for w in (0, 1))
-                     for h in (0, 1)]
-        s_e, s_o = _even_odd_units(ws_ref, (ec,), u0, n0, bn, nk, emulate)
-        planes = decode_group(words, s_e, s_o, fmt, emulate, nk)
-        for p in range(16):
-            col = kk + p * bkb + 16 * g  # plane p's x columns of this group (permute_x)
-            if nk:  # x^T [K, Mp]
-                xp = plgpu.load(x_ref.at[pl.ds(col, 16), pl.ds(r0, bm)], mask=xmask, other=0.0)
-                acc = acc + jnp.dot(planes[p], xp, preferred_element_type=jnp.float32)
-            else:  # x [Mp, K]
-                xp = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(col, 16)], mask=xmask, other=0.0)
-                acc = acc + jnp.dot(xp, planes[p], preferred_element_type=jnp.float32)
+    xmask = _rows_mask(r0, r1, bm, bkb, 1 if nk else 0)
+    if nk:  # x^T [K, Mp]
+        a = wc_ref[ec, 0, pl.ds(n0, bn), pl.ds(kb, bkb)]
+        b = wc_ref[ec, 1, pl.ds(n0, bn), pl.ds(kb, bkb)]
+        sc = ws_ref[ec, pl.ds(n0, bn), pl.ds(kb, bkb)]
+    else:  # x [Mp, K]
+        a = wc_ref[ec, 0, pl.ds(kb, bkb), pl.ds(n0, bn)]
+        b = wc_ref[ec, 1, pl.ds(kb, bkb), pl.ds(n0, bn)]
+        sc = ws_ref[ec, pl.ds(kb, bkb), pl.ds(n0, bn)]
+    planes = decode_planes(a, b, sc, fmt, emulate)
+    for p in range(16):
+        if nk:
+            xp = plgpu.load(x_ref.at[pl.ds(kk + p * bkb, bkb), pl.ds(r0, bm)], mask=xmask,
+                            other=0.0)
+            acc = acc + jnp.dot(planes[p], xp, preferred_element_type=jnp.float32)
+        else:
+            xp = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(kk + p * bkb, bkb)], mask=xmask,
+                            other=0.0)
+            acc = acc + jnp.dot(xp, planes[p], preferred_element_type=jnp.float32)
     return acc
 
 
@@ -306,7 +272,7 @@ def _fp4_stream_kernel(r0_ref, r1_ref, x_ref, wc_ref, ws_ref, o_ref, *, cfg: Con
         item, j = jax.lax.div(tile, tiles_n), jax.lax.rem(tile, tiles_n)
         r0, r1 = r0_ref[item], r1_ref[item]
         n0 = pl.multiple_of(j * cfg.bn, cfg.bn)
-        acc = _fp4_kstep(acc, x_ref, wc_ref, ws_ref, jnp.int32(0), r0, r1, n0,
+        acc = _fp4_kstep(acc, x_ref, wc_ref, ws_ref, 0, r0, r1, n0,
                          pl.multiple_of(ks * cfg.bk, cfg.bk), cfg=cfg, fmt=fmt, nk=nk,
                          emulate=emulate)
         flush = (ks == steps - 1) | (t == hi - 1)
@@ -647,9 +613,7 @@ def planes_fit(w) -> bool:
 
 
 def _dequant_planes_kernel(wc_ref, ws_ref, ks_ref, o_ref, *, fmt: str, bkb: int, emulate: bool):
-    words = [tuple(wc_ref[w, pl.ds(8 * h, 8), :] for w in (0, 1)) for h in (0, 1)]
-    s_e, s_o = _even_odd_units(ws_ref, (), 0, 0, ws_ref.shape[-1], False, emulate)
-    planes = decode_group(words, s_e, s_o, fmt, emulate, nk=False)
+    planes = decode_planes(wc_ref[0], wc_ref[1], ws_ref[...], fmt, emulate)
     ks = ks_ref[...]  # [1, 1] f32: 2**shift, exact
     for p in range(16):
         o_ref[pl.ds(p * bkb, bkb), :] = (planes[p].astype(jnp.float32) * ks).astype(jnp.bfloat16)

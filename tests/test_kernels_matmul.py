@@ -1,7 +1,7 @@
 """FP4 matmul kernels v2 against the pure-JAX reference (CPU: Pallas interpret mode).
 
 The inline-PTX decode cannot run in interpret mode: there the kernel runs the asm's bit-exact
-emulation (``matmul_layout.emulate_paired``); the layout, the emulation and the PTX text are
+emulation (``matmul_layout.emulate_planes``); the layout, the emulation and the PTX text are
 tested here, the asm itself on the GPU (``bench_matmul.decode_exact``, rel err column)."""
 
 import dataclasses
@@ -66,38 +66,12 @@ def test_pattern_value_is_e2m1_times_2_pow_minus_126():
 
 
 def test_asm_text_matches_program():
-    asm = L.paired_asm_text()
+    asm = L.asm_text()
     assert asm.count("mul.rn.bf16x2") == 8 and asm.count("lop3.b32") == 1
     ops = [ln.split()[0] for ln in asm.splitlines() if re.match(r"^[a-z]", ln)]
     assert sum(o in ("shf.l.wrap.b32", "and.b32", "lop3.b32") for o in ops) == 16
     assert f"{L.MASK_A:#010x}" in asm and f", {L.RA};" in asm and f", {L.RB};" in asm
-    assert len(L.PAIRED_ASM_CONSTRAINTS.split(",")) == 14
-    assert all(f"mul.rn.bf16x2 ${q}, t, s2;" in asm for q in range(8))
-
-
-def test_paired_units_give_one_plane_of_two_units_per_pair():
-    """Virtual unit 8h + j of a 256-K group, op q: the low half is K offset 16 (2j) + 8h + q,
-    the high half 16 (2j + 1) + 8h + q, each times its own unit's scale (emulation), and the
-    K permutation round-trips (a K tail past the last whole group keeps its order)."""
-    perm = L.paired_order()
-    assert sorted(perm) == list(range(256))
-    rng = np.random.default_rng(3)
-    nib = jnp.asarray(rng.integers(0, 16, (256, 5)), jnp.uint8)  # natural K order, one group
-    stored = L.pair_k(nib, axis=0)
-    words = L.pack_units(stored.reshape(16, 16, 5), axis=1)  # [2, 16 virtual units, 5]
-    s_unit = jnp.asarray(rng.choice([0.5, 1.0, 2.0, 4.0], (16, 5)), jnp.float32)
-    for h in (0, 1):
-        pairs = L.emulate_paired(words[0, 8 * h:8 * h + 8], words[1, 8 * h:8 * h + 8],
-                                 s_unit[0::2], s_unit[1::2], jnp.float32)
-        for q, pr in enumerate(pairs):
-            for t in (0, 1):
-                u = np.arange(8) * 2 + t
-                want = L.code_value(nib[16 * u + 8 * h + q].astype(jnp.int32)) * s_unit[u]
-                np.testing.assert_array_equal(pr[..., t], want)
-    tail = jnp.arange(300)
-    assert np.array_equal(L.pair_k(L.pair_k(tail, 0), 0, inverse=True), tail)
-    assert np.array_equal(L.pair_k(tail, 0)[256:], tail[256:])
-    assert not np.array_equal(L.pair_k(tail, 0)[:256], tail[:256])
+    assert len(L.ASM_CONSTRAINTS.split(",")) == 19
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
