@@ -3,6 +3,7 @@ corruption, non-finite handling, config errors."""
 
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -97,8 +98,17 @@ def read_metrics(workdir):
 STABLE = [k for k in RUN.METRIC_KEYS if not k.startswith("time_")]
 
 
-def test_metrics_file_has_every_field_and_tensorboard(tmp_path):
-    RUN.run(small(tmp_path))
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One uninterrupted ``small`` run (2 SFT + 4 RL steps, checkpoints every 2 global steps),
+    shared read-only by the tests below (a test that changes it works on a copy)."""
+    d = tmp_path_factory.mktemp("finished")
+    RUN.run(small(d))
+    return d
+
+
+def test_metrics_file_has_every_field_and_tensorboard(finished_run):
+    tmp_path = finished_run
     ms = read_metrics(tmp_path)
     assert [m["step"] for m in ms] == [0, 1, 2, 3]
     for m in ms:
@@ -116,9 +126,8 @@ def test_metrics_file_has_every_field_and_tensorboard(tmp_path):
         checkpoint.load_params(str(tmp_path / "nowhere"), c)
 
 
-def test_resume_after_crash_equals_uninterrupted_run(tmp_path, monkeypatch):
-    RUN.run(small(tmp_path / "a"))
-    ref = read_metrics(tmp_path / "a")
+def test_resume_after_crash_equals_uninterrupted_run(finished_run, tmp_path, monkeypatch):
+    ref = read_metrics(finished_run)
 
     real = RUN.rl_iteration
 
@@ -138,9 +147,9 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, monkeypatch):
         assert {k: a[k] for k in STABLE} == {k: b[k] for k in STABLE}
 
 
-def test_corrupted_latest_checkpoint_is_skipped(tmp_path, capsys):
+def test_corrupted_latest_checkpoint_is_skipped(finished_run, tmp_path, capsys):
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
     c = small(tmp_path)
-    RUN.run(c)
     ck = tmp_path / "checkpoints"
     steps = sorted(int(d) for d in os.listdir(ck) if d.isdigit())
     assert steps[-1] == 6
