@@ -221,7 +221,8 @@ def dense_variants(m, k, n, fmt):
             out.append(("kernel_bm64_bn128", mt.Config(bm=64, bn=128, bk=256)))
         return out
     d = mt.default_config(m, k, n, grouped=False)
-    out = [(f"bm{d.bm}_bn{d.bn}_bk{d.bk}_" + (f"p{d.programs}" if d.programs else f"s{d.split_k}"), d)]
+    sched = f"p{d.programs}" if d.programs else f"s{d.split_k}"  # stream-K programs / split-K
+    out = [(f"bm{d.bm}_bn{d.bn}_bk{d.bk}_{sched}", d)]
     if fmt != "nvfp4" or k < 8192:
         return out
     if m > 32:

@@ -463,18 +463,20 @@ def permute_x(xb, bk: int):
     return xb.reshape(m, k // bk, bk // 16, 16).transpose(0, 1, 3, 2).reshape(m, k)
 
 
-def _run(x, w, items, row_gw, cfg: Config, group_sizes, stream_k: bool = False):
+def _check_tiles(k: int, n: int, cfg: Config):
+    if k % (cfg.bk * cfg.split_k) or n % cfg.bn or cfg.bk % 256:
+        raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
+    if cfg.programs and cfg.split_k != 1:
+        raise ValueError(f"persistent programs need split_k=1, got {cfg}")
+
+
+def _run(x, w, items, row_gw, cfg: Config, group_sizes):
     xb, g = x_bf16(x)
     m, k = xb.shape
     m_pad = m + cfg.bm  # items may start anywhere below m and read BM rows
     nk = w.layout == "nk"
     n = w.shape[-1]
-    if k % (cfg.bk * cfg.split_k) or n % cfg.bn or cfg.bk % 256:
-        raise ValueError(f"K={k}, N={n} do not tile with {cfg}")
-    if cfg.programs and cfg.split_k != 1:
-        raise ValueError(f"persistent programs need split_k=1, got {cfg}")
-    if stream_k:
-        return _run_stream_k(xb, g, w, row_gw, cfg)
+    _check_tiles(k, n, cfg)
     rs = jnp.pad(g * row_gw, ((0, m_pad - m), (0, 0)))  # [Mp,1]
     xp = jnp.pad(permute_x(xb, cfg.bk), ((0, m_pad - m), (0, 0)))
     if nk:
@@ -513,12 +515,15 @@ def _run(x, w, items, row_gw, cfg: Config, group_sizes, stream_k: bool = False):
     return (jnp.sum(out[:, :m], axis=0) * rs[:m]).astype(jnp.bfloat16)
 
 
-def _run_stream_k(xb, g, w, row_gw, cfg: Config):
-    """Dense ``Config.programs`` > 0: the stream-K kernel, then the slot sum and row scale."""
+def _run_stream_k(x, w, r0, r1, row_gw, cfg: Config):
+    """Dense ``Config.programs`` > 0: the stream-K kernel over the row tiles [r0, r1), then the
+    slot sum and row scale."""
+    xb, g = x_bf16(x)
     m, k = xb.shape
     n = w.shape[-1]
+    _check_tiles(k, n, cfg)
     nk = w.layout == "nk"
-    n_items = -(-m // cfg.bm)
+    n_items = r0.shape[0]
     m_pad = (n_items + 1) * cfg.bm
     tiles = n_items * (n // cfg.bn)
     p_n, s_n, written = stream_k_plan(tiles, k // cfg.bk, cfg.programs)
@@ -526,8 +531,6 @@ def _run_stream_k(xb, g, w, row_gw, cfg: Config):
     xp = jnp.pad(permute_x(xb, cfg.bk), ((0, m_pad - m), (0, 0)))
     if nk:
         xp = xp.T
-    r0 = jnp.arange(n_items, dtype=jnp.int32) * cfg.bm
-    r1 = jnp.minimum(r0 + cfg.bm, m)
     emulate = _interpret()
     out = pl.pallas_call(
         functools.partial(_fp4_stream_kernel, cfg=cfg, fmt=w.fmt, k=k, n=n, tiles=tiles, nk=nk,
@@ -600,10 +603,12 @@ def dense(x, w, cfg: Config | None = None):
     # one item per BM rows: the grouped item list's zero and no-op items would be empty
     # programs here (2 of 3 at M <= 16: 1,792 empty blocks at 8192 x 28672, session 11 ncu)
     r0 = jnp.arange(-(-m // cfg.bm), dtype=jnp.int32) * cfg.bm
-    items = (jnp.zeros_like(r0), r0, jnp.minimum(r0 + cfg.bm, m))
+    r1 = jnp.minimum(r0 + cfg.bm, m)
     gw = (w.global_scale * w.kscale).reshape(1, 1)
     row_gw = jnp.broadcast_to(gw, (m, 1))
-    return _run(x, w, items, row_gw, cfg, jnp.array([m], jnp.int32), stream_k=cfg.programs > 0)
+    if cfg.programs:
+        return _run_stream_k(x, w, r0, r1, row_gw, cfg)
+    return _run(x, w, (jnp.zeros_like(r0), r0, r1), row_gw, cfg, jnp.array([m], jnp.int32))
 
 
 PLANES_BK = 256  # K rows per dequantize_planes tile (16 planes of 16 rows)

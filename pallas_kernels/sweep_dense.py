@@ -124,11 +124,13 @@ def main(argv=None) -> int:
                 measure(m, cfg, 2)
 
     lines = [f"# FP4 dense decode matmul knob sweep: {dev.device_kind} (jax {jax.__version__})",
-             "", f"command: `python -m pallas_kernels.sweep_dense {' '.join(argv or sys.argv[1:])}`",
+             "",
+             f"command: `python -m pallas_kernels.sweep_dense {' '.join(argv or sys.argv[1:])}`",
              "", f"device copy bandwidth {bw / 1e12:.2f} TB/s (device time of an f32 pass); "
              f"times are the device time per call of the whole jitted call (kernel + partial "
              f"sums; 5 profiled calls); NVFP4 {K} x {N}; bytes = codes + scales + x + out.", "",
-             "| phase | M | config | us | TB/s | % copy | default |", "|---|---|---|---|---|---|---|"]
+             "| phase | M | config | us | TB/s | % copy | default |",
+             "|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["m"], r["us"])):
         lines.append(f"| {r['phase']} | {r['m']} | {r['name']} | {r['us']:.1f} | {r['tbs']:.2f} | "
                      f"{r['pct_copy']:.1f} | {'yes' if r['default'] else ''} |")

@@ -7,8 +7,11 @@ import sys
 
 from trace_jax import diagnose
 
-SMALL = ["--config=configs/tiny.py", "--config.model.n_layers=2", "--config.rollout.batch_prompts=4",
-         "--config.rollout.group_size=2", "--config.rollout.max_new_tokens=4"]
+# the notebook's shrunken config (experiments/quickstart.ipynb): the CLI then reads the programs
+# the notebook compiled from the suite's shared compilation cache
+SMALL = ["--config=configs/tiny.py", "--config.model.n_layers=2",
+         "--config.rollout.batch_prompts=4", "--config.rollout.group_size=2",
+         "--config.rollout.max_new_tokens=4"]
 
 
 def test_diagnose_cli_variants_orderings_and_config_typo():

@@ -72,9 +72,9 @@ def test_recorded_logprobs_match_trainer_recompute(params, mode):
     train = num.with_mode("fp4_qat" if mode != "bf16" else "bf16")
     g = ro.guidance
     logits, aux, _ = forward(params, ro.tokens, cfg=CFG, numerics=train,
-                               hints=train.trainer_hints(g.hints) if mode != "bf16" else None,
-                               hint_experts_LxBxTxK=g.experts if mode != "bf16" else None,
-                               hint_valid_BxT=g.recorded if mode != "bf16" else None)
+                             hints=train.trainer_hints(g.hints) if mode != "bf16" else None,
+                             hint_experts_LxBxTxK=g.experts if mode != "bf16" else None,
+                             hint_valid_BxT=g.recorded if mode != "bf16" else None)
     lp = R.token_logprobs(logits, ro.tokens)
     m = np.asarray(ro.response_mask)
     np.testing.assert_allclose(np.asarray(lp)[m], np.asarray(ro.logprobs)[m], atol=2e-3)
@@ -100,9 +100,9 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, dr
     def codes(hints):
         num = qat if hints else dataclasses.replace(qat, hinted=frozenset())
         _, aux, _ = forward(w, ro.tokens, cfg=cfg, numerics=num,
-                              hints=qat.trainer_hints(g.hints) if hints else None,
-                              forced_experts_LxBxTxK=g.experts, hint_experts_LxBxTxK=g.experts,
-                              hint_valid_BxT=g.recorded if hints else None, capture_codes=True)
+                            hints=qat.trainer_hints(g.hints) if hints else None,
+                            forced_experts_LxBxTxK=g.experts, hint_experts_LxBxTxK=g.experts,
+                            hint_valid_BxT=g.recorded if hints else None, capture_codes=True)
         return MT.code_metrics(aux.codes, g.hints, g.recorded, qat.hinted)
 
     guided, rtn = codes(True), codes(False)
@@ -117,7 +117,7 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, dr
 def test_routing_replay_reproduces_rollout_experts(params, fp4):
     ro = gen(params, fp4)
     _, aux, _ = forward(params, ro.tokens, cfg=CFG, numerics=fp4.with_mode("bf16"),
-                          forced_experts_LxBxTxK=ro.guidance.experts)
+                        forced_experts_LxBxTxK=ro.guidance.experts)
     np.testing.assert_array_equal(np.asarray(aux.experts), np.asarray(ro.guidance.experts))
     assert ro.guidance.experts.dtype == jnp.uint8
 
