@@ -16,6 +16,12 @@ Phase 1: the split-K grid (bn x split x stages) and the stream-K grid (``Config.
 work per program, no partial wave) at M = 1 and 8. Phase 2: the default and the best phase-1
 configs at M = 1, 8, 32, 64 (with bm 32 for M >= 32).
 Writes ``kernels_matmul_dense_sweep.{md,json}`` to --out.
+
+``--grid warps`` (session 12) sweeps the knobs session 11 held fixed instead: warps per program
+(2, 4, 8) and K per step (256, 512), around the split-K and stream-K defaults. Session 11's
+Nsight Compute profile found 4 warps per scheduler (108 registers, 53 KB of shared memory per
+4-warp program) with no eligible warp on 40% of cycles: more, thinner warps per SM is the
+direct lever. Writes ``kernels_matmul_dense_warps.{md,json}``.
 """
 
 from __future__ import annotations
@@ -56,13 +62,37 @@ def grid(m: int, quick: bool):
         yield dataclasses.replace(d, bn=bn, split_k=split, num_stages=stages, programs=0)
 
 
+def warps_grid(m: int, quick: bool):
+    """``--grid warps`` phase-1 configs: warps x BK around the split-K and stream-K defaults
+    (bn 128 / 3 stages, which session 11 found best with 4 warps, plus bn 256 and 2 stages for
+    8 warps, whose programs hold half the registers per thread)."""
+    d = mt.default_config(m, K, N, grouped=False)
+    cut = (lambda v: v[:1]) if quick else (lambda v: v)
+    split = [(w, bk, 128, s, 3) for w in (8, 2, 4) for bk in (256, 512) for s in cut((4, 2))]
+    split += [(8, bk, bn, s, st) for bk in cut((256, 512)) for bn, st in ((256, 3), (128, 2))
+              for s in cut((2, 4))]
+    for warps, bk, bn, s, stages in split:
+        yield dataclasses.replace(d, num_warps=warps, bk=bk, bn=bn, split_k=s,
+                                  num_stages=stages, programs=0)
+    for warps, bk, per_sm, stages in itertools.product(cut((8, 4)), cut((256, 512)), (3, 4, 2),
+                                                       cut((3, 4))):
+        yield dataclasses.replace(d, num_warps=warps, bk=bk, bn=128, split_k=1,
+                                  num_stages=stages, programs=per_sm * mt._sm_count())
+
+
 def name(cfg: mt.Config) -> str:
     kind = f"streamk p{cfg.programs}" if cfg.programs else f"split{cfg.split_k}"
-    return f"bm{cfg.bm} bn{cfg.bn} {kind} s{cfg.num_stages} w{cfg.num_warps}"
+    bk = "" if cfg.bk == 256 else f" bk{cfg.bk}"
+    return f"bm{cfg.bm} bn{cfg.bn}{bk} {kind} s{cfg.num_stages} w{cfg.num_warps}"
 
 
 def main(argv=None) -> int:
-    a = devtime.sweep_parser(__doc__, 540.0, "2 values per knob (smoke runs)").parse_args(argv)
+    ap = devtime.sweep_parser(__doc__, 540.0, "2 values per knob (smoke runs)")
+    ap.add_argument("--grid", choices=("tiles", "warps"), default="tiles",
+                    help="phase-1 knobs: tiles (session 11) or warps x BK (session 12)")
+    a = ap.parse_args(argv)
+    phase1 = grid if a.grid == "tiles" else warps_grid
+    stem = "kernels_matmul_dense_sweep" if a.grid == "tiles" else "kernels_matmul_dense_warps"
     t0 = time.time()
     dev = jax.devices()[0]
     bw = devtime.report_copy_bandwidth()
@@ -98,7 +128,7 @@ def main(argv=None) -> int:
         d = mt.default_config(m, K, N, grouped=False)
         print(f"phase 1: M={m}, default {name(d)}", flush=True)
         measure(m, d, 1)
-        for cfg in grid(m, a.quick):
+        for cfg in phase1(m, a.quick):
             if time.time() - t0 > a.max_seconds * 0.35 * (PHASE1_M.index(m) + 1):
                 print("  (phase-1 time budget spent)", flush=True)
                 break
@@ -134,7 +164,7 @@ def main(argv=None) -> int:
     for r in sorted(rows, key=lambda r: (r["m"], r["us"])):
         lines.append(f"| {r['phase']} | {r['m']} | {r['name']} | {r['us']:.1f} | {r['tbs']:.2f} | "
                      f"{r['pct_copy']:.1f} | {'yes' if r['default'] else ''} |")
-    devtime.write_sweep(a.out, "kernels_matmul_dense_sweep", lines, rows, bw)
+    devtime.write_sweep(a.out, stem, lines, rows, bw)
     return 0
 
 
