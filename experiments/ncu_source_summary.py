@@ -20,6 +20,7 @@ import re
 import sys
 from collections import defaultdict
 
+EXECUTED = "Instructions Executed"  # warp instructions, per SASS line
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
@@ -52,10 +53,11 @@ def raw_stalls(path: str) -> list[tuple[str, dict[str, float]]]:
     return out
 
 
-def _opcode(sass: str) -> str:
+def _opcode(sass: str, modifiers: bool = False) -> str:
     s = sass.strip()
     s = re.sub(r"^@!?U?P\w+\s+", "", s)
-    return s.split(" ")[0].split(".")[0] if s else "?"
+    op = s.split(" ")[0] if s else "?"
+    return op if modifiers else op.split(".")[0]
 
 
 def source_by_opcode(path: str) -> list[tuple[str, list[str], dict[str, dict[str, float]]]]:
@@ -72,14 +74,16 @@ def source_by_opcode(path: str) -> list[tuple[str, list[str], dict[str, dict[str
             if "Source" in r:
                 head = r
                 src_i = r.index("Source")
-                cols = [(i, c) for i, c in enumerate(r) if "Sampl" in c or "stall" in c.lower()]
+                cols = [(i, c) for i, c in enumerate(r) if "Sampl" in c or "stall" in c.lower()
+                        or c == EXECUTED]
                 tables.append((kernel, [c for _, c in cols], defaultdict(lambda: defaultdict(float))))
                 continue
-            if head is None or len(r) <= src_i:
-                if len(r) == 1:  # a kernel title line between tables
-                    kernel = r[0][:100]
+            if r[0] == "Kernel Name" and len(r) > 1:  # the title line before each table
+                kernel = r[1][:100]
                 continue
-            op = _opcode(r[src_i])
+            if head is None or len(r) <= src_i:
+                continue
+            op = _opcode(r[src_i], modifiers=True)
             for i, c in cols:
                 v = _num(r[i]) if i < len(r) else None
                 if v:
@@ -103,11 +107,19 @@ def main(argv: list[str]) -> int:
                 continue
             key = cols[0]
             total = sum(o.get(key, 0.0) for o in ops.values()) or 1.0
-            print(f"== source page {kernel}: columns {cols[:6]}{'...' if len(cols) > 6 else ''}")
-            print(f"   opcodes by '{key}' (share of {total:.0f} samples)")
-            for op, o in sorted(ops.items(), key=lambda kv: -kv[1].get(key, 0.0))[:15]:
-                extra = ", ".join(f"{c} {o[c]:.0f}" for c in cols[1:6] if o.get(c))
-                print(f"   {op:10s} {100 * o.get(key, 0.0) / total:5.1f}%  {extra}")
+            n_ex = sum(o.get(EXECUTED, 0.0) for o in ops.values()) or 1.0
+            reasons = [c for c in cols if c.startswith("stall_") and "Not Issued" not in c]
+            print(f"== source page {kernel}: {n_ex:.4g} warp instructions executed, "
+                  f"{total:.0f} stall samples ('{key}')")
+            print(f"   {'opcode':24s} {'exec%':>6s} {'samp%':>6s}  top stall reasons (samples)")
+            for op, o in sorted(ops.items(), key=lambda kv: -kv[1].get(EXECUTED, 0.0))[:20]:
+                top = sorted(((o.get(c, 0.0), c[6:]) for c in reasons), reverse=True)[:4]
+                print(f"   {op:24s} {100 * o.get(EXECUTED, 0.0) / n_ex:6.1f} "
+                      f"{100 * o.get(key, 0.0) / total:6.1f}  "
+                      + ", ".join(f"{c} {v:.0f}" for v, c in top if v))
+            sums = {c[6:]: sum(o.get(c, 0.0) for o in ops.values()) for c in reasons}
+            print("   all opcodes: " + ", ".join(
+                f"{c} {100 * v / total:.0f}%" for c, v in sorted(sums.items(), key=lambda kv: -kv[1])[:9]))
     return 0
 
 
