@@ -86,7 +86,7 @@ def _absmax_bits_last(a):
 def _round_magnitude(a):
     """RNE E2M1 magnitude index of ``a >= 0`` (f32; NaN -> 0, >= 5+ saturates to 7), bit-identical
     to trace_jax.e2m1.round_magnitude's compare chain, in ~12 integer/float ops instead of 7
-    compares + 7 selects:
+    compares + 7 selects (the v3 kernel's rounding; v4 uses :func:`_round_code`):
 
     * ``a < 1``: index = round-half-even(2a) (0, 1, 2), read from the low bits of
       ``2a + 2**23`` (the f32 add rounds at the units bit, ties to even);
@@ -100,6 +100,29 @@ def _round_magnitude(a):
     big = ((b + jnp.uint32(0x1FFFFF) + ((b >> 22) & 1)) >> 22) - jnp.uint32(252)
     idx = jnp.where(b < jnp.uint32(0x3F800000), small, jnp.minimum(big, jnp.uint32(7)))
     return jnp.where(b > jnp.uint32(0x7F800000), jnp.uint32(0), idx)
+
+
+def _round_code(z, lim, sign_mask):
+    """RNE E2M1 code ``sign << 3 | magnitude index`` of f32 ``z`` with ``|z| < 2**100`` (the
+    kernel's ``|x * r| <= ~9``), in ~11 ops of which ~6 on the integer ALU pipe (v3's
+    :func:`_round_magnitude` + sign: ~16, ~12 on the ALU pipe, which the H200 profile found 86%
+    busy, ``experiments/gpu_session12d.sh``). The rounding is one f32 add of a magic constant:
+    with ``e = max(exponent(|z|), 0)``, ``|z| + 2**(e + 22)`` lands in the binade whose spacing
+    is E2M1's step there (``2**(e - 1)``; 0.5 below 1), so the add rounds ``|z|`` to the E2M1
+    grid, ties to even, and its low bits count the steps ``k``; the index is ``k + 2 e``,
+    clamped to ``lim``. The integer bookkeeping is two multiply-adds (the FMA pipe).
+
+    ``lim`` (7, or 0 for a block holding a NaN/Inf) and ``sign_mask`` (8, or 0) broadcast to
+    ``z``: a bad block's codes are 0 whatever its ``z`` (NaN there; the reference's NaN -> 0
+    with the sign of the canonical NaN, +), with no per-element NaN test."""
+    zb = _bits(z)
+    a = jnp.abs(z)
+    e = jnp.maximum(_bits(a) >> 23, jnp.uint32(127))  # biased exponent of max(|z|, 1)
+    magic = e * jnp.uint32(1 << 23) + jnp.uint32(22 << 23)  # bits of 2**(e - 127 + 22)
+    s = _bits(a + jax.lax.bitcast_convert_type(magic, jnp.float32))  # = magic + k
+    # index = k + 2 (e - 127) = s - (magic - 2 e + 254)
+    off = e * jnp.uint32((1 << 23) - 2) + jnp.uint32((22 << 23) + 254)
+    return jnp.minimum(s - off, lim) | ((zb >> 28) & sign_mask)
 
 
 def _pair_split(v):
@@ -124,7 +147,7 @@ def _pack_last(v_u32, group, width):
 
 
 def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, kc, nk,
-               row_scope, e4m3, single_walk, interpret):
+               row_scope, e4m3, single_walk, rounding, interpret):
     bm = x_ref.shape[0]
     nvfp4 = fmt == "nvfp4"
     inf_bits = jnp.uint32(0x7F800000)
@@ -182,9 +205,16 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
         r = jnp.where(pos, _recip(jnp.where(pos, s, 1.0), interpret),
                       jnp.where(s != s, jnp.nan, 0.0))  # once per block
         z = xb * jnp.broadcast_to(r[:, :, None], (bm, nbc, bs))
-        zbits = _bits(z)
-        mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
-        code = (mag | ((zbits >> 31) << 3)).reshape(bm, kc)
+        if rounding == "magic":  # v4: NaN blocks (r NaN: z NaN) get code 0 via the limits
+            nan_b = r != r
+            lim = jnp.where(nan_b, jnp.uint32(0), jnp.uint32(7))[:, :, None]
+            sign_mask = jnp.where(nan_b, jnp.uint32(0), jnp.uint32(8))[:, :, None]
+            code = _round_code(z, jnp.broadcast_to(lim, z.shape),
+                               jnp.broadcast_to(sign_mask, z.shape)).reshape(bm, kc)
+        else:  # v3
+            zbits = _bits(z)
+            mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
+            code = (mag | ((zbits >> 31) << 3)).reshape(bm, kc)
         codes_ref[:, pl.ds(c * (kc // 2), kc // 2)] = _pack_last(code, 2, 4)
         scales_ref[:, pl.ds(c * nbc, nbc)] = sbyte
         if bits_ref:
@@ -214,10 +244,10 @@ def _pow2_divisor(n, cap):
 
 @functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "block_m",
                                              "chunk_k", "num_warps", "e4m3", "single_walk",
-                                             "interpret"))
+                                             "rounding", "interpret"))
 def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
                               block_m=None, chunk_k=None, num_warps=None, e4m3="direct",
-                              single_walk=True, interpret=False):
+                              single_walk=True, rounding="magic", interpret=False):
     f = quant.get_format(fmt)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")
@@ -235,6 +265,8 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     nk = k // kc
     bm = _pow2_divisor(m, block_m)
     row_scope = global_scope == "row"
+    if rounding not in ("magic", "v3"):
+        raise ValueError(f"rounding must be 'magic' or 'v3', got {rounding!r}")
     if global_scope not in ("row", "tensor"):
         raise ValueError(f"global_scope must be 'row' or 'tensor', got {global_scope!r}")
     if f.has_global_scale and not row_scope:
@@ -251,7 +283,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
         out_specs.append(row(k // 8))
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
                                row_scope=row_scope and f.has_global_scale, e4m3=e4m3,
-                               single_walk=single_walk, interpret=interpret)
+                               single_walk=single_walk, rounding=rounding, interpret=interpret)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),

@@ -1,4 +1,4 @@
-"""Device-time sweep of the fused quantize-with-hint kernel (issue 7): v2 (two walks) vs v3 knobs.
+"""Device-time sweep of the fused quantize-with-hint kernel (issue 7): v2, v3 and v4 side by side.
 
   python -m pallas_kernels.sweep_quantize [--out DIR] [--max-seconds S] [--quick]
 
@@ -7,8 +7,10 @@ kernel's events only: the tensor scope's global scale is a separate XLA reductio
 the ``all`` column), checked bit for bit against the jitted ``trace_jax.quant`` reference
 (codes, scales, global scales, hint bits) and reported as bandwidth over the bytes the kernel
 must move (x bf16 + codes + scales + hint bits + global scales) against a device copy measured
-the same way. Phase 1: the v3 grid at 65536 x 4096 NVFP4 row scope (the issue's largest shape).
-Phase 2: v2, the default and the best phase-1 configs at every shape x format.
+the same way. v2: two walks over x; v3 (session 10): one walk, compare-and-select rounding;
+v4 (session 12, the default): v3 with the magic-constant rounding (``quantize_hint._round_code``).
+Phase 1: the v4 grid at 65536 x 4096 NVFP4 row scope (the issue's largest shape). Phase 2: v2,
+v3, the default and the best phase-1 configs at every shape x format.
 Writes ``kernels_quantize_sweep.{md,json}`` to --out.
 """
 
@@ -51,8 +53,14 @@ def make_x(m: int, k: int) -> jax.Array:
     return x.astype(jnp.bfloat16)
 
 
+def v3(k: int) -> dict:
+    """The session-10 kernel (one walk, compare-and-select rounding) at today's default tiles."""
+    return QH.default_knobs(k) | dict(rounding="v3")
+
+
 def name(knobs: dict) -> str:
-    v = "v2" if knobs.get("single_walk") is False else "v3"
+    v = ("v2" if knobs.get("single_walk") is False
+         else "v3" if knobs.get("rounding") == "v3" else "v4")
     return f"{v} bm{knobs['block_m']} w{knobs['num_warps']} kc{knobs['chunk_k']}"
 
 
@@ -108,12 +116,12 @@ def main(argv=None) -> int:
             break
         measure(s1, "nvfp4", "row", dict(zip(keys, vals)), 1)
     p1 = sorted((r for r in rows if r["phase"] == 1 and r["bit_identical"]
-                 and r["name"].startswith("v3")), key=lambda r: r["us"])
+                 and r["name"].startswith("v4")), key=lambda r: r["us"])
     best = [r["knobs"] for r in p1[: a.top]]
-    print(f"phase 2: v2, default + {[name(b) for b in best]}", flush=True)
+    print(f"phase 2: v2, v3, default + {[name(b) for b in best]}", flush=True)
     for shape in shapes:
         for fmt, scope in FORMATS:
-            cands = [V2, QH.default_knobs(shape[1])] + best
+            cands = [V2, v3(shape[1]), QH.default_knobs(shape[1])] + best
             for knobs in [c for i, c in enumerate(cands) if c not in cands[:i]]:
                 if time.time() - t0 > a.max_seconds:
                     print("  (time budget spent)", flush=True)

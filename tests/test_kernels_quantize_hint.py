@@ -74,14 +74,15 @@ def test_edge_values(fmt, scope):
         _check(jnp.asarray(x).astype(jnp.bfloat16), fmt, scope)
 
 
+@pytest.mark.parametrize("rounding", ["magic", "v3"])
 @pytest.mark.parametrize("fmt,scope", CASES)
-def test_nan_inf_rows_bit_identical(fmt, scope):
+def test_nan_inf_rows_bit_identical(fmt, scope, rounding):
     x = np.tile(_edge_rows(), (2, 2))  # 16 x 64
     x[9, 5] = np.nan
     x[11, 40] = -np.inf
     x[12, 3] = np.inf
     x[13, 33] = -np.nan
-    qk = _check(x, fmt, scope)
+    qk = _check(x, fmt, scope, rounding=rounding)
     d = np.asarray(Q.dequantize(qk))
     good = np.delete(np.arange(16), [9, 11, 12, 13])
     if fmt == "nvfp4" and scope == "tensor":
@@ -153,3 +154,27 @@ def test_round_magnitude_bit_trick_equals_compare_chain():
     got = np.asarray(_round_magnitude(jnp.asarray(x)))
     want = np.asarray(round_magnitude(jnp.asarray(x)))
     np.testing.assert_array_equal(got, want)
+
+
+def test_round_code_magic_add_equals_compare_chain():
+    """v4's magic-constant rounding (quantize_hint._round_code) against the reference compare
+    chain with the sign bit: every tie and its f32 neighbours, both signs, zeros, subnormals and
+    random magnitudes over its domain |z| < 2**100; ``lim`` / ``sign_mask`` 0 give code 0."""
+    from pallas_kernels.quantize_hint import _round_code
+    from trace_jax.e2m1 import round_magnitude
+    t = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1, 2, 3, 4, 0, 7, 8, 9.5,
+                  1e20], np.float32)
+    rng = np.random.default_rng(1)
+    mag = np.concatenate([t, np.nextafter(t, np.float32(np.inf)), np.nextafter(t, np.float32(0)),
+                          np.array([1e-45, 1e-38, 2.0 ** 99], np.float32),
+                          np.abs(rng.standard_normal(50000)).astype(np.float32) * 3,
+                          np.exp2(rng.uniform(-149, 100, 50000)).astype(np.float32)])
+    z = np.concatenate([mag, -mag])
+    zj = jnp.asarray(z)
+    ones = jnp.ones(z.shape, jnp.uint32)
+    got = np.asarray(_round_code(zj, 7 * ones, 8 * ones))
+    want = np.asarray(round_magnitude(jnp.abs(zj))) | (np.signbit(z).astype(np.uint32) << 3)
+    np.testing.assert_array_equal(got, want)
+    assert not np.asarray(_round_code(zj, 0 * ones, 0 * ones)).any()
+    nan = jnp.full((4,), jnp.nan, jnp.float32)
+    assert not np.asarray(_round_code(nan, 0 * ones[:4], 0 * ones[:4])).any()
