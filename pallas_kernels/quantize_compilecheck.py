@@ -30,6 +30,13 @@ DEFAULTS = {
 }
 
 
+# Opcodes issued to the integer/logic ALU pipe (16 lanes per scheduler on Hopper: half the issue
+# rate), which the H200 profile found 80-86% busy in this kernel (experiments/gpu_session12d.sh);
+# IMAD, FADD/FMUL/FFMA go to the FMA pipes. An estimate from opcode names, for comparisons.
+ALU_PIPE = ("LOP3", "ISETP", "VIMNMX", "VIMNMX3", "SHF", "SEL", "LEA", "PRMT", "SGXT", "IADD3",
+            "VIADD", "VIADDMNMX", "FSEL", "FSETP", "FMNMX", "PLOP3", "MOV", "FLO", "POPC", "BMSK")
+
+
 def sass_counts(sass: str) -> Counter:
     ops = Counter()
     for ln in sass.splitlines():
@@ -53,17 +60,20 @@ def compile_config(name, cfg, outdir):
     per = 32 * knobs["num_warps"] / (knobs["block_m"] * k)
     total = sum(ops.values())
     integer = sum(v for kk, v in ops.items() if kk.startswith(mc.INT_OPS))
+    alu = sum(v for kk, v in ops.items() if kk in ALU_PIPE)
     return dict(regs=st["regs"], local=st["local_bytes"], knobs=knobs, per_elem=total * per,
-                int_per_elem=integer * per,
+                int_per_elem=integer * per, alu_per_elem=alu * per,
                 mix={kk: round(v * per, 2) for kk, v in ops.most_common(10)})
 
 
 def main(argv):
     return mc.compile_cli(
         argv, DEFAULTS, "/tmp/qh_cc", compile_config,
-        f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/el':>8s} {'int/el':>7s}  knobs; mix/el",
+        f"{'config':18s} {'regs':>5s} {'spill':>5s} {'instr/el':>8s} {'int/el':>7s} "
+        f"{'alu/el':>7s}  knobs; mix/el",
         lambda name, st: f"{name:18s} {st['regs']:5d} {st['local']:5d} {st['per_elem']:8.2f} "
-                         f"{st['int_per_elem']:7.2f}  {st['knobs']}; {st['mix']}")
+                         f"{st['int_per_elem']:7.2f} {st['alu_per_elem']:7.2f}  {st['knobs']}; "
+                         f"{st['mix']}")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from trace_jax import quant  # noqa: E402
 
 SHAPES = ((65536, 4096), (32768, 2048), (8192, 2048))
 FORMATS = (("nvfp4", "row"), ("mxfp4", "row"), ("nvfp4", "tensor"))
-GRID = dict(block_m=(2, 4, 8, 16), num_warps=(4, 8), chunk_k=(256, 512))
+GRID = dict(block_m=(2, 1, 4, 8), num_warps=(4, 2, 8), chunk_k=(512, 256, 1024))
 V2 = dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False)  # the session-4..9 kernel
 
 
