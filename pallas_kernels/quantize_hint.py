@@ -243,13 +243,15 @@ KNOBS = ("block_m", "chunk_k", "num_warps")
 
 def default_knobs(k: int) -> dict:
     """The kernel's tile knobs for rows of K elements (``quantize_with_hint_triton``'s defaults
-    when a knob is not given): at most 8K elements per program, which the single walk keeps in
-    registers, in chunks of ~1K (``block_m * chunk_k``). Session 10's device-time sweep
-    (``pallas_kernels/sweep_quantize.py``, H200): best at K = 4096 with 2 rows x 512 and at
-    K = 2048 with 4 rows x 256, bit-identical everywhere (NOTES_attention.md)."""
-    rows = max(1, min(8, 8192 // k))
+    when a knob is not given): 2 rows per program at K = 2048..4096 (1 above, up to 8 below),
+    at most 8K elements per program, which the single walk keeps in registers, in chunks of
+    ~2K elements (``block_m * chunk_k``). Session 12's device-time sweep of v4
+    (``pallas_kernels/sweep_quantize.py``, H200, ``experiments/gpu_session12f.sh``): 2 rows x
+    1024 best at 65536 x 4096 and 8192 x 2048, within 1% of the best at 32768 x 2048;
+    1 row per program 1.5x slower (NOTES_attention.md)."""
+    rows = max(1, min(8, 8192 // k, max(2, 4096 // k)))
     bm = 1 << (rows.bit_length() - 1)
-    return dict(block_m=bm, chunk_k=max(256, 1024 // bm), num_warps=4)
+    return dict(block_m=bm, chunk_k=max(256, 2048 // bm), num_warps=4)
 
 
 def _pow2_divisor(n, cap):
