@@ -7,8 +7,9 @@ kernel's events only: the tensor scope's global scale is a separate XLA reductio
 the ``all`` column), checked bit for bit against the jitted ``trace_jax.quant`` reference
 (codes, scales, global scales, hint bits) and reported as bandwidth over the bytes the kernel
 must move (x bf16 + codes + scales + hint bits + global scales) against a device copy measured
-the same way. v2: two walks over x; v3 (session 10): one walk, compare-and-select rounding;
-v4 (session 12, the default): v3 with the magic-constant rounding (``quantize_hint._round_code``).
+the same way. v3 (session 10): one walk over x, compare-and-select rounding; v4 (session 12,
+the default): the magic-constant rounding (``quantize_hint._round_code``), uint32 code words;
+"2walk": NVFP4 row scope reads x twice (v2's schedule: the row amax first), fewer live registers.
 Phase 1: the v4 grid at 65536 x 4096 NVFP4 row scope (the issue's largest shape). Phase 2: v2,
 v3, the default and the best phase-1 configs at every shape x format.
 Writes ``kernels_quantize_sweep.{md,json}`` to --out.
@@ -36,7 +37,11 @@ from trace_jax import quant  # noqa: E402
 SHAPES = ((65536, 4096), (32768, 2048), (8192, 2048))
 FORMATS = (("nvfp4", "row"), ("mxfp4", "row"), ("nvfp4", "tensor"))
 GRID = dict(block_m=(2, 1, 4, 8), num_warps=(4, 2, 8), chunk_k=(512, 256, 1024))
-V2 = dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False)  # the session-4..9 kernel
+# session 4-9's two walks over x (v2's schedule) and tiles, with today's default (v4) rounding;
+# ``rounding="v3"`` added gives session 10's v2 itself
+TWO_WALK = dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False)
+GRID_WALKS = dict(block_m=(2, 4, 8), num_warps=(4,), chunk_k=(1024, 512, 256),
+                  single_walk=(False, True))
 
 
 def kernel_bytes(m: int, k: int, fmt: str) -> int:
@@ -59,17 +64,23 @@ def v3(k: int) -> dict:
 
 
 def name(knobs: dict) -> str:
-    v = ("v2" if knobs.get("single_walk") is False
-         else "v3" if knobs.get("rounding") == "v3" else "v4")
-    return f"{v} bm{knobs['block_m']} w{knobs['num_warps']} kc{knobs['chunk_k']}"
+    v = "v3" if knobs.get("rounding") == "v3" else "v4"
+    walks = " 2walk" if knobs.get("single_walk") is False else ""
+    return f"{v}{walks} bm{knobs['block_m']} w{knobs['num_warps']} kc{knobs['chunk_k']}"
 
 
 def main(argv=None) -> int:
-    a = devtime.sweep_parser(__doc__, 300.0, "2 values per knob, small shapes").parse_args(argv)
+    ap = devtime.sweep_parser(__doc__, 300.0, "2 values per knob, small shapes")
+    ap.add_argument("--grid", choices=("tiles", "walks"), default="tiles",
+                    help="phase-1 knobs: tiles, or one vs two walks x tiles (NVFP4 row scope "
+                         "only, writes kernels_quantize_walks.*)")
+    a = ap.parse_args(argv)
+    walks = a.grid == "walks"
     t0 = time.time()
     dev = jax.devices()[0]
     shapes = ((512, 4096), (256, 2048)) if a.quick else SHAPES
-    grid = {k: v[:2] for k, v in GRID.items()} if a.quick else GRID
+    grid = GRID_WALKS if walks else GRID
+    grid = {k: v[:2] for k, v in grid.items()} if a.quick else grid
     bw = devtime.report_copy_bandwidth(1 << (20 if a.quick else 30))
     xs, refs, rows = {}, {}, []
     u8 = lambda a: np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))  # noqa: E731
@@ -108,7 +119,7 @@ def main(argv=None) -> int:
 
     s1 = shapes[0]
     print(f"phase 1: {s1} nvfp4/row", flush=True)
-    measure(s1, "nvfp4", "row", V2, 1)
+    measure(s1, "nvfp4", "row", TWO_WALK, 1)
     keys = list(grid)
     for vals in itertools.product(*(grid[k] for k in keys)):
         if time.time() - t0 > a.max_seconds * 0.5:
@@ -118,10 +129,10 @@ def main(argv=None) -> int:
     p1 = sorted((r for r in rows if r["phase"] == 1 and r["bit_identical"]
                  and r["name"].startswith("v4")), key=lambda r: r["us"])
     best = [r["knobs"] for r in p1[: a.top]]
-    print(f"phase 2: v2, v3, default + {[name(b) for b in best]}", flush=True)
+    print(f"phase 2: two walks, v3, default + {[name(b) for b in best]}", flush=True)
     for shape in shapes:
-        for fmt, scope in FORMATS:
-            cands = [V2, v3(shape[1]), QH.default_knobs(shape[1])] + best
+        for fmt, scope in FORMATS[:1] if walks else FORMATS:
+            cands = [TWO_WALK, v3(shape[1]), QH.default_knobs(shape[1])] + best
             for knobs in [c for i, c in enumerate(cands) if c not in cands[:i]]:
                 if time.time() - t0 > a.max_seconds:
                     print("  (time budget spent)", flush=True)
@@ -143,7 +154,8 @@ def main(argv=None) -> int:
                      f"{r['name']} | {r['us']:.1f} | {r['all_us']:.1f} | {r['tbs']:.2f} | "
                      f"{r['pct_copy']:.1f} | {r['bit_identical']} | "
                      f"{'yes' if r['default'] else ''} |")
-    devtime.write_sweep(a.out, "kernels_quantize_sweep", lines, rows, bw)
+    devtime.write_sweep(a.out, "kernels_quantize_walks" if walks else "kernels_quantize_sweep",
+                        lines, rows, bw)
     return 0
 
 
