@@ -29,6 +29,13 @@ Kernel: grid over row blocks of BM rows; the row is walked in power-of-two chunk
 taken, before any code (the row amax is the max of the block maxima); they stay in registers, so
 x is read once (v3; v2 read it twice, ``single_walk=False``). ``global_scope="tensor"`` computes
 the one global scale in XLA first (``quant._default_global_scale``, the reference's own code).
+
+``variant="v4"`` (the default; session 12) keeps the integer ALU pipe, which bounds this kernel
+on the H200, for what only it can do: E2M1 rounding by one f32 add of a magic constant
+(:func:`_round_code`), a block whose reciprocal is NaN zeroed by per-block limits instead of a
+per-element NaN test, codes written as uint32 words of 8, the hint byte from a word by one
+multiply (:func:`_hint_bytes`). ``variant="v3"`` is session 10's compare-and-select rounding
+and byte packing, kept for side-by-side runs (``sweep_quantize.py``).
 """
 
 from __future__ import annotations
@@ -87,7 +94,7 @@ def _absmax_bits_last(a):
 def _round_magnitude(a):
     """RNE E2M1 magnitude index of ``a >= 0`` (f32; NaN -> 0, >= 5+ saturates to 7), bit-identical
     to trace_jax.e2m1.round_magnitude's compare chain, in ~12 integer/float ops instead of 7
-    compares + 7 selects (the v3 kernel's rounding; v4 uses :func:`_round_code`):
+    compares + 7 selects (``variant="v3"``; v4 uses :func:`_round_code`):
 
     * ``a < 1``: index = round-half-even(2a) (0, 1, 2), read from the low bits of
       ``2a + 2**23`` (the f32 add rounds at the units bit, ties to even);
@@ -113,8 +120,8 @@ def _round_code(z, lim, sign_mask):
     grid, ties to even, and its low bits count the steps ``k``; the index is ``k + 2 e``,
     clamped to ``lim``. The integer bookkeeping is two multiply-adds (the FMA pipe).
 
-    ``lim`` (7, or 0 for a block holding a NaN/Inf) and ``sign_mask`` (8, or 0) broadcast to
-    ``z``: a bad block's codes are 0 whatever its ``z`` (NaN there; the reference's NaN -> 0
+    ``lim`` (7, or 0 for a block whose reciprocal is NaN) and ``sign_mask`` (8, or 0) broadcast
+    to ``z``: such a block's codes are 0 whatever its ``z`` (NaN there; the reference's NaN -> 0
     with the sign of the canonical NaN, +), with no per-element NaN test."""
     zb = _bits(z)
     a = jnp.abs(z)
@@ -158,7 +165,7 @@ def _hint_bytes(words):
 
 
 def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, kc, nk,
-               row_scope, e4m3, single_walk, rounding, interpret):
+               row_scope, e4m3, single_walk, variant, interpret):
     bm = x_ref.shape[0]
     nvfp4 = fmt == "nvfp4"
     inf_bits = jnp.uint32(0x7F800000)
@@ -218,7 +225,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
         r = jnp.where(pos, _recip(jnp.where(pos, s, 1.0), interpret),
                       jnp.where(s != s, jnp.nan, 0.0))  # once per block
         z = xb * jnp.broadcast_to(r[:, :, None], (bm, nbc, bs))
-        if rounding == "magic":  # v4: NaN blocks (r NaN: z NaN) get code 0 via the limits
+        if variant == "v4":  # NaN blocks (r NaN: z NaN) get code 0 via the limits
             nan_b = r != r
             lim = jnp.where(nan_b, jnp.uint32(0), jnp.uint32(7))[:, :, None]
             sign_mask = jnp.where(nan_b, jnp.uint32(0), jnp.uint32(8))[:, :, None]
@@ -229,7 +236,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
             code = (mag | ((zbits >> 31) << 3)).reshape(bm, kc)
         scales_ref[:, pl.ds(c * nbc, nbc)] = sbyte
-        if rounding == "magic":  # v4: codes as uint32 words of 8 (no byte assembly)
+        if variant == "v4":  # codes as uint32 words of 8 (no byte assembly)
             words = _pack_last(code, 8, 4, jnp.uint32)
             codes_ref[:, pl.ds(c * (kc // 8), kc // 8)] = words
             if bits_ref:
@@ -265,10 +272,10 @@ def _pow2_divisor(n, cap):
 
 @functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "block_m",
                                              "chunk_k", "num_warps", "e4m3", "single_walk",
-                                             "rounding", "interpret"))
+                                             "variant", "interpret"))
 def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
                               block_m=None, chunk_k=None, num_warps=None, e4m3="direct",
-                              single_walk=True, rounding="magic", interpret=False):
+                              single_walk=True, variant="v4", interpret=False):
     f = quant.get_format(fmt)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")
@@ -286,8 +293,8 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     nk = k // kc
     bm = _pow2_divisor(m, block_m)
     row_scope = global_scope == "row"
-    if rounding not in ("magic", "v3"):
-        raise ValueError(f"rounding must be 'magic' or 'v3', got {rounding!r}")
+    if variant not in ("v4", "v3"):
+        raise ValueError(f"variant must be 'v4' or 'v3', got {variant!r}")
     if global_scope not in ("row", "tensor"):
         raise ValueError(f"global_scope must be 'row' or 'tensor', got {global_scope!r}")
     if f.has_global_scale and not row_scope:
@@ -295,7 +302,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     else:
         g_in = jnp.ones((1, 1), jnp.float32)
     row = lambda w: pl.BlockSpec((bm, w), lambda i: (i, 0))  # noqa: E731
-    words = rounding == "magic"  # v4 writes the codes as uint32 words of 8 codes
+    words = variant == "v4"  # v4 writes the codes as uint32 words of 8 codes
     out_shape = [jax.ShapeDtypeStruct((m, k // 8), jnp.uint32) if words
                  else jax.ShapeDtypeStruct((m, k // 2), jnp.uint8),
                  jax.ShapeDtypeStruct((m, k // bs), jnp.uint8),
@@ -306,7 +313,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
         out_specs.append(row(k // 8))
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
                                row_scope=row_scope and f.has_global_scale, e4m3=e4m3,
-                               single_walk=single_walk, rounding=rounding, interpret=interpret)
+                               single_walk=single_walk, variant=variant, interpret=interpret)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),

@@ -38,7 +38,7 @@ SHAPES = ((65536, 4096), (32768, 2048), (8192, 2048))
 FORMATS = (("nvfp4", "row"), ("mxfp4", "row"), ("nvfp4", "tensor"))
 GRID = dict(block_m=(2, 1, 4, 8), num_warps=(4, 2, 8), chunk_k=(512, 256, 1024))
 # session 4-9's two walks over x (v2's schedule) and tiles, with today's default (v4) rounding;
-# ``rounding="v3"`` added gives session 10's v2 itself
+# ``variant="v3"`` added gives session 10's v2 itself
 TWO_WALK = dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False)
 GRID_WALKS = dict(block_m=(2, 4, 8), num_warps=(4,), chunk_k=(1024, 512, 256),
                   single_walk=(False, True))
@@ -60,11 +60,11 @@ def make_x(m: int, k: int) -> jax.Array:
 
 def v3(k: int) -> dict:
     """The session-10 kernel (one walk, compare-and-select rounding) at today's default tiles."""
-    return QH.default_knobs(k) | dict(rounding="v3")
+    return QH.default_knobs(k) | dict(variant="v3")
 
 
 def name(knobs: dict) -> str:
-    v = "v3" if knobs.get("rounding") == "v3" else "v4"
+    v = knobs.get("variant", "v4")
     walks = " 2walk" if knobs.get("single_walk") is False else ""
     return f"{v}{walks} bm{knobs['block_m']} w{knobs['num_warps']} kc{knobs['chunk_k']}"
 
