@@ -10,22 +10,10 @@
 # Usage (repo root): bash experiments/gpu_session12c.sh
 source "$(dirname "$0")/gpu_prelude.sh" r12c
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-[ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
-ROOT=$PWD
 for v in v2 paired; do
-  mkdir -p "$R/$v"
-  dir=$ROOT; [ "$v" = paired ] && dir=$ROOT/.carry/paired
-  (cd "$dir" && PYTHONPATH=/tmp/site:$dir timeout 200 "$NCU" --clock-control none \
-     -k 'regex:fp4_matmul' -o "$R/$v/dense" --section SpeedOfLight --section WarpStateStats \
-     --section SourceCounters --section LaunchStats --import-source no \
-     python3 -m pallas_kernels.profile_dense > "$R/$v/ncu_log.txt" 2>&1)
-  echo "$v ncu rc=$?"; grep "launch " "$R/$v/ncu_log.txt"
-  "$NCU" --import "$R/$v/dense.ncu-rep" --page raw --csv > "$R/$v/raw.csv" 2>&1
-  "$NCU" --import "$R/$v/dense.ncu-rep" --page source --csv --print-source sass \
-    > "$R/$v/source.csv" 2>&1
-  "$NCU" --import "$R/$v/dense.ncu-rep" --page details > "$R/$v/details.txt" 2>&1
-  python3 "$ROOT/experiments/ncu_source_summary.py" "$R/$v" > "$R/$v/summary.txt" 2>&1
+  dir=$REPO; [ "$v" = paired ] && dir=$REPO/.carry/paired
+  (cd "$dir" && PYTHONPATH=/tmp/site:$dir ncu_source_profile "$R/$v" fp4_matmul \
+     pallas_kernels.profile_dense)
 done
 tar czf "$OUT/session12c.tgz" -C /tmp r12c
 for v in v2 paired; do

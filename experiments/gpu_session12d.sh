@@ -10,22 +10,8 @@
 # Usage (repo root): bash experiments/gpu_session12d.sh
 source "$(dirname "$0")/gpu_prelude.sh" r12d
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-[ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
-for v in quantize grouped; do
-  mkdir -p "$R/$v"
-  kern='regex:quantize_with_hint'; [ "$v" = grouped ] && kern='regex:fp4_matmul'
-  timeout 200 "$NCU" --clock-control none -k "$kern" -o "$R/$v/prof" --section SpeedOfLight \
-    --section WarpStateStats --section SourceCounters --section LaunchStats \
-    --section Occupancy --section ComputeWorkloadAnalysis --import-source no \
-    python3 -m "pallas_kernels.profile_$v" > "$R/$v/ncu_log.txt" 2>&1
-  echo "$v ncu rc=$?"; grep "launch " "$R/$v/ncu_log.txt"
-  "$NCU" --import "$R/$v/prof.ncu-rep" --page raw --csv > "$R/$v/raw.csv" 2>&1
-  "$NCU" --import "$R/$v/prof.ncu-rep" --page source --csv --print-source sass \
-    > "$R/$v/source.csv" 2>&1
-  "$NCU" --import "$R/$v/prof.ncu-rep" --page details > "$R/$v/details.txt" 2>&1
-  python3 experiments/ncu_source_summary.py "$R/$v" > "$R/$v/summary.txt" 2>&1
-done
+ncu_source_profile "$R/quantize" quantize_with_hint pallas_kernels.profile_quantize
+ncu_source_profile "$R/grouped" fp4_matmul pallas_kernels.profile_grouped
 tar czf "$OUT/session12d.tgz" -C /tmp r12d
 for v in quantize grouped; do
   echo "=== $v"

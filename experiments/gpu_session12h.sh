@@ -8,17 +8,7 @@
 # Usage (repo root): bash experiments/gpu_session12h.sh
 source "$(dirname "$0")/gpu_prelude.sh" r12h
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-[ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
-timeout 240 "$NCU" --clock-control none -k 'regex:quantize_with_hint' -o "$R/prof" \
-  --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
-  --section Occupancy --section ComputeWorkloadAnalysis --import-source no \
-  python3 -m pallas_kernels.profile_quantize > "$R/ncu_log.txt" 2>&1
-echo "ncu rc=$?"; grep "launch " "$R/ncu_log.txt"
-"$NCU" --import "$R/prof.ncu-rep" --page raw --csv > "$R/raw.csv" 2>&1
-"$NCU" --import "$R/prof.ncu-rep" --page source --csv --print-source sass > "$R/source.csv" 2>&1
-"$NCU" --import "$R/prof.ncu-rep" --page details > "$R/details.txt" 2>&1
-python3 experiments/ncu_source_summary.py "$R" > "$R/summary.txt" 2>&1
+ncu_source_profile "$R" quantize_with_hint pallas_kernels.profile_quantize
 tar czf "$OUT/session12h.tgz" -C /tmp r12h
 grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|highest-utilized" "$R/details.txt"
 grep -A2 "^  quantize" "$R/summary.txt" | head -12
