@@ -3,8 +3,11 @@
   FP4_FORCE_COMPILE=1 python -m pallas_kernels.matmul_compilecheck [OUTDIR]
 
 Lowers each kernel variant with ``lowering_platforms=("cuda",)`` (an H200 is faked for Pallas'
-GPU-info query), captures the Triton IR Pallas emits and compiles it with the installed Triton
-(3.6, same as the GPU host) to PTX and cubin. Prints per variant: mma/wgmma instructions, shared
+GPU-info query), captures the Triton IR Pallas emits and compiles it with the installed pip
+Triton (3.6) to PTX and cubin. On the GPU host Pallas compiles the same IR with XLA's bundled
+Triton, whose layout / vectorisation choices can differ (session 12: the paired-unit loop's
+weight copies were 128-bit here and 32-bit on the H200, NOTES_matmul.md); the SASS the GPU ran
+is on Nsight Compute's source page (``ncu_source_profile`` in ``experiments/gpu_prelude.sh``). Prints per variant: mma/wgmma instructions, shared
 memory, local-memory spills, and writes the .ttgir/.ptx under OUTDIR for reading.
 """
 
