@@ -84,11 +84,16 @@ def _bits(a):
     return jax.lax.bitcast_convert_type(a, jnp.uint32)
 
 
+def _abs_bits2(a):
+    """2 x the bit pattern of |a| (the sign shifted out by a multiply, on the FMA pipe, rather
+    than masked by an ALU op): integer maxima of these are exact maxima of |a|."""
+    return _bits(a) * jnp.uint32(2)
+
+
 def _absmax_bits_last(a):
     """Bit pattern of max |a| over the last axis (integer max: exact, and >= 0x7f800000 iff a
-    NaN or Inf is present). The sign is dropped by a left shift (a multiply, on the FMA pipe)
-    rather than a mask (an ALU op): max(bits << 1) >> 1 is the same maximum."""
-    return jnp.max(_bits(a) * jnp.uint32(2), axis=-1) >> 1
+    NaN or Inf is present)."""
+    return jnp.max(_abs_bits2(a), axis=-1) >> 1
 
 
 def _round_magnitude(a):
@@ -187,7 +192,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             else:  # v2 (single_walk=False): a first walk for the amax only
                 acc = None
                 for c in range(nk):
-                    b2 = _bits(x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32)) * jnp.uint32(2)
+                    b2 = _abs_bits2(x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32))
                     acc = b2 if acc is None else jnp.maximum(acc, b2)
                 amax_bits = jnp.max(acc, axis=-1) >> 1
             amax = jax.lax.bitcast_convert_type(amax_bits, jnp.float32)
