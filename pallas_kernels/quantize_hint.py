@@ -175,10 +175,17 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
     nvfp4 = fmt == "nvfp4"
     inf_bits = jnp.uint32(0x7F800000)
     nbc = kc // bs
+    parts = bs // 8 if variant == "v5" else 0  # v5: x_ref is [bm, K / bs, bs / 8, 8]
 
-    def blocks(c):  # chunk c as f32 [bm, nbc, bs] and its block maxima of |x| (bit patterns)
+    def blocks(c):
+        """Chunk c as f32 parts [bm, nbc, w] (v5: the bs / 8 eight-element parts of each block,
+        one load each; else one part, w = bs) and its block maxima of |x| (bit patterns)."""
+        if parts:
+            xs = [x_ref[:, pl.ds(c * nbc, nbc), p, :].astype(jnp.float32) for p in range(parts)]
+            amax2 = functools.reduce(jnp.maximum, [jnp.max(_abs_bits2(a), -1) for a in xs])
+            return xs, amax2 >> 1
         xb = x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32).reshape(bm, nbc, bs)
-        return xb, _absmax_bits_last(xb)
+        return [xb], _absmax_bits_last(xb)
 
     # single walk: with a row-scope global scale every chunk is loaded (and its block maxima
     # taken) before the codes, and stays in registers for them (``block_m * K`` elements per
@@ -192,9 +199,10 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             else:  # v2 (single_walk=False): a first walk for the amax only
                 acc = None
                 for c in range(nk):
-                    b2 = _abs_bits2(x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32))
+                    b2 = (_abs_bits2(x_ref[:, pl.ds(c * kc, kc)].astype(jnp.float32)) if not parts
+                          else blocks(c)[1])  # v5: block maxima (bits, not doubled)
                     acc = b2 if acc is None else jnp.maximum(acc, b2)
-                amax_bits = jnp.max(acc, axis=-1) >> 1
+                amax_bits = jnp.max(acc, axis=-1) >> (0 if parts else 1)
             amax = jax.lax.bitcast_convert_type(amax_bits, jnp.float32)
             g = amax * jnp.float32(quant.GLOBAL_FACTOR)
             g = jnp.where(g == 0, 1.0, g)
@@ -229,24 +237,29 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
         pos = s > 0
         r = jnp.where(pos, _recip(jnp.where(pos, s, 1.0), interpret),
                       jnp.where(s != s, jnp.nan, 0.0))  # once per block
-        z = xb * jnp.broadcast_to(r[:, :, None], (bm, nbc, bs))
-        if variant == "v4":  # NaN blocks (r NaN: z NaN) get code 0 via the limits
+        zs = [a * jnp.broadcast_to(r[:, :, None], a.shape) for a in xb]
+        scales_ref[:, pl.ds(c * nbc, nbc)] = sbyte
+        if variant in ("v4", "v5"):  # NaN blocks (r NaN: z NaN) get code 0 via the limits
             nan_b = r != r
             lim = jnp.where(nan_b, jnp.uint32(0), jnp.uint32(7))[:, :, None]
             sign_mask = jnp.where(nan_b, jnp.uint32(0), jnp.uint32(8))[:, :, None]
-            code = _round_code(z, jnp.broadcast_to(lim, z.shape),
-                               jnp.broadcast_to(sign_mask, z.shape)).reshape(bm, kc)
+            for p, z in enumerate(zs):  # codes as uint32 words of 8 (no byte assembly)
+                code = _round_code(z, jnp.broadcast_to(lim, z.shape),
+                                   jnp.broadcast_to(sign_mask, z.shape))
+                if parts:  # one word per part: [bm, nbc] of the [bm, K / bs, parts] outputs
+                    words = _pack_last(code, 8, 4, jnp.uint32).reshape(bm, nbc)
+                    codes_ref[:, pl.ds(c * nbc, nbc), p] = words
+                    if bits_ref:
+                        bits_ref[0][:, pl.ds(c * nbc, nbc), p] = _hint_bytes(words)
+                else:
+                    words = _pack_last(code.reshape(bm, kc), 8, 4, jnp.uint32)
+                    codes_ref[:, pl.ds(c * (kc // 8), kc // 8)] = words
+                    if bits_ref:
+                        bits_ref[0][:, pl.ds(c * (kc // 8), kc // 8)] = _hint_bytes(words)
         else:  # v3
-            zbits = _bits(z)
+            zbits = _bits(zs[0])
             mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
             code = (mag | ((zbits >> 31) << 3)).reshape(bm, kc)
-        scales_ref[:, pl.ds(c * nbc, nbc)] = sbyte
-        if variant == "v4":  # codes as uint32 words of 8 (no byte assembly)
-            words = _pack_last(code, 8, 4, jnp.uint32)
-            codes_ref[:, pl.ds(c * (kc // 8), kc // 8)] = words
-            if bits_ref:
-                bits_ref[0][:, pl.ds(c * (kc // 8), kc // 8)] = _hint_bytes(words)
-        else:
             codes_ref[:, pl.ds(c * (kc // 2), kc // 2)] = _pack_last(code, 2, 4)
             if bits_ref:
                 bits_ref[0][:, pl.ds(c * (kc // 8), kc // 8)] = _pack_last(code & 1, 8, 1)
@@ -255,17 +268,23 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
 KNOBS = ("block_m", "chunk_k", "num_warps")
 
 
-def default_knobs(k: int) -> dict:
+def default_knobs(k: int, block_size: int = 16, variant: str = "v4") -> dict:
     """The kernel's tile knobs for rows of K elements (``quantize_with_hint_triton``'s defaults
     when a knob is not given): 2 rows per program at K = 2048..4096 (1 above, up to 8 below),
     at most 8K elements per program, which the single walk keeps in registers, in chunks of
     ~2K elements (``block_m * chunk_k``). Session 12's device-time sweep of v4
     (``pallas_kernels/sweep_quantize.py``, H200, ``experiments/gpu_session12f.sh``): 2 rows x
     1024 best at 65536 x 4096 and 8192 x 2048, within 1% of the best at 32768 x 2048;
-    1 row per program 1.5x slower (NOTES_attention.md)."""
+    1 row per program 1.5x slower (NOTES_attention.md). v5 loads a block's eight-element parts
+    as [block_m, chunk_k / block_size, 8] tensors, which need >= 8 elements per thread (else
+    Triton splits a part over threads and adds layout conversions): chunk_k >= 128 threads x
+    block_size / block_m (MXFP4 at 2 rows: 2048)."""
     rows = max(1, min(8, 8192 // k, max(2, 4096 // k)))
     bm = 1 << (rows.bit_length() - 1)
-    return dict(block_m=bm, chunk_k=max(256, 2048 // bm), num_warps=4)
+    kc = max(256, 2048 // bm)
+    if variant == "v5":
+        kc = max(kc, 32 * 4 * block_size // bm)
+    return dict(block_m=bm, chunk_k=kc, num_warps=4)
 
 
 def _pow2_divisor(n, cap):
@@ -288,7 +307,7 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     bs = f.block_size
     if k % bs:
         raise ValueError(f"{fmt}: K={k} is not a multiple of the block size {bs}")
-    knobs = default_knobs(k)
+    knobs = default_knobs(k, bs, variant)
     block_m = block_m or knobs["block_m"]
     chunk_k = chunk_k or knobs["chunk_k"]
     num_warps = num_warps or knobs["num_warps"]
@@ -298,8 +317,8 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     nk = k // kc
     bm = _pow2_divisor(m, block_m)
     row_scope = global_scope == "row"
-    if variant not in ("v4", "v3"):
-        raise ValueError(f"variant must be 'v4' or 'v3', got {variant!r}")
+    if variant not in ("v5", "v4", "v3"):
+        raise ValueError(f"variant must be 'v5', 'v4' or 'v3', got {variant!r}")
     if global_scope not in ("row", "tensor"):
         raise ValueError(f"global_scope must be 'row' or 'tensor', got {global_scope!r}")
     if f.has_global_scale and not row_scope:
@@ -307,38 +326,48 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
     else:
         g_in = jnp.ones((1, 1), jnp.float32)
     row = lambda w: pl.BlockSpec((bm, w), lambda i: (i, 0))  # noqa: E731
-    words = variant == "v4"  # v4 writes the codes as uint32 words of 8 codes
-    out_shape = [jax.ShapeDtypeStruct((m, k // 8), jnp.uint32) if words
-                 else jax.ShapeDtypeStruct((m, k // 2), jnp.uint8),
-                 jax.ShapeDtypeStruct((m, k // bs), jnp.uint8),
-                 jax.ShapeDtypeStruct((m, 1), jnp.float32)]
-    out_specs = [row(k // 8) if words else row(k // 2), row(k // bs), row(1)]
+    words = variant in ("v4", "v5")  # v4, v5 write the codes as uint32 words of 8 codes
+    if variant == "v5":  # blocks as bs / 8 parts of 8: [M, K / bs, parts, 8] in, [.., parts] out
+        parts = bs // 8
+        x_in, x_spec = x.reshape(m, k // bs, parts, 8), pl.BlockSpec(
+            (bm, k // bs, parts, 8), lambda i: (i, 0, 0, 0))
+        by_part = lambda dt: (jax.ShapeDtypeStruct((m, k // bs, parts), dt),  # noqa: E731
+                              pl.BlockSpec((bm, k // bs, parts), lambda i: (i, 0, 0)))
+    else:
+        x_in, x_spec = x, row(k)
+        by_part = lambda dt: (jax.ShapeDtypeStruct((m, k // 8), dt), row(k // 8))  # noqa: E731
+    code_out = by_part(jnp.uint32) if words else (
+        jax.ShapeDtypeStruct((m, k // 2), jnp.uint8), row(k // 2))
+    outs_specs = [code_out, (jax.ShapeDtypeStruct((m, k // bs), jnp.uint8), row(k // bs)),
+                  (jax.ShapeDtypeStruct((m, 1), jnp.float32), row(1))]
     if with_hint:
-        out_shape.append(jax.ShapeDtypeStruct((m, k // 8), jnp.uint8))
-        out_specs.append(row(k // 8))
+        outs_specs.append(by_part(jnp.uint8))
+    out_shape = [o for o, _ in outs_specs]
+    out_specs = [sp for _, sp in outs_specs]
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
                                row_scope=row_scope and f.has_global_scale, e4m3=e4m3,
                                single_walk=single_walk, variant=variant, interpret=interpret)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),
-        in_specs=[row(k), pl.BlockSpec((1, 1), lambda i: (0, 0))],
+        in_specs=[x_spec, pl.BlockSpec((1, 1), lambda i: (0, 0))],
         out_specs=out_specs,
         out_shape=out_shape,
         compiler_params=plgpu.CompilerParams(num_warps=num_warps),
         interpret=interpret,
         name=f"quantize_with_hint_{f.name}",
-    )(x, g_in)
+    )(x_in, g_in)
     codes, sbytes, gs = outs[:3]
     if words:  # little-endian: byte b of word w holds codes 8w + 2b (low nibble), 8w + 2b + 1
         codes = jax.lax.bitcast_convert_type(codes, jnp.uint8).reshape(m, k // 2)
+    bits = outs[3].reshape(m, k // 8) if with_hint else None
     scales = jax.lax.bitcast_convert_type(sbytes, f.scale_dtype)
     if not f.has_global_scale:
         gs = jnp.ones((1, 1), jnp.float32)
     elif not row_scope:
         gs = g_in
     q = QTensor(codes, scales, gs, f.name, -1)
-    hint = Hint(outs[3], scales, gs, f.name, -1, "mantissa") if with_hint else None
+    hint = Hint(bits, scales, gs, f.name, -1, "mantissa") if with_hint else None
     return q, hint
 
 

@@ -9,6 +9,7 @@ the ``all`` column), checked bit for bit against the jitted ``trace_jax.quant`` 
 must move (x bf16 + codes + scales + hint bits + global scales) against a device copy measured
 the same way. v3 (session 10): one walk over x, compare-and-select rounding; v4 (session 12,
 the default): the magic-constant rounding (``quantize_hint._round_code``), uint32 code words;
+v5 (session 13, ``--grid v5``): v4 with each block's eight-element parts loaded by one thread;
 "2walk": NVFP4 row scope reads x twice (v2's schedule: the row amax first), fewer live registers.
 Phase 1: the v4 grid at 65536 x 4096 NVFP4 row scope (the issue's largest shape). Phase 2: v2,
 v3, the default and the best phase-1 configs at every shape x format.
@@ -42,6 +43,8 @@ GRID = dict(block_m=(2, 1, 4, 8), num_warps=(4, 2, 8), chunk_k=(512, 256, 1024))
 TWO_WALK = dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False)
 GRID_WALKS = dict(block_m=(2, 4, 8), num_warps=(4,), chunk_k=(1024, 512, 256),
                   single_walk=(False, True))
+# session 13: v5 (each block's parts loaded by one thread) against the v4 default
+GRID_V5 = dict(variant=("v5",), block_m=(2, 4), num_warps=(4, 8), chunk_k=(1024, 2048, 4096))
 
 
 def kernel_bytes(m: int, k: int, fmt: str) -> int:
@@ -58,6 +61,11 @@ def make_x(m: int, k: int) -> jax.Array:
     return x.astype(jnp.bfloat16)
 
 
+def v5(k: int, fmt: str) -> dict:
+    """v5 at its default tiles (``default_knobs`` for the format's block size)."""
+    return QH.default_knobs(k, quant.get_format(fmt).block_size, "v5") | dict(variant="v5")
+
+
 def v3(k: int) -> dict:
     """The session-10 kernel (one walk, compare-and-select rounding) at today's default tiles."""
     return QH.default_knobs(k) | dict(variant="v3")
@@ -71,15 +79,17 @@ def name(knobs: dict) -> str:
 
 def main(argv=None) -> int:
     ap = devtime.sweep_parser(__doc__, 300.0, "2 values per knob, small shapes")
-    ap.add_argument("--grid", choices=("tiles", "walks"), default="tiles",
-                    help="phase-1 knobs: tiles, or one vs two walks x tiles (NVFP4 row scope "
-                         "only, writes kernels_quantize_walks.*)")
+    ap.add_argument("--grid", choices=("tiles", "walks", "v5"), default="tiles",
+                    help="phase-1 knobs: tiles, one vs two walks x tiles (NVFP4 row scope "
+                         "only, writes kernels_quantize_walks.*), or v5's tiles against the v4 "
+                         "default (writes kernels_quantize_v5.*)")
     a = ap.parse_args(argv)
     walks = a.grid == "walks"
+    grid_v5 = a.grid == "v5"
     t0 = time.time()
     dev = jax.devices()[0]
     shapes = ((512, 4096), (256, 2048)) if a.quick else SHAPES
-    grid = GRID_WALKS if walks else GRID
+    grid = GRID_WALKS if walks else GRID_V5 if grid_v5 else GRID
     grid = {k: v[:2] for k, v in grid.items()} if a.quick else grid
     bw = devtime.report_copy_bandwidth(1 << (20 if a.quick else 30))
     xs, refs, rows = {}, {}, []
@@ -119,7 +129,7 @@ def main(argv=None) -> int:
 
     s1 = shapes[0]
     print(f"phase 1: {s1} nvfp4/row", flush=True)
-    measure(s1, "nvfp4", "row", TWO_WALK, 1)
+    measure(s1, "nvfp4", "row", QH.default_knobs(s1[1]) if grid_v5 else TWO_WALK, 1)
     keys = list(grid)
     for vals in itertools.product(*(grid[k] for k in keys)):
         if time.time() - t0 > a.max_seconds * 0.5:
@@ -127,12 +137,14 @@ def main(argv=None) -> int:
             break
         measure(s1, "nvfp4", "row", dict(zip(keys, vals)), 1)
     p1 = sorted((r for r in rows if r["phase"] == 1 and r["bit_identical"]
-                 and r["name"].startswith("v4")), key=lambda r: r["us"])
+                 and r["name"].startswith("v5" if grid_v5 else "v4")), key=lambda r: r["us"])
     best = [r["knobs"] for r in p1[: a.top]]
-    print(f"phase 2: two walks, v3, default + {[name(b) for b in best]}", flush=True)
+    print(f"phase 2: {'v4 default, v5 default' if grid_v5 else 'two walks, v3, default'} + "
+          f"{[name(b) for b in best]}", flush=True)
     for shape in shapes:
         for fmt, scope in FORMATS[:1] if walks else FORMATS:
-            cands = [TWO_WALK, v3(shape[1]), QH.default_knobs(shape[1])] + best
+            cands = ([QH.default_knobs(shape[1]), v5(shape[1], fmt)] if grid_v5 else
+                     [TWO_WALK, v3(shape[1]), QH.default_knobs(shape[1])]) + best
             for knobs in [c for i, c in enumerate(cands) if c not in cands[:i]]:
                 if time.time() - t0 > a.max_seconds:
                     print("  (time budget spent)", flush=True)
@@ -154,8 +166,8 @@ def main(argv=None) -> int:
                      f"{r['name']} | {r['us']:.1f} | {r['all_us']:.1f} | {r['tbs']:.2f} | "
                      f"{r['pct_copy']:.1f} | {r['bit_identical']} | "
                      f"{'yes' if r['default'] else ''} |")
-    devtime.write_sweep(a.out, "kernels_quantize_walks" if walks else "kernels_quantize_sweep",
-                        lines, rows, bw)
+    devtime.write_sweep(a.out, "kernels_quantize_walks" if walks else "kernels_quantize_v5"
+                        if grid_v5 else "kernels_quantize_sweep", lines, rows, bw)
     return 0
 
 

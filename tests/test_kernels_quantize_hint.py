@@ -74,7 +74,7 @@ def test_edge_values(fmt, scope):
         _check(jnp.asarray(x).astype(jnp.bfloat16), fmt, scope)
 
 
-@pytest.mark.parametrize("variant", ["v4", "v3"])
+@pytest.mark.parametrize("variant", ["v5", "v4", "v3"])
 @pytest.mark.parametrize("fmt,scope", CASES)
 def test_nan_inf_rows_bit_identical(fmt, scope, variant):
     x = np.tile(_edge_rows(), (2, 2))  # 16 x 64
@@ -112,6 +112,19 @@ def test_chunking_and_block_rows(fmt, scope):
     _check(x, fmt, scope, block_m=16, chunk_k=64)
 
 
+@pytest.mark.parametrize("fmt,scope", CASES)
+def test_v5_block_parts_at_several_tiles(fmt, scope):
+    """v5 (each block's eight-element parts loaded by one thread, codes / hint bits written per
+    part) against the reference at its default tiles, at small tiles (parts split over threads),
+    and with NVFP4 row scope's two walks; zero and NaN rows included."""
+    x = (jax.random.normal(jax.random.PRNGKey(9), (32, 1024)) * 3).at[4].set(0.0)
+    x = x.at[7, 300].set(jnp.nan).astype(jnp.bfloat16)
+    _check(x, fmt, scope, variant="v5")
+    _check(x, fmt, scope, variant="v5", block_m=16, chunk_k=64)
+    if (fmt, scope) == ("nvfp4", "row"):
+        _check(x, fmt, scope, variant="v5", block_m=4, chunk_k=256, single_walk=False)
+
+
 @pytest.mark.parametrize("single_walk", [True, False])
 def test_row_scope_walks_with_nan_and_zero_rows(single_walk):
     """NVFP4 row scope reads x once (v3: block maxima of every chunk first) or twice (v2); both
@@ -128,6 +141,15 @@ def test_default_knobs_keep_a_row_block_in_registers(k):
     kn = default_knobs(k)
     assert kn["block_m"] * k <= max(8192, k)
     assert kn["block_m"] & (kn["block_m"] - 1) == 0 and kn["block_m"] >= 1
+
+
+@pytest.mark.parametrize("bs", [16, 32])
+@pytest.mark.parametrize("k", [4096, 2048, 1024])
+def test_v5_default_knobs_give_each_thread_a_whole_part(k, bs):
+    """A v5 part tile [block_m, chunk_k / bs, 8] holds >= 8 elements for each of 4 x 32 threads."""
+    kn = default_knobs(k, bs, "v5")
+    assert kn["block_m"] * min(kn["chunk_k"], k) // bs * 8 >= 8 * 32 * kn["num_warps"] or \
+        kn["chunk_k"] >= k
 
 
 def test_without_hint():
