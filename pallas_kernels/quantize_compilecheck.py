@@ -24,13 +24,13 @@ from pallas_kernels import matmul_compilecheck as mc  # noqa: E402
 from pallas_kernels import quantize_hint as QH  # noqa: E402
 from trace_jax import quant  # noqa: E402
 
-DEFAULTS = {
+DEFAULTS = {  # the default variant (v5) and v4 side by side
     "nv_row_k4096": dict(fmt="nvfp4", k=4096),
     "mx_row_k4096": dict(fmt="mxfp4", k=4096),
     "nv_tensor_k4096": dict(fmt="nvfp4", k=4096, global_scope="tensor"),
-    "nv_row_k4096_v5": dict(fmt="nvfp4", k=4096, variant="v5"),
-    "mx_row_k4096_v5": dict(fmt="mxfp4", k=4096, variant="v5"),
-    "nv_tensor_k4096_v5": dict(fmt="nvfp4", k=4096, global_scope="tensor", variant="v5"),
+    "nv_row_k4096_v4": dict(fmt="nvfp4", k=4096, variant="v4"),
+    "mx_row_k4096_v4": dict(fmt="mxfp4", k=4096, variant="v4"),
+    "nv_tensor_k4096_v4": dict(fmt="nvfp4", k=4096, global_scope="tensor", variant="v4"),
 }
 
 
@@ -54,7 +54,7 @@ def compile_config(name, cfg, outdir):
     cfg = dict(cfg)
     fmt, m, k = cfg.pop("fmt", "nvfp4"), cfg.pop("m", 1024), cfg.pop("k", 4096)
     cfg.setdefault("global_scope", "row")
-    knobs = QH.default_knobs(k, quant.get_format(fmt).block_size, cfg.get("variant", "v4")) | {
+    knobs = QH.default_knobs(k, quant.get_format(fmt).block_size, cfg.get("variant", QH.DEFAULT_VARIANT)) | {
         kk: v for kk, v in cfg.items() if kk in QH.KNOBS}
     x = jnp.ones((m, k), jnp.bfloat16)
     (ttir,) = [t for t in mc.lower(lambda x: QH.quantize_with_hint_triton(x, fmt, **cfg), x)

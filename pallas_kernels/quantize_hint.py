@@ -30,12 +30,17 @@ taken, before any code (the row amax is the max of the block maxima); they stay 
 x is read once (v3; v2 read it twice, ``single_walk=False``). ``global_scope="tensor"`` computes
 the one global scale in XLA first (``quant._default_global_scale``, the reference's own code).
 
-``variant="v4"`` (the default; session 12) keeps the integer ALU pipe, which bounds this kernel
-on the H200, for what only it can do: E2M1 rounding by one f32 add of a magic constant
-(:func:`_round_code`), a block whose reciprocal is NaN zeroed by per-block limits instead of a
-per-element NaN test, codes written as uint32 words of 8, the hint byte from a word by one
-multiply (:func:`_hint_bytes`). ``variant="v3"`` is session 10's compare-and-select rounding
-and byte packing, kept for side-by-side runs (``sweep_quantize.py``).
+``variant="v4"`` (session 12) keeps the integer ALU pipe, which bounds this kernel on the H200,
+for what only it can do: E2M1 rounding by one f32 add of a magic constant (:func:`_round_code`),
+a block whose reciprocal is NaN zeroed by per-block limits instead of a per-element NaN test,
+codes written as uint32 words of 8, the hint byte from a word by one multiply
+(:func:`_hint_bytes`). ``variant="v5"`` (the default; session 13) is v4's arithmetic with a
+layout in which one thread holds a whole block: x is viewed as [M, K / bs, bs / 8, 8] and each
+eight-element part is its own [block_m, chunk / bs, 8] load, so the per-block steps (block max,
+E4M3 scale, IEEE reciprocal) run once per block instead of in each of the 2 (NVFP4) or 4
+(MXFP4) threads that v4's contiguous 8-element loads spread a block over (H200: 1.15-1.19x v4,
+``experiments/gpu_session13q.sh``). ``variant="v3"`` is session 10's compare-and-select rounding
+and byte packing. v3 and v4 are kept for side-by-side runs (``sweep_quantize.py``).
 """
 
 from __future__ import annotations
@@ -266,9 +271,10 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
 
 
 KNOBS = ("block_m", "chunk_k", "num_warps")
+DEFAULT_VARIANT = "v5"
 
 
-def default_knobs(k: int, block_size: int = 16, variant: str = "v4") -> dict:
+def default_knobs(k: int, block_size: int = 16, variant: str = DEFAULT_VARIANT) -> dict:
     """The kernel's tile knobs for rows of K elements (``quantize_with_hint_triton``'s defaults
     when a knob is not given): 2 rows per program at K = 2048..4096 (1 above, up to 8 below),
     at most 8K elements per program, which the single walk keeps in registers, in chunks of
@@ -299,7 +305,7 @@ def _pow2_divisor(n, cap):
                                              "variant", "interpret"))
 def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
                               block_m=None, chunk_k=None, num_warps=None, e4m3="direct",
-                              single_walk=True, variant="v4", interpret=False):
+                              single_walk=True, variant=DEFAULT_VARIANT, interpret=False):
     f = quant.get_format(fmt)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")

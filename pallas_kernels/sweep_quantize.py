@@ -38,7 +38,7 @@ from trace_jax import quant  # noqa: E402
 SHAPES = ((65536, 4096), (32768, 2048), (8192, 2048))
 FORMATS = (("nvfp4", "row"), ("mxfp4", "row"), ("nvfp4", "tensor"))
 GRID = dict(block_m=(2, 1, 4, 8), num_warps=(4, 2, 8), chunk_k=(512, 256, 1024))
-# session 4-9's two walks over x (v2's schedule) and tiles, with today's default (v4) rounding;
+# session 4-9's two walks over x (v2's schedule) and tiles, with the default variant's math;
 # ``variant="v3"`` added gives session 10's v2 itself
 TWO_WALK = dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False)
 GRID_WALKS = dict(block_m=(2, 4, 8), num_warps=(4,), chunk_k=(1024, 512, 256),
@@ -61,18 +61,18 @@ def make_x(m: int, k: int) -> jax.Array:
     return x.astype(jnp.bfloat16)
 
 
-def v5(k: int, fmt: str) -> dict:
-    """v5 at its default tiles (``default_knobs`` for the format's block size)."""
-    return QH.default_knobs(k, quant.get_format(fmt).block_size, "v5") | dict(variant="v5")
+def at_default_tiles(variant: str, k: int, fmt: str = "nvfp4") -> dict:
+    """A variant at its default tiles (``default_knobs`` for the format's block size)."""
+    return QH.default_knobs(k, quant.get_format(fmt).block_size, variant) | dict(variant=variant)
 
 
 def v3(k: int) -> dict:
-    """The session-10 kernel (one walk, compare-and-select rounding) at today's default tiles."""
-    return QH.default_knobs(k) | dict(variant="v3")
+    """The session-10 kernel (one walk, compare-and-select rounding) at v4's default tiles."""
+    return at_default_tiles("v4", k) | dict(variant="v3")
 
 
 def name(knobs: dict) -> str:
-    v = knobs.get("variant", "v4")
+    v = knobs.get("variant", QH.DEFAULT_VARIANT)
     walks = " 2walk" if knobs.get("single_walk") is False else ""
     return f"{v}{walks} bm{knobs['block_m']} w{knobs['num_warps']} kc{knobs['chunk_k']}"
 
@@ -120,7 +120,8 @@ def main(argv=None) -> int:
         r = dict(phase=phase, m=shape[0], k=shape[1], fmt=fmt, scope=scope, knobs=knobs,
                  name=name(knobs), us=t * 1e6, all_us=t_all * 1e6, tbs=nb / t / 1e12,
                  pct_copy=100 * nb / t / bw, bit_identical=same,
-                 default=knobs == QH.default_knobs(shape[1]))
+                 default=dict(knobs, variant=knobs.get("variant", QH.DEFAULT_VARIANT))
+                 == at_default_tiles(QH.DEFAULT_VARIANT, shape[1], fmt))
         rows.append(r)
         print(f"  {shape} {fmt}/{scope} {r['name']:20s} {r['us']:8.1f} us {r['tbs']:5.2f} TB/s "
               f"{r['pct_copy']:5.1f}% identical={same}{'  (default)' if r['default'] else ''}",
@@ -129,7 +130,7 @@ def main(argv=None) -> int:
 
     s1 = shapes[0]
     print(f"phase 1: {s1} nvfp4/row", flush=True)
-    measure(s1, "nvfp4", "row", QH.default_knobs(s1[1]) if grid_v5 else TWO_WALK, 1)
+    measure(s1, "nvfp4", "row", at_default_tiles("v4", s1[1]) if grid_v5 else TWO_WALK, 1)
     keys = list(grid)
     for vals in itertools.product(*(grid[k] for k in keys)):
         if time.time() - t0 > a.max_seconds * 0.5:
@@ -137,14 +138,16 @@ def main(argv=None) -> int:
             break
         measure(s1, "nvfp4", "row", dict(zip(keys, vals)), 1)
     p1 = sorted((r for r in rows if r["phase"] == 1 and r["bit_identical"]
-                 and r["name"].startswith("v5" if grid_v5 else "v4")), key=lambda r: r["us"])
+                 and r["name"].startswith("v5" if grid_v5 else QH.DEFAULT_VARIANT)),
+                key=lambda r: r["us"])
     best = [r["knobs"] for r in p1[: a.top]]
     print(f"phase 2: {'v4 default, v5 default' if grid_v5 else 'two walks, v3, default'} + "
           f"{[name(b) for b in best]}", flush=True)
     for shape in shapes:
         for fmt, scope in FORMATS[:1] if walks else FORMATS:
-            cands = ([QH.default_knobs(shape[1]), v5(shape[1], fmt)] if grid_v5 else
-                     [TWO_WALK, v3(shape[1]), QH.default_knobs(shape[1])]) + best
+            cands = ([at_default_tiles("v4", shape[1]), at_default_tiles("v5", shape[1], fmt)]
+                     if grid_v5 else [TWO_WALK, v3(shape[1]),
+                                      at_default_tiles(QH.DEFAULT_VARIANT, shape[1], fmt)]) + best
             for knobs in [c for i, c in enumerate(cands) if c not in cands[:i]]:
                 if time.time() - t0 > a.max_seconds:
                     print("  (time budget spent)", flush=True)

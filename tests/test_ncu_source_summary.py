@@ -74,8 +74,9 @@ def test_dense_warps_grid_tiles_the_benchmark_shape():
 
 
 @pytest.mark.parametrize("knobs,label", [
-    (dict(block_m=2, num_warps=4, chunk_k=1024), "v4 bm2 w4 kc1024"),
-    (dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False), "v4 2walk bm8 w4 kc256"),
+    (dict(block_m=2, num_warps=4, chunk_k=1024), "v5 bm2 w4 kc1024"),  # the default variant
+    (dict(block_m=2, num_warps=4, chunk_k=1024, variant="v4"), "v4 bm2 w4 kc1024"),
+    (dict(block_m=8, num_warps=4, chunk_k=256, single_walk=False), "v5 2walk bm8 w4 kc256"),
     (dict(block_m=2, num_warps=4, chunk_k=512, variant="v3"), "v3 bm2 w4 kc512"),
 ])
 def test_quantize_sweep_labels(knobs, label):
