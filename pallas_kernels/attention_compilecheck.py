@@ -20,6 +20,7 @@ import sys
 import jax.numpy as jnp
 
 from pallas_kernels import attention_triton as AT  # noqa: E402
+from pallas_kernels import kv_layout as KL  # noqa: E402
 from pallas_kernels import matmul_compilecheck as mc  # noqa: E402
 from trace_jax.quant import quantize  # noqa: E402
 
@@ -33,6 +34,8 @@ DEFAULTS = {
     "v4_nv_bk128_w4": dict(fmt="nvfp4", decode="v4", block_k=128, num_warps=4),
     "v4_mx_bk16_w1": dict(fmt="mxfp4", decode="v4", block_k=16, num_warps=1),
     "v4_nv_bk32_w1": dict(fmt="nvfp4", decode="v4", block_k=32, num_warps=1),
+    "v5_nv_bk32_w1": dict(fmt="nvfp4", decode="v5", block_k=32, num_warps=1),
+    "v5_mx_bk64_w2": dict(fmt="mxfp4", decode="v5", block_k=64, num_warps=2),
 }
 
 
@@ -46,7 +49,8 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
     def f(q, k, v, n):
         return AT.decode_attention_triton(q, k, v, n, sm_scale=d ** -0.5, **cfg)
 
-    (ttir,) = mc.lower(f, q, c, c, lengths)
+    k = KL.to_kv_words(c) if cfg.get("decode") == "v5" else c  # v5 reads K in the word layout
+    (ttir,) = mc.lower(f, q, k, c, lengths)
     _, nw, ns = AT.tuned_knobs(fmt, cfg.get("decode") or ("v4" if d % 8 == 0 else "v3"))
     nw, ns = cfg.get("num_warps") or nw, cfg.get("num_stages") or ns  # what the kernel ran with
     rows = cfg.get("block_k", 16) * (cfg.get("chains") or 1)

@@ -16,6 +16,8 @@ cache (measured in bench_attention.py; a Pallas kernel would only add a launch).
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -36,12 +38,16 @@ def append_kv_reference(cache, new, positions):
         if cache.axis != -1:
             raise ValueError("FP4 KV caches are quantized along the last (head_dim) axis")
         qn = quantize(new, cache.fmt, axis=-1, global_scope="row")
+        if cache.layout != "natural":  # the v5 K layout (pallas_kernels.kv_layout)
+            from pallas_kernels.kv_layout import to_kv_words
+
+            qn = to_kv_words(qn)
         codes = _update_rows(cache.codes, qn.codes, positions)
         scales = _update_rows(cache.scales, qn.scales, positions)
         gs = cache.global_scale
         if gs.shape[2] == cache.codes.shape[2] and gs.shape[2] > 1:  # per-row (nvfp4)
             gs = _update_rows(gs, qn.global_scale, positions)
-        return QTensor(codes, scales, gs, cache.fmt, cache.axis)
+        return QTensor(codes, scales, gs, cache.fmt, cache.axis, cache.layout)
     return _update_rows(cache, new, positions)
 
 
@@ -53,9 +59,11 @@ def append_kv(cache, new, positions, *, backend="auto"):
     return append_kv_reference(cache, new, positions)
 
 
-def empty_cache(shape_BHSD, fmt="bf16"):
-    """A zero cache of logical shape [B, H, S, D]: bf16 array or FP4 QTensor with the layout above."""
+def empty_cache(shape_BHSD, fmt="bf16", layout="natural"):
+    """A zero cache of logical shape [B, H, S, D]: bf16 array or FP4 QTensor with the layout above
+    (``layout="kv_words"``: the v5 attention's K layout; all-zero codes are the same bits)."""
     b, h, s, d = shape_BHSD
     if fmt == "bf16":
         return jnp.zeros(shape_BHSD, jnp.bfloat16)
-    return quantize(jnp.zeros(shape_BHSD, jnp.float32), fmt, axis=-1, global_scope="row")
+    q = quantize(jnp.zeros(shape_BHSD, jnp.float32), fmt, axis=-1, global_scope="row")
+    return dataclasses.replace(q, layout=layout)

@@ -15,6 +15,7 @@ import pytest
 from pallas_kernels.decode_attention import decode_attention, decode_attention_reference
 from pallas_kernels.kv_append import append_kv, empty_cache
 from pallas_kernels import attention_triton as AT
+from pallas_kernels import kv_layout as KL
 from trace_jax.quant import QTensor, dequantize, quantize
 
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float64)
@@ -288,6 +289,24 @@ def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
         assert _rel(o4, ref) < 6e-3
     out = decode_attention(q, kc, vc, lengths, backend="triton", decode="v4", block_k=block_k)
     assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3
+    # v5: v4 with the K cache in the kv_layout words (the default for such a cache): the same
+    # decoded values, so the same output bit for bit; the reference reads that cache too
+    kwc = KL.to_kv_words(kc)
+    o4 = AT.decode_attention_triton(q, kc, vc, lengths, decode="v4", chains=chains, **kw)
+    o5 = AT.decode_attention_triton(q, kwc, vc, lengths, chains=chains, **kw)
+    np.testing.assert_array_equal(np.asarray(o5), np.asarray(o4))
+    np.testing.assert_array_equal(np.asarray(decode_attention_reference(q, kwc, vc, lengths)),
+                                  np.asarray(ref))
+
+
+def test_v5_refuses_a_cache_in_the_other_layout():
+    q, k, v = _inputs(4, 1, 8, 2, 32, 128)
+    kc, vc = _cache(k, "nvfp4"), _cache(v, "nvfp4")
+    n = jnp.asarray([32], jnp.int32)
+    for kk, vv, dec in ((kc, vc, "v5"), (KL.to_kv_words(kc), vc, "v4"),
+                        (KL.to_kv_words(kc), KL.to_kv_words(vc), "v5")):
+        with pytest.raises(ValueError, match="layout"):
+            AT.decode_attention_triton(q, kk, vv, n, sm_scale=0.1, decode=dec, interpret=True)
 
 
 def test_unpack_words_is_the_byte_order_of_the_cache():

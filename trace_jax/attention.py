@@ -3,7 +3,10 @@
 KV cache layout (one entry per layer): ``{"k": K, "v": V}`` where each is the logical tensor
 ``[B, Hkv, S, Dh]`` (batch, KV head, cache slot, head dim), either a bf16 array or a packed FP4
 :class:`~trace_jax.quant.QTensor` quantized along ``Dh`` with a per-row global scale (so one
-token's row is quantized independently of every other row and appending is exact). Sequences are
+token's row is quantized independently of every other row and appending is exact). An FP4 K
+cache keeps its code bits in the decode kernel's word layout (``QTensor.layout == "kv_words"``,
+:mod:`pallas_kernels.kv_layout`: 8 integer ops per 8 codes instead of 14); V and every site
+QTensor are natural. Sequences are
 right-padded: slot ``j`` of sequence ``b`` is valid iff ``j < lengths[b]``; decode writes the new
 token at slot ``lengths[b]``.
 
@@ -46,15 +49,20 @@ def init_cache(cfg, numerics, batch: int, slots: int):
     caches = []
     for layer in range(cfg.n_layers):
         if numerics.quantizes(f"layers/{layer}/attn/kv"):
-            make = lambda: empty_fp4(shape, numerics.fmt)  # noqa: E731
+            make = lambda layout: empty_fp4(shape, numerics.fmt, layout)  # noqa: E731
         else:
-            make = lambda: jnp.zeros(shape, jnp.dtype(cfg.dtype))  # noqa: E731
-        caches.append({"k": make(), "v": make()})  # distinct buffers (both are donated)
+            make = lambda layout: jnp.zeros(shape, jnp.dtype(cfg.dtype))  # noqa: E731
+        # distinct buffers (both are donated)
+        caches.append({"k": make(K_CACHE_LAYOUT), "v": make("natural")})
     return tuple(caches)
 
 
-def empty_fp4(shape, fmt) -> Q.QTensor:
-    """An all-zero FP4 cache tensor of logical ``shape`` (per-row global scales for NVFP4)."""
+K_CACHE_LAYOUT = "kv_words"  # pallas_kernels.kv_layout.LAYOUT
+
+
+def empty_fp4(shape, fmt, layout="natural") -> Q.QTensor:
+    """An all-zero FP4 cache tensor of logical ``shape`` (per-row global scales for NVFP4; zero
+    codes are the same bits in every layout)."""
     f = Q.get_format(fmt)
     lead, d = tuple(shape[:-1]), shape[-1]
     g_shape = lead + (1,) if f.has_global_scale else (1,) * len(shape)
@@ -66,6 +74,7 @@ def empty_fp4(shape, fmt) -> Q.QTensor:
         global_scale=jnp.ones(g_shape, jnp.float32),
         fmt=f.name,
         axis=-1,
+        layout=layout,
     )
 
 
@@ -83,6 +92,10 @@ def write_cache(cache_x, new_BxTxKxX, start_B):
             buf, new, start_B)
 
     if isinstance(cache_x, Q.QTensor):
+        if cache_x.layout != new_BxTxKxX.layout:  # a site QTensor into the K cache's layout
+            from pallas_kernels.kv_layout import to_kv_words
+
+            new_BxTxKxX = to_kv_words(new_BxTxKxX)
         return jax.tree.map(put, cache_x, new_BxTxKxX)
     return put(cache_x, new_BxTxKxX)
 

@@ -68,9 +68,19 @@ def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
 
 def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale=None) -> jax.Array:
     """Float32 masked-softmax attention over the dequantized cache, in ``q``'s dtype; slots
-    ``>= lengths[b]`` may hold anything (NaN included). ``sm_scale`` defaults to 1/sqrt(D)."""
-    k = Q.dequantize(k_cache) if isinstance(k_cache, Q.QTensor) else k_cache.astype(jnp.float32)
-    v = Q.dequantize(v_cache) if isinstance(v_cache, Q.QTensor) else v_cache.astype(jnp.float32)
+    ``>= lengths[b]`` may hold anything (NaN included). ``sm_scale`` defaults to 1/sqrt(D).
+    FP4 caches may be in any QTensor layout (natural, or the K cache's "kv_words")."""
+
+    def values(c):
+        if not isinstance(c, Q.QTensor):
+            return c.astype(jnp.float32)
+        if c.layout != "natural":
+            from pallas_kernels.kv_layout import to_natural
+
+            c = to_natural(c)
+        return Q.dequantize(c)
+
+    k, v = values(k_cache), values(v_cache)
     B, H, D = q_BxHxD.shape
     K, S = k.shape[1], k.shape[2]
     if H % K:

@@ -29,7 +29,10 @@ Layout. ``QTensor.codes`` has ``x``'s shape with ``axis`` halved: two codes per 
 ``axis``, element ``2i`` in the low nibble. ``scales`` has ``axis`` divided by the block size.
 ``global_scale`` is float32 with ``x``'s rank (size 1 on every axis for a per-tensor scale, size 1 on
 ``axis`` for per-row scales), so leading axes can be stacked (layers, vmap) without ambiguity.
-``axis`` is stored negative for the same reason.
+``axis`` is stored negative for the same reason. ``layout`` is ``"natural"`` (the above) for
+every tensor this module makes; a kernel may keep a tensor's code bytes in its own bit order
+(``"kv_words"``: the FP4 K cache, :mod:`pallas_kernels.kv_layout`), which the functions here refuse
+rather than misread.
 
 Non-finite input. E2M1 has no Inf or NaN. A NaN or Inf inside a block makes that block's scale
 NaN, so :func:`dequantize` returns NaN for the whole block (with a per-tensor NVFP4 global scale,
@@ -89,7 +92,7 @@ def get_format(fmt: str | Format) -> Format:
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=["codes", "scales", "global_scale"],
-    meta_fields=["fmt", "axis"],
+    meta_fields=["fmt", "axis", "layout"],
 )
 @dataclasses.dataclass(frozen=True)
 class QTensor:
@@ -100,6 +103,7 @@ class QTensor:
     global_scale: jax.Array  # float32, x's rank, size 1 on `axis` (and everywhere if per tensor)
     fmt: str
     axis: int  # negative
+    layout: str = "natural"  # bit order of `codes` (module docstring)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -391,6 +395,13 @@ def _check_finite(x):
         raise ValueError(f"quantize(checked=True): input of shape {x.shape} has {n} NaN/Inf values")
 
 
+def _natural_codes(q: QTensor) -> jax.Array:
+    if q.layout != "natural":
+        raise ValueError(f"QTensor codes are in the {q.layout!r} layout; convert them to "
+                         "'natural' first (pallas_kernels.kv_layout.to_natural)")
+    return q.codes
+
+
 def unpacked_codes(q: QTensor | Hint) -> jax.Array:
     """One uint8 code per element, in the tensor's own layout."""
     if isinstance(q, Hint):
@@ -398,14 +409,14 @@ def unpacked_codes(q: QTensor | Hint) -> jax.Array:
             raise ValueError("a mantissa hint has no full codes; use extract_hint(q, exact=True)")
         packed = q.bits
     else:
-        packed = q.codes
+        packed = _natural_codes(q)
     return jnp.moveaxis(e2m1.unpack_nibbles(jnp.moveaxis(packed, q.axis, -1)), -1, q.axis)
 
 
 def dequantize(q: QTensor, dtype=jnp.float32) -> jax.Array:
     """Values ``code * block_scale * global_scale``, computed in float32, cast to ``dtype``."""
     f = q.format
-    codes = e2m1.unpack_nibbles(jnp.moveaxis(q.codes, q.axis, -1))
+    codes = e2m1.unpack_nibbles(jnp.moveaxis(_natural_codes(q), q.axis, -1))
     vals = _blocks(e2m1.decode(codes), f.block_size)
     scale = scales_to_f32(jnp.moveaxis(q.scales, q.axis, -1), f)
     g = jnp.moveaxis(q.global_scale, q.axis, -1)
@@ -417,9 +428,9 @@ def extract_hint(q: QTensor, *, exact: bool = False) -> Hint:
     """The rollout's hint for ``q``: packed mantissa bits (or, ``exact=True``, the full codes)
     plus the block and global scales."""
     if exact:
-        bits = q.codes
+        bits = _natural_codes(q)
     else:
-        codes = e2m1.unpack_nibbles(jnp.moveaxis(q.codes, q.axis, -1))
+        codes = e2m1.unpack_nibbles(jnp.moveaxis(_natural_codes(q), q.axis, -1))
         bits = jnp.moveaxis(e2m1.pack_bits(codes & 1), -1, q.axis)
     return Hint(
         bits=bits,

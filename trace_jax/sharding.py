@@ -252,7 +252,7 @@ def _sharding_for(axes, leaf, rules, mesh):
     if isinstance(leaf, Q.QTensor):
         return Q.QTensor(*(named(axes, rules, mesh, f.shape)
                            for f in (leaf.codes, leaf.scales, leaf.global_scale)),
-                         fmt=leaf.fmt, axis=leaf.axis)
+                         fmt=leaf.fmt, axis=leaf.axis, layout=leaf.layout)
     from pallas_kernels.fp4_matmul import FP4Weights
 
     if isinstance(leaf, FP4Weights):
