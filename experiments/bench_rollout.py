@@ -716,8 +716,9 @@ def attention_kernel_version() -> str:
     sig = inspect.signature(decode_attention_triton).parameters
     default = sig["decode"].default
     if default is None:  # chosen from the K cache layout and head_dim
-        default = ("v5 (K cache in the kv_words layout)" if attention.K_CACHE_LAYOUT == "kv_words"
-                   else "v4 (natural K cache, head_dim % 8 == 0) else v3")
+        default = ("v6 (KV caches in the kv_words layout)"
+                   if attention.FP4_CACHE_LAYOUT == "kv_words"
+                   else "v4 (natural KV caches, head_dim % 8 == 0) else v3")
     from pallas_kernels import attention_triton
 
     tiling = ("default tiling" if attention_triton.SPLIT_TARGET is None
@@ -797,11 +798,11 @@ def main(argv=None):
     ap.add_argument("--attn_split_target", type=int, default=0,
                     help="the Pallas decode attention's split target (programs B*H*splits it "
                          "aims for; 0 = the kernel's default, max(2048, 8192 // num_warps))")
-    ap.add_argument("--k_cache_layout", default="kv_words", choices=["kv_words", "natural"],
-                    help="the FP4 K cache's code layout: kv_words (attention.init_cache's "
-                         "default, read by decode v5) or natural (decode v4)")
+    ap.add_argument("--kv_cache_layout", default="kv_words", choices=["kv_words", "natural"],
+                    help="the FP4 KV caches' code layout: kv_words (attention.init_cache's "
+                         "default, read by decode v6) or natural (decode v4)")
     args = ap.parse_args(argv)
-    attention.K_CACHE_LAYOUT = args.k_cache_layout
+    attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
     if args.attn_split_target < 0:
         raise SystemExit(f"--attn_split_target must be >= 0, got {args.attn_split_target}")
     if args.attn_split_target:

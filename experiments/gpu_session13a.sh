@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# Session 13, one H200: FP4-KV decode attention v5 (issue 7) -- the K cache in the
+# Session 13, one H200: FP4-KV decode attention v5 / v6 (issue 7) -- the KV caches in the
 # pallas_kernels.kv_layout word layout (codes bit-permuted at append time so that a word of 8
-# codes decodes into its 4 bf16x2 MMA pairs with 8 integer ops instead of v4's 14; V, the MMAs,
-# the softmax and every other step unchanged; bit-identical outputs in interpret mode).
-# Static SASS (attention_compilecheck, default knobs block_k 32 / 1 warp / 3 stages): NVFP4
-# 36.9 -> 34.2 per cache row (-7.3%), registers 165 -> 137; MXFP4 (64 / 2 warps) 39.8 -> 36.9.
-# 1) python -m pallas_kernels.bench_attention_v5: v4 (natural K) vs v5 (word K), device time,
-#    NVFP4 and MXFP4, B x ctx from 32 x 8K to 32 x 128K, |v5 - v4| and relerr vs the reference.
-# 2) the 30B-shape decode step, 4 layers, 32K (bench_rollout): FP4 with the natural K cache
-#    (v4) and with the word layout (v5, init_cache's default) plus BF16, one run each.
-# Prediction (written before the run): the kernel was issue-bound (session-8 profile: 70% of
-# issue slots busy), so v5 is 1.04-1.08x v4 from 32K up for both formats (NVFP4 B=32 x 32K
-# ~250 -> ~235 us device time, 57-67% of copy across the shapes: the 70% target still missed);
-# |v5 - v4| <= 1e-7 (the same decoded values; only FMA scheduling can differ); FP4 4-layer step at
-# 32K 3-5% faster (attention ~800 us per layer, -40 to -60 us).
+# codes decodes into its 4 bf16x2 MMA pairs with 8 integer ops instead of v4's 14). v5: K only;
+# v6 (init_cache's default now): K and V, V decoded in its row orientation, then transposed.
+# Static SASS per cache row (attention_compilecheck, default knobs): NVFP4 (32 / 1 warp / 3
+# stages) v4 36.9, v5 34.2, v6 31.2; MXFP4 (64 / 2 warps) 39.8, 36.9, 33.9.
+# 1) python -m pallas_kernels.bench_attention_v5: v4 / v5 / v6 on the same data, device time,
+#    NVFP4 and MXFP4, B x ctx 32 x 8K, 8 / 32 / 128 x 32K, 32 x 128K, max |vN - v4|, relerr vs the reference.
+# 2) the 30B-shape decode step, 4 layers, 32K (bench_rollout): FP4 with natural caches (v4) and
+#    with the word layout (v6) plus BF16, one run each.
+# Prediction (written before the run): issue-bound kernel (session 8: 70% of issue slots busy),
+# so v6 1.08-1.15x v4 from 32K up, v5 1.03-1.07x; NVFP4 v6 60-70% of copy across the shapes;
+# max |v6 - v4| <= 1e-7; FP4 4-layer step at 32K 6-9% faster (attention ~800 of 1283 us/layer).
 # Usage (repo root): bash experiments/gpu_session13a.sh
 source "$(dirname "$0")/gpu_prelude.sh" r13a
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -22,9 +20,9 @@ echo "attention rc=$?"
 unset XLA_PYTHON_CLIENT_PREALLOCATE
 for lay in natural kv_words; do
   eng=fp4; [ "$lay" = kv_words ] && eng=bf16,fp4
-  timeout 170 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
+  timeout 150 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
     --prefill_len 0 --kernel_layout --loop 8 --contexts 32768 --engines $eng --breakdown never \
-    --steps 12 --k_cache_layout $lay --out "$R/roll_$lay" > "$R/roll_$lay.txt" 2>&1
+    --steps 12 --kv_cache_layout $lay --out "$R/roll_$lay" > "$R/roll_$lay.txt" 2>&1
   echo "rollout $lay rc=$?"
 done
 tar czf "$OUT/session13a.tgz" -C /tmp r13a

@@ -36,6 +36,8 @@ DEFAULTS = {
     "v4_nv_bk32_w1": dict(fmt="nvfp4", decode="v4", block_k=32, num_warps=1),
     "v5_nv_bk32_w1": dict(fmt="nvfp4", decode="v5", block_k=32, num_warps=1),
     "v5_mx_bk64_w2": dict(fmt="mxfp4", decode="v5", block_k=64, num_warps=2),
+    "v6_nv_bk32_w1": dict(fmt="nvfp4", decode="v6", block_k=32, num_warps=1),
+    "v6_mx_bk64_w2": dict(fmt="mxfp4", decode="v6", block_k=64, num_warps=2),
 }
 
 
@@ -49,8 +51,9 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
     def f(q, k, v, n):
         return AT.decode_attention_triton(q, k, v, n, sm_scale=d ** -0.5, **cfg)
 
-    k = KL.to_kv_words(c) if cfg.get("decode") == "v5" else c  # v5 reads K in the word layout
-    (ttir,) = mc.lower(f, q, k, c, lengths)
+    k = KL.to_kv_words(c) if cfg.get("decode") in ("v5", "v6") else c  # K in the word layout
+    v = KL.to_kv_words(c) if cfg.get("decode") == "v6" else c  # v6: V too
+    (ttir,) = mc.lower(f, q, k, v, lengths)
     _, nw, ns = AT.tuned_knobs(fmt, cfg.get("decode") or ("v4" if d % 8 == 0 else "v3"))
     nw, ns = cfg.get("num_warps") or nw, cfg.get("num_stages") or ns  # what the kernel ran with
     rows = cfg.get("block_k", 16) * (cfg.get("chains") or 1)

@@ -282,7 +282,7 @@ def _decode_v2(codes, s_bf16, fmt, interpret):
 
 
 def _decode_kw(codes, s_bf16, interpret):
-    """v5 K decode: codes [BK, D2] uint8 in the :mod:`kv_layout` word layout (4 bytes = one
+    """v5 / v6 decode: codes [BK, D2] uint8 in the :mod:`kv_layout` word layout (4 bytes = one
     word), s_bf16 [BK, D2] -> (lo, hi) bf16 ``code * S * 2**-126`` of the even / odd head dims,
     the same values :func:`_decode_v2` gives for the natural layout, in 8 integer ops per word."""
     if interpret:
@@ -377,7 +377,8 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
 
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
-                   fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False):
+                   fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False,
+                   v_words=False):
     kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     step = block_k * chains
     nblk = (n + step - 1) // step
@@ -400,6 +401,9 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
             c = _unpack_words(c, d2)
         sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
         sf = _expand_cols(_scale_bf16(sc, fmt), d2)
+        if v_words:  # V in the word layout too: decode [BK, D2], then transpose the bf16 planes
+            lo, hi = _decode_kw(c, sf, interpret)
+            return lo.T, hi.T
         return _decode_v2(c.T, sf.T, fmt, interpret)
 
     def pv(vt, p):  # vt [D2, BK] bf16, p [BK, Gq] f32 -> vt @ p [D2, Gq] f32
@@ -510,7 +514,8 @@ def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
     return {"v1": (64, 4, 2), "v2": (32, 1, 2),
             "v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
-            "v5": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2)}.get(decode, (32, 1, 2))
+            "v5": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
+            "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2)}.get(decode, (32, 1, 2))
 
 
 @functools.partial(
@@ -525,10 +530,11 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
     accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour). ``decode`` (FP4 caches;
-    bf16 caches ignore it; None = ``"v5"`` for a K cache in the ``kv_layout`` word layout (what
-    ``trace_jax.attention.init_cache`` makes), else ``"v4"`` when head_dim % 8 == 0, else
-    ``"v3"``): ``"v5"`` (v4 decoding K from the bit-permuted words: 8 integer ops per 8 codes
-    instead of 14, -7% SASS per cache row), ``"v4"`` (v3
+    bf16 caches ignore it; None = the version that reads the caches' layouts: ``"v6"`` for K and
+    V in the ``kv_layout`` word layout (what ``trace_jax.attention.init_cache`` makes), ``"v5"``
+    for only K in it, else ``"v4"`` when head_dim % 8 == 0, else ``"v3"``): ``"v6"`` (K and V
+    decoded from the bit-permuted words, 8 integer ops per 8 codes instead of 14, V transposed
+    after its decode: -15% SASS per cache row vs v4), ``"v5"`` (K only: -7%), ``"v4"`` (v3
     with the V codes read as 32-bit words: no per-byte register repacking, -13% SASS per cache
     row on sm_90; 1.3-1.5x v3 on the H200 at 32K+, within 2.4e-8 of v3; head_dim a multiple of
     8), ``"v3"`` (v2's inline-PTX decode with transposed MMAs, K rows on M and the query heads on
@@ -541,20 +547,22 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
     fp4 = isinstance(k_cache, QTensor)
-    k_words = fp4 and k_cache.layout == KL.LAYOUT
+    layouts = (k_cache.layout, v_cache.layout) if fp4 else None
     if decode is None:
-        decode = "v5" if k_words else "v4" if q.shape[-1] % 8 == 0 else "v3"
-    if decode not in ("v1", "v2", "v3", "v4", "v5"):
-        raise ValueError(f"decode must be 'v1', 'v2', 'v3', 'v4' or 'v5', got {decode!r}")
+        decode = {(KL.LAYOUT, KL.LAYOUT): "v6", (KL.LAYOUT, "natural"): "v5"}.get(
+            layouts, "v4" if q.shape[-1] % 8 == 0 else "v3")
+    if decode not in ("v1", "v2", "v3", "v4", "v5", "v6"):
+        raise ValueError(f"decode must be one of v1 .. v6, got {decode!r}")
     b, hq, d = q.shape
     if fp4:
         if k_cache.axis != -1 or v_cache.axis != -1 or k_cache.fmt != v_cache.fmt:
             raise ValueError("FP4 caches must be quantized along the last axis, same format")
-        if k_words != (decode == "v5") or v_cache.layout != "natural":
+        want = {"v5": (KL.LAYOUT, "natural"), "v6": (KL.LAYOUT, KL.LAYOUT)}.get(
+            decode, ("natural", "natural"))
+        if layouts != want:
             raise ValueError(
-                f"decode={decode!r} reads a K cache in the {'kv_words' if decode == 'v5' else
-                'natural'} layout and a natural V cache; got K {k_cache.layout!r}, V "
-                f"{v_cache.layout!r} (pallas_kernels.kv_layout.to_kv_words / to_natural)")
+                f"decode={decode!r} reads (K, V) caches in the layouts {want}; got {layouts} "
+                "(pallas_kernels.kv_layout.to_kv_words / to_natural)")
         fmt = k_cache.fmt
         _, h, s, d2 = k_cache.codes.shape
         if 2 * d2 != d:
@@ -570,9 +578,10 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     block_k = tuned[0] if block_k is None else block_k
     num_warps = tuned[1] if num_warps is None else num_warps
     num_stages = tuned[2] if num_stages is None else num_stages
-    # v4 = the v3 kernel with V codes as 32-bit words; v5 = v4 with K in the kv_layout words
-    v3 = fp4 and decode in ("v3", "v4", "v5")
-    if fp4 and decode in ("v4", "v5") and d % 8:
+    # v4 = the v3 kernel with V codes as 32-bit words; v5 / v6 = v4 with K / K and V in the
+    # kv_layout words
+    v3 = fp4 and decode in ("v3", "v4", "v5", "v6")
+    if fp4 and decode in ("v4", "v5", "v6") and d % 8:
         raise ValueError(f"decode={decode!r} needs head_dim % 8 == 0, got {d}")
     chains = (chains or 1) if v3 else 1
     g = hq // h
@@ -650,7 +659,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                 args.append(gs.reshape(b, h, s))
             g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
             in_specs += [g_spec, g_spec]
-        if v3 and decode in ("v4", "v5"):
+        if v3 and decode in ("v4", "v5", "v6"):
             # V codes as uint32 words (4 code bytes; a bitcast of the contiguous cache, no copy)
             args[5] = jax.lax.bitcast_convert_type(
                 args[5].reshape(b, h, s, d2 // 4, 4), jnp.uint32)
@@ -662,7 +671,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             args[1], args[2] = qe, qo
             kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale, precision=precision, interpret=interpret,
-                                       chains=chains, k_words=decode == "v5")
+                                       chains=chains, k_words=decode in ("v5", "v6"),
+                                       v_words=decode == "v6")
             o_block = (d2, gp)  # transposed partial outputs
         elif decode == "v1":
             kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,

@@ -289,22 +289,27 @@ def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
         assert _rel(o4, ref) < 6e-3
     out = decode_attention(q, kc, vc, lengths, backend="triton", decode="v4", block_k=block_k)
     assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3
-    # v5: v4 with the K cache in the kv_layout words (the default for such a cache): the same
-    # decoded values, so the same output bit for bit; the reference reads that cache too
-    kwc = KL.to_kv_words(kc)
+    # v5 / v6: v4 with the K / K and V caches in the kv_layout words (the default for such
+    # caches): the same decoded values, so v5 gives the same output bit for bit and v6 (whose
+    # V^T is a transpose of the decoded tile, so the CPU dot may sum in another order) within
+    # f32 rounding; the reference reads those caches too
+    kwc, vwc = KL.to_kv_words(kc), KL.to_kv_words(vc)
     o4 = AT.decode_attention_triton(q, kc, vc, lengths, decode="v4", chains=chains, **kw)
     o5 = AT.decode_attention_triton(q, kwc, vc, lengths, chains=chains, **kw)
     np.testing.assert_array_equal(np.asarray(o5), np.asarray(o4))
-    np.testing.assert_array_equal(np.asarray(decode_attention_reference(q, kwc, vc, lengths)),
+    o6 = AT.decode_attention_triton(q, kwc, vwc, lengths, chains=chains, **kw)
+    assert _rel(o6, o4) < 1e-6
+    np.testing.assert_array_equal(np.asarray(decode_attention_reference(q, kwc, vwc, lengths)),
                                   np.asarray(ref))
 
 
-def test_v5_refuses_a_cache_in_the_other_layout():
+def test_word_layout_decodes_refuse_a_cache_in_another_layout():
     q, k, v = _inputs(4, 1, 8, 2, 32, 128)
     kc, vc = _cache(k, "nvfp4"), _cache(v, "nvfp4")
+    kw, vw = KL.to_kv_words(kc), KL.to_kv_words(vc)
     n = jnp.asarray([32], jnp.int32)
-    for kk, vv, dec in ((kc, vc, "v5"), (KL.to_kv_words(kc), vc, "v4"),
-                        (KL.to_kv_words(kc), KL.to_kv_words(vc), "v5")):
+    for kk, vv, dec in ((kc, vc, "v5"), (kw, vc, "v4"), (kw, vw, "v5"), (kw, vc, "v6"),
+                        (kc, vw, "v6"), (kc, vw, None)):
         with pytest.raises(ValueError, match="layout"):
             AT.decode_attention_triton(q, kk, vv, n, sm_scale=0.1, decode=dec, interpret=True)
 

@@ -3,10 +3,10 @@
 KV cache layout (one entry per layer): ``{"k": K, "v": V}`` where each is the logical tensor
 ``[B, Hkv, S, Dh]`` (batch, KV head, cache slot, head dim), either a bf16 array or a packed FP4
 :class:`~trace_jax.quant.QTensor` quantized along ``Dh`` with a per-row global scale (so one
-token's row is quantized independently of every other row and appending is exact). An FP4 K
-cache keeps its code bits in the decode kernel's word layout (``QTensor.layout == "kv_words"``,
-:mod:`pallas_kernels.kv_layout`: 8 integer ops per 8 codes instead of 14); V and every site
-QTensor are natural. Sequences are
+token's row is quantized independently of every other row and appending is exact). FP4 K
+and V caches keep their code bits in the decode kernel's word layout (``QTensor.layout ==
+"kv_words"``, :mod:`pallas_kernels.kv_layout`: 8 integer ops per 8 codes instead of 14); every
+site QTensor (and so every hint) is natural. Sequences are
 right-padded: slot ``j`` of sequence ``b`` is valid iff ``j < lengths[b]``; decode writes the new
 token at slot ``lengths[b]``.
 
@@ -53,11 +53,13 @@ def init_cache(cfg, numerics, batch: int, slots: int):
         else:
             make = lambda layout: jnp.zeros(shape, jnp.dtype(cfg.dtype))  # noqa: E731
         # distinct buffers (both are donated)
-        caches.append({"k": make(K_CACHE_LAYOUT), "v": make("natural")})
+        caches.append({"k": make(FP4_CACHE_LAYOUT), "v": make(FP4_CACHE_LAYOUT)})
     return tuple(caches)
 
 
-K_CACHE_LAYOUT = "kv_words"  # pallas_kernels.kv_layout.LAYOUT
+# FP4 KV caches' code layout: "kv_words" (pallas_kernels.kv_layout.LAYOUT; the decode kernel's
+# fast path) or "natural" (benchmarks of the older kernel versions); read by init_cache
+FP4_CACHE_LAYOUT = "kv_words"
 
 
 def empty_fp4(shape, fmt, layout="natural") -> Q.QTensor:
@@ -92,7 +94,7 @@ def write_cache(cache_x, new_BxTxKxX, start_B):
             buf, new, start_B)
 
     if isinstance(cache_x, Q.QTensor):
-        if cache_x.layout != new_BxTxKxX.layout:  # a site QTensor into the K cache's layout
+        if cache_x.layout != new_BxTxKxX.layout:  # a site QTensor into the cache's layout
             from pallas_kernels.kv_layout import to_kv_words
 
             new_BxTxKxX = to_kv_words(new_BxTxKxX)
