@@ -7,12 +7,19 @@ GPU-info query), captures the Triton IR Pallas emits and compiles it with the in
 Triton (3.6) to PTX and cubin. On the GPU host Pallas compiles the same IR with XLA's bundled
 Triton, whose layout / vectorisation choices can differ (session 12: the paired-unit loop's
 weight copies were 128-bit here and 32-bit on the H200, NOTES_matmul.md); the SASS the GPU ran
-is on Nsight Compute's source page (``ncu_source_profile`` in ``experiments/gpu_prelude.sh``). Prints per variant: mma/wgmma instructions, shared
-memory, local-memory spills, and writes the .ttgir/.ptx under OUTDIR for reading.
+is on Nsight Compute's source page (``ncu_source_profile`` in ``experiments/gpu_prelude.sh``).
+Prints per variant: mma/wgmma instructions, shared memory, local-memory spills, registers, SASS
+per weight element of the main loop, the widths of its global -> shared copies (``copies``:
+LDGSTS opcodes per loop iteration) and the TTGIR linear layouts with a zero register / lane
+basis (``dup_layouts``: a tensor held 2x per zero basis, with the ops using it), and writes the
+.ttgir/.ptx/.sass under OUTDIR for reading; ``bad_mma_kwidth`` lists MMAv2 dots whose kWidth
+their K cannot hold (miscompiled: session 13's first paired kernel). ``FP4_CC_ONLY=SUBSTRING``
+compiles only the variants whose name contains it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -31,18 +38,38 @@ CAPTURED: list = []
 
 def _patch():
     """Lower for a GPU on this CPU machine: the kernels skip interpret mode (FP4_FORCE_COMPILE)
-    and Pallas' GPU-info query answers for an H200."""
+    and Pallas' GPU-info query answers for an H200. Idempotent (the capture wraps once)."""
     os.environ.setdefault("FP4_FORCE_COMPILE", "1")
     h200 = gpu_info_lib.get_gpu_info_from_version(gpu_info_lib.GpuVersion.H200)
     reg.gpu_info_lib = type("G", (), {"get_gpu_info": staticmethod(lambda: h200)})
     orig = tlow.lower_jaxpr_to_triton_module
+    if getattr(reg.lowering.lower_jaxpr_to_triton_module, "_fp4_capture", False):
+        return
 
     def capture(*a, **k):
         res = orig(*a, **k)
         CAPTURED.append(res.module.operation.get_asm(enable_debug_info=False))
         return res
 
+    capture._fp4_capture = True
     reg.lowering.lower_jaxpr_to_triton_module = capture
+
+
+@contextlib.contextmanager
+def patched():
+    """:func:`_patch` undone on exit (tests: interpret mode and the real lowering come back)."""
+    saved = (os.environ.get("FP4_FORCE_COMPILE"), reg.gpu_info_lib,
+             reg.lowering.lower_jaxpr_to_triton_module)
+    os.environ["FP4_FORCE_COMPILE"] = "1"
+    try:
+        _patch()
+        yield
+    finally:
+        env, reg.gpu_info_lib, reg.lowering.lower_jaxpr_to_triton_module = saved
+        if env is None:
+            os.environ.pop("FP4_FORCE_COMPILE", None)
+        else:
+            os.environ["FP4_FORCE_COMPILE"] = env
 
 
 def lower(fn, *args):
@@ -105,9 +132,9 @@ def sass_of(cubin: bytes, outdir: str, name: str) -> tuple[str, int | None, int 
     return sass, *((int(m.group(1)), int(m.group(2))) if m else (None, None))
 
 
-def loop_stats(sass: str, units: int, warps: int) -> dict:
-    """Instructions of the largest backward-branch loop (the kernel's main loop), per work unit
-    of one iteration (a cache row, a weight element) summed over the warps."""
+def _loop_opcodes(sass: str, full: bool = False) -> Counter:
+    """Opcodes (``full``: with their modifiers, e.g. LDGSTS.E.BYPASS.128) in the largest
+    backward-branch loop of the SASS (the kernel's main loop)."""
     lines = sass.splitlines()
     best = (0, 0, 0)
     for ln in lines:
@@ -118,10 +145,65 @@ def loop_stats(sass: str, units: int, warps: int) -> dict:
                 best = ((a - t) // 16 + 1, t, a)
     _, lo, hi = best
     ops = Counter()
+    op = r"([A-Z][A-Z0-9_.]*)" if full else r"([A-Z][A-Z0-9_]*)"
     for ln in lines:
-        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln)
+        m = re.match(r"\s+/\*([0-9a-f]{4,5})\*/\s+(?:@!?U?P\w+\s+)?" + op, ln)
         if m and lo <= int(m.group(1), 16) <= hi:
             ops[m.group(2)] += 1
+    return ops
+
+
+def copy_widths(sass: str) -> dict:
+    """Global -> shared copies (LDGSTS, i.e. cp.async) per main-loop iteration by opcode; no
+    width suffix = 4 bytes, .64 / .128 = 8 / 16 bytes."""
+    return {k: v for k, v in sorted(_loop_opcodes(sass, full=True).items())
+            if k.startswith("LDGSTS")}
+
+
+def dup_layouts(ttgir: str) -> list[dict]:
+    """TTGIR linear layouts with zero basis vectors in ``register`` or ``lane``: each zero basis
+    holds every element twice (registers or lanes), a 2**z-fold duplicated tensor. Per layout:
+    its name, the zero register / lane / warp bases and the ops whose results use it."""
+    out = []
+    for m in re.finditer(r"^(#linear\d*) = #ttg\.linear<\{(.*)\}>$", ttgir, re.M):
+        name, body = m.group(1), m.group(2)
+        zeros = {}
+        for key in ("register", "lane", "warp"):
+            b = re.search(key + r" = \[(.*?)\]\]", body)
+            vecs = re.findall(r"\[([-\d, ]+)\]", b.group(1) + "]") if b else []
+            zeros[key] = sum(all(int(v) == 0 for v in vec.split(",")) for vec in vecs)
+        if zeros["register"] or zeros["lane"]:
+            users = Counter(u.group(1) for u in re.finditer(
+                r"= ([a-z_]+\.[a-z_]+)\b[^\n]*" + re.escape(name) + r">", ttgir))
+            out.append(dict(layout=name, **zeros, ops=dict(users)))
+    return out
+
+
+def bad_mma_kwidth(ttgir: str) -> list[str]:
+    """``tt.dot`` ops on MMAv2 operands whose ``kWidth`` exceeds what their K allows: with
+    kWidth consecutive K elements per thread and 4 lanes along K, one operand chunk spans
+    4 * kWidth of K, so K % (4 * kWidth) must be 0. Triton 3.6 (and the H200's XLA Triton) can
+    pick a larger kWidth for a small-K dot, e.g. kWidth 8 for the paired decode's K = 16 plane
+    dots when a ``tt.join`` feeds the operand (``computeOrigBitWidth`` halves the i8 scales'
+    width for a join) and then miscompiles it: session 13's paired kernel read each thread's
+    second K half as another N tile (wrong output on the H200; upstream triton#11691 bounds
+    kWidth by K). Returns the offending dot lines (shortened); empty = fine."""
+    bad = []
+    for m in re.finditer(r"= tt\.dot [^\n]*", ttgir):
+        line = m.group(0)
+        ops = re.findall(r"tensor<(\d+)x(\d+)x\w+, #ttg\.dot_op<\{opIdx = (\d), parent = "
+                         r"#mma\w*, kWidth = (\d+)\}>>", line)
+        for d0, d1, idx, kw in ops:
+            kdim = int(d1) if idx == "0" else int(d0)
+            if kdim % (4 * int(kw)):
+                bad.append(f"K={kdim} kWidth={kw} opIdx={idx}: {line[:160]}")
+    return bad
+
+
+def loop_stats(sass: str, units: int, warps: int) -> dict:
+    """Instructions of the largest backward-branch loop (the kernel's main loop), per work unit
+    of one iteration (a cache row, a weight element) summed over the warps."""
+    ops = _loop_opcodes(sass)
     total = sum(ops.values())
     integer = sum(v for k, v in ops.items() if k.startswith(INT_OPS))
     per = warps / units
@@ -174,7 +256,10 @@ def compile_ttir(ttir: str, num_warps: int, num_stages: int, outdir: str, name: 
     if units:
         ls = loop_stats(sass, units, num_warps)
         stats.update(sass_loop=ls["loop"], sass_per_unit=round(ls["per_unit"], 3),
-                     int_per_unit=round(ls["int_per_unit"], 3), sass_mix=ls["mix"])
+                     int_per_unit=round(ls["int_per_unit"], 3), sass_mix=ls["mix"],
+                     copies=copy_widths(sass))
+    stats["dup_layouts"] = dup_layouts(k.asm["ttgir"])
+    stats["bad_mma_kwidth"] = bad_mma_kwidth(k.asm["ttgir"])
     return stats
 
 
@@ -184,7 +269,13 @@ def variants():
     from trace_jax import quant
 
     out = []
-    for layout in ("kn", "nk"):
+    for layout in ("kn", "paired"):  # the H200-profiled dense config: M = 1, split 4
+        w = fm.prepare_weights(quant.quantize(jnp.ones((8192, 1024)), "nvfp4", axis=-2), layout)
+        cfg = mt.Config(bm=16, bn=128, bk=256, split_k=4, num_stages=3)
+        out.append((f"dense_{layout}_nvfp4_m1_split4", cfg,
+                    lambda x, w, cfg=cfg: mt.dense(x, w, cfg),
+                    (jnp.ones((1, 8192), jnp.bfloat16), w)))
+    for layout in ("kn", "nk", "paired"):
         for fmt in ("nvfp4",):
             q = quant.quantize(jnp.ones((8192, 1024)), fmt, axis=-2)
             w = fm.prepare_weights(q, layout)
@@ -201,13 +292,15 @@ def variants():
     out.append(("dequant_planes_nvfp4", mt.Config(num_warps=4, num_stages=2),
                 lambda x, w: mt.dequantize_planes(w), (jnp.ones((1, 8192)), wd)))
     qe = quant.quantize(jnp.ones((4, 2048, 768)), "mxfp4", axis=-2)
-    we = fm.prepare_weights(qe, "kn")
     gs = jnp.array([3, 0, 2, 3], jnp.int32)
     cfgp = mt.default_config(8, 2048, 768, True)  # persistent programs
     cfg = dataclasses.replace(cfgp, programs=0, bn=64, num_stages=3)  # one program per tile
-    for name, c in (("grouped_persistent_kn_mxfp4", cfgp), ("grouped_kn_mxfp4", cfg)):
-        out.append((name, c, lambda x, w, c=c: mt.grouped(x, w, gs, c),
-                    (jnp.ones((8, 2048), jnp.bfloat16), we)))
+    for layout in ("kn", "paired"):
+        we = fm.prepare_weights(qe, layout)
+        for name, c in ((f"grouped_persistent_{layout}_mxfp4", cfgp),
+                        (f"grouped_{layout}_mxfp4", cfg)):
+            out.append((name, c, lambda x, w, c=c: mt.grouped(x, w, gs, c),
+                        (jnp.ones((8, 2048), jnp.bfloat16), we)))
     wb = jnp.ones((4, 2048, 768), jnp.bfloat16)
     cfgbp = mt.default_bf16_config(8, 768)
     cfgb = dataclasses.replace(cfgbp, programs=0, num_stages=4)
