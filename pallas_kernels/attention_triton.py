@@ -515,7 +515,7 @@ def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
             "v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
             "v5": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
-            "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2)}.get(decode, (32, 1, 2))
+            "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 1, 2)}.get(decode, (32, 1, 2))
 
 
 @functools.partial(

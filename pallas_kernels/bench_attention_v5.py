@@ -47,7 +47,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--quick", action="store_true", help="two small shapes (a CPU smoke run)")
     ap.add_argument("--formats", default="nvfp4,mxfp4")
+    ap.add_argument("--sweep", action="store_true",
+                    help="instead: v5 / v6 knob grid (block_k x warps x stages) at B=32 x 32K, "
+                         "the best 2 of each re-timed at 128 x 32K and 32 x 128K; writes "
+                         "kernels_attention_v5_sweep.*")
     a = ap.parse_args(argv)
+    if a.sweep:
+        return sweep(a, argv)
     shapes = ((2, 256), (1, 512)) if a.quick else SHAPES
     interpret = jax.default_backend() == "cpu"
     bw = devtime.report_copy_bandwidth(1 << (20 if a.quick else 30))
@@ -104,6 +110,78 @@ def main(argv=None) -> int:
                      f"{r['v5_max_abs_vs_v4']:.1e} / {r['v6_max_abs_vs_v4']:.1e} | "
                      f"{r['v4_relerr']:.1e} / {r['v6_relerr']:.1e} |")
     devtime.write_sweep(a.out, "kernels_attention_v5", lines, rows, bw)
+    return 0
+
+
+GRID = dict(block_k=(32, 64), num_warps=(1, 2), num_stages=(2, 3))
+
+
+def _caches(fmt, b, s, key):
+    kk, kv = jax.random.split(key)
+    qz = jax.jit(lambda x: KL.to_kv_words(quantize(x, fmt, axis=-1, global_scope="row")))
+    return (qz(jax.random.normal(kk, (b, H, s, D), jnp.bfloat16)),
+            qz(jax.random.normal(kv, (b, H, s, D), jnp.bfloat16)))
+
+
+def sweep(a, argv) -> int:
+    """v5 / v6 knobs in device time (see --sweep)."""
+    import itertools
+
+    from pallas_kernels.attention_triton import tuned_knobs
+
+    interpret = jax.default_backend() == "cpu"
+    (b0, s0), later = ((2, 256), ((1, 512),)) if a.quick else ((32, 32768), ((128, 32768),
+                                                                               (32, 131072)))
+    grid = {k: v[:2] for k, v in GRID.items()} if a.quick else GRID
+    bw = devtime.report_copy_bandwidth(1 << (20 if a.quick else 30))
+    rows = []
+
+    def run(fmt, version, b, s, knobs, kw, vw):
+        q = jax.random.normal(jax.random.PRNGKey(b), (b, HQ, D), jnp.bfloat16)
+        lengths = jnp.full((b,), s, jnp.int32)
+        v = vw if version == "v6" else jax.jit(KL.to_natural)(vw)
+        f = jax.jit(lambda q, k, v, L: decode_attention_triton(
+            q, k, v, L, sm_scale=D ** -0.5, decode=version, interpret=interpret, **knobs))
+        try:
+            t = devtime.device_seconds(f, q, kw, v, lengths)
+        except Exception as e:  # noqa: BLE001  (a config that does not fit / compile)
+            print(f"  {fmt} {version} {knobs}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+            return
+        r = dict(fmt=fmt, version=version, batch=b, context=s, **knobs, us=t * 1e6,
+                 pct_copy=100 * kv_bytes(b, H, s, D, fmt) / t / bw,
+                 default=tuple(knobs.values()) == tuned_knobs(fmt, version))
+        rows.append(r)
+        print(f"  {fmt} {version} B={b} ctx={s} {knobs}: {r['us']:.1f} us {r['pct_copy']:.1f}%"
+              f"{' (default)' if r['default'] else ''}", flush=True)
+
+    for fmt in a.formats.split(","):
+        kw, vw = _caches(fmt, b0, s0, jax.random.PRNGKey(0))
+        for version in ("v5", "v6"):
+            for vals in itertools.product(*grid.values()):
+                run(fmt, version, b0, s0, dict(zip(grid, vals)), kw, vw)
+        del kw, vw
+        for b, s in later:
+            kw, vw = _caches(fmt, b, s, jax.random.PRNGKey(1))
+            for version in ("v5", "v6"):
+                mine = sorted((r for r in rows if (r["fmt"], r["version"], r["batch"],
+                               r["context"]) == (fmt, version, b0, s0)), key=lambda r: r["us"])
+                for r in mine[:2]:
+                    run(fmt, version, b, s, {k: r[k] for k in grid}, kw, vw)
+            del kw, vw
+    lines = [f"# FP4-KV decode attention v5 / v6 knob sweep: {jax.devices()[0].device_kind} "
+             f"(jax {jax.__version__})", "",
+             f"command: `python -m pallas_kernels.bench_attention_v5 {' '.join(argv or sys.argv[1:])}`",
+             "", f"device time per call (kernel + split combine); % copy = KV bytes / time against "
+             f"a device-time copy of {bw / 1e12:.2f} TB/s; KV caches in the kv_words layout (v5 "
+             "reads V natural).", "",
+             "| fmt | version | B x ctx | block_k | warps | stages | us | % copy | default |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["fmt"], r["batch"] * r["context"], r["version"],
+                                         r["us"])):
+        lines.append(f"| {r['fmt']} | {r['version']} | {r['batch']} x {max(1, r['context'] // 1024)}K"
+                     f" | {r['block_k']} | {r['num_warps']} | {r['num_stages']} | {r['us']:.1f} | "
+                     f"{r['pct_copy']:.1f} | {'yes' if r['default'] else ''} |")
+    devtime.write_sweep(a.out, "kernels_attention_v5_sweep", lines, rows, bw)
     return 0
 
 
