@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at commit 1dc24db; the paired layout was removed afterwards (NOTES_matmul, session 13).
 # SUPERSEDED by gpu_session13n.sh (this version ran the miscompiled paired kernel; NOTES_matmul session 13).
 # Session 13, one H200: the paired-unit layout again (FP4Weights.layout "paired", an option; the
 # default stays "kn"), now with the even / odd unit scales in separate contiguous arrays and the

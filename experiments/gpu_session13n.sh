@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran at commit 1dc24db; the paired layout was removed afterwards (NOTES_matmul, session 13).
 # Session 13n, one H200, one call (<= 4 min; typical ~3): re-run of gpu_session13m.sh after the
 # paired-layout fix. 13m found the paired decode wrong on the GPU (identity x: 14709 / 14658 of
 # 16384 mismatches; dense M = 1 and grouped rel err 1.58) although every CPU interpret-mode test

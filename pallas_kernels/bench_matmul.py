@@ -118,13 +118,7 @@ def guard(what):
 def decode_exact():
     """GPU check of the inline-asm decode: identity x times weights holding every code with
     scales from e4m3 subnormal to 448 (nvfp4) / 2**-40..2**40 (mxfp4): output must equal the
-    dequantized weights bit for bit; for each weight layout the kernels decode ("kn" and the
-    session-13 "paired" units)."""
-    for layout in ("kn", "paired"):
-        _decode_exact(layout)
-
-
-def _decode_exact(layout: str):
+    dequantized weights bit for bit."""
     rng = np.random.default_rng(0)
     k, n = 256, 64
     for fmt in ("nvfp4", "mxfp4"):
@@ -137,14 +131,13 @@ def _decode_exact(layout: str):
             sc = 2.0 ** rng.integers(-40, 40, (k // blk, n)).astype(np.float64)
         w = (vals * np.repeat(sc, blk, axis=0)).astype(np.float32)
         q = quant.quantize(jnp.asarray(w), fmt, axis=-2)
-        fw = fm.prepare_weights(q, layout)
+        fw = fm.prepare_weights(q)
         ref = np.asarray(quant.dequantize(q), np.float32)
         x = jnp.eye(k, dtype=jnp.bfloat16)
         out = np.asarray(jax.jit(lambda x, w: mt.dense(x, w, mt.Config(bm=16, bn=64, bk=256)))(
             x, fw), np.float32)
         bad = int(np.sum(out != ref.astype(jnp.bfloat16).astype(np.float32)))
-        record(kind="decode_exact", k=k, n=n, m=k, fmt=fmt, variant=f"identity_{layout}",
-               us=0.0, bytes=0,
+        record(kind="decode_exact", k=k, n=n, m=k, fmt=fmt, variant="identity", us=0.0, bytes=0,
                gbps=0.0, pct_copy=0.0, speedup=0.0, rel_err=float(bad), mismatches=bad,
                zeros_half=int(np.sum((ref == 0.5 * np.repeat(sc, blk, 0)) & (out == 0))))
 

@@ -25,10 +25,6 @@ or [.., 2, N, K/16] ("nk"); ``scales`` one byte per unit [.., K/16, N] / [.., N,
 byte (nvfp4) or, for mxfp4, a bf16 exponent byte ``e + 126 - shift`` (E8M0 byte e, repeated for the
 two units of a 32-block: mxfp4 streams 4.5 bits/element like nvfp4, not 4.25); ``kscale`` f32
 [.., 1, 1] = 2**shift, applied with ``global_scale`` to the f32 accumulator (nvfp4 shift = 8).
-Layout "paired" (``matmul_layout`` paired units; an A/B option, not the default): the codes
-are the "kn" array after a K permutation inside each 256-K group, so one decoded bf16x2 register
-is directly the MMA's (k, k + 1) operand pair; the scales are two contiguous arrays [.., 2, K/32, N]
-(even units, odd units), so every kernel load is a plain contiguous tile. K % 256 == 0.
 Limitations of the kernels (not the reference): mxfp4 blocks more than 2**126 below the tensor's
 largest block scale flush to 0; E8M0 byte 255 (NaN) gives NaN for the whole unit.
 Large M (>= ``PREFILL_M``) dense calls dequantize once to bf16 and use XLA's GEMM (compute bound:
@@ -48,7 +44,7 @@ from trace_jax import quant
 from trace_jax.quant import QTensor
 
 Backend = Literal["auto", "reference", "triton"]
-Layout = Literal["kn", "nk", "paired"]
+Layout = Literal["kn", "nk"]
 PREFILL_M = 256  # dense calls with at least this many rows: dequantize once + XLA bf16 GEMM
 NV_SHIFT = 8  # nvfp4 kernel values are code * scale * 2**-8 (keeps S = scale * 2**118 in bf16)
 
@@ -62,10 +58,8 @@ NV_SHIFT = 8  # nvfp4 kernel values are code * scale * 2**-8 (keeps S = scale * 
 class FP4Weights:
     """Packed FP4 weights in kernel layout. Leading dims (experts, stacked layers) are free."""
 
-    codes: jax.Array  # uint32 [..., 2, K/16, N] ("kn", "paired") or [..., 2, N, K/16] ("nk")
-    # uint8, one byte per 16-code unit: [..., K/16, N] / [..., N, K/16] / "paired" [..., 2, K/32,
-    # N] (units 0, 2, 4, .. then 1, 3, 5, ..)
-    scales: jax.Array
+    codes: jax.Array  # uint32 [..., 2, K/16, N] ("kn") or [..., 2, N, K/16] ("nk")
+    scales: jax.Array  # uint8 [..., K/16, N] / [..., N, K/16]: one byte per 16-code unit
     global_scale: jax.Array  # f32 [..., 1, 1]: the QTensor's global scale
     kscale: jax.Array  # f32 [..., 1, 1]: 2**shift undone in the kernel epilogue
     fmt: str
@@ -74,7 +68,7 @@ class FP4Weights:
     @property
     def shape(self) -> tuple[int, ...]:
         *lead, _, a, b = self.codes.shape
-        k16, n = (b, a) if self.layout == "nk" else (a, b)
+        k16, n = (a, b) if self.layout == "kn" else (b, a)
         return (*lead, 16 * k16, n)
 
     @property
@@ -94,15 +88,14 @@ def _t(a):
 def prepare_weights(w: QTensor, layout: Layout = "kn") -> FP4Weights:
     """Convert a weight ``QTensor`` with contraction axis -2 ([K,N] or [E,K,N]) to kernel layout.
 
-    Runs once per weight sync (jittable). K must be a multiple of 32 (16 for nvfp4; 256 for
-    ``layout="paired"``)."""
+    Runs once per weight sync (jittable). K must be a multiple of 32 (16 for nvfp4)."""
     from pallas_kernels import matmul_layout
 
     if w.axis != -2:
         raise ValueError(f"weights must be quantized along axis -2 (K), got axis={w.axis}")
     if w.codes.ndim not in (2, 3):
         raise ValueError(f"weights must be [K,N] or [E,K,N], got {w.shape}")
-    if layout not in ("kn", "nk", "paired"):
+    if layout not in ("kn", "nk"):
         raise ValueError(f"unknown layout {layout!r}")
     g = w.global_scale.astype(jnp.float32)
     if g.shape[-2:] != (1, 1):
@@ -112,9 +105,7 @@ def prepare_weights(w: QTensor, layout: Layout = "kn") -> FP4Weights:
     k, n = w.shape[-2:]
     if k % 16:
         raise ValueError(f"K={k} must be a multiple of 16")
-    nib = jnp.stack([w.codes & 15, w.codes >> 4], axis=-2).reshape(*lead, k, n)
-    if layout == "paired":
-        nib = matmul_layout.pair_k(nib, axis=-2)  # virtual units (checks K % 256)
+    nib = jnp.stack([w.codes & 15, w.codes >> 4], axis=-2)  # [..., K/2, 2, N]
     nib = nib.reshape(*lead, k // 16, 16, n)
     words = jnp.moveaxis(matmul_layout.pack_units(nib, axis=-2), 0, -3)  # [..., 2, K/16, N]
     sb = jax.lax.bitcast_convert_type(w.scales, jnp.uint8)
@@ -131,8 +122,6 @@ def prepare_weights(w: QTensor, layout: Layout = "kn") -> FP4Weights:
         ks = jax.lax.bitcast_convert_type((sh + 127) << 23, jnp.float32)
     if layout == "nk":
         words, sb = _t(words), _t(sb)
-    if layout == "paired":
-        sb = jnp.stack([sb[..., 0::2, :], sb[..., 1::2, :]], axis=-3)  # [..., 2, K/32, N]
     return FP4Weights(codes=words, scales=sb, global_scale=g, kscale=ks.astype(jnp.float32),
                       fmt=w.fmt, layout=layout)
 
@@ -142,16 +131,10 @@ def weights_to_qtensor(w: FP4Weights) -> QTensor:
     from pallas_kernels import matmul_layout
 
     f = quant.get_format(w.fmt)
-    words, sb = (_t(w.codes), _t(w.scales)) if w.layout == "nk" else (w.codes, w.scales)
-    if w.layout == "paired":  # [..., 2, K/32, N] -> units in K order [..., K/16, N]
-        sb = jnp.stack([sb[..., 0, :, :], sb[..., 1, :, :]], axis=-2)
-        sb = sb.reshape(*sb.shape[:-3], -1, sb.shape[-1])
+    words, sb = (w.codes, w.scales) if w.layout == "kn" else (_t(w.codes), _t(w.scales))
     *lead, _, k16, n = words.shape
     nib = matmul_layout.unpack_units(jnp.moveaxis(words, -3, 0))  # [16, ..., K/16, N]
-    nib = jnp.moveaxis(nib, 0, -2).reshape(*lead, 16 * k16, n)
-    if w.layout == "paired":
-        nib = matmul_layout.pair_k(nib, axis=-2, inverse=True)
-    nib = nib.reshape(*lead, 8 * k16, 2, n)
+    nib = jnp.moveaxis(nib, 0, -2).reshape(*lead, 8 * k16, 2, n)
     codes = (nib[..., 0, :] | (nib[..., 1, :] << 4)).astype(jnp.uint8)
     if w.fmt == "mxfp4":
         sh = jnp.frexp(w.kscale)[1].astype(jnp.int32) - 1

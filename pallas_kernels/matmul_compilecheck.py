@@ -13,8 +13,8 @@ per weight element of the main loop, the widths of its global -> shared copies (
 LDGSTS opcodes per loop iteration) and the TTGIR linear layouts with a zero register / lane
 basis (``dup_layouts``: a tensor held 2x per zero basis, with the ops using it), and writes the
 .ttgir/.ptx/.sass under OUTDIR for reading; ``bad_mma_kwidth`` lists MMAv2 dots whose kWidth
-their K cannot hold (miscompiled: session 13's first paired kernel). ``FP4_CC_ONLY=SUBSTRING``
-compiles only the variants whose name contains it.
+their K cannot hold (miscompiled: session 13's first paired kernel, since removed).
+``FP4_CC_ONLY=SUBSTRING`` compiles only the variants whose name contains it.
 """
 
 from __future__ import annotations
@@ -269,13 +269,12 @@ def variants():
     from trace_jax import quant
 
     out = []
-    for layout in ("kn", "paired"):  # the H200-profiled dense config: M = 1, split 4
-        w = fm.prepare_weights(quant.quantize(jnp.ones((8192, 1024)), "nvfp4", axis=-2), layout)
-        cfg = mt.Config(bm=16, bn=128, bk=256, split_k=4, num_stages=3)
-        out.append((f"dense_{layout}_nvfp4_m1_split4", cfg,
-                    lambda x, w, cfg=cfg: mt.dense(x, w, cfg),
-                    (jnp.ones((1, 8192), jnp.bfloat16), w)))
-    for layout in ("kn", "nk", "paired"):
+    # the H200-profiled dense config: M = 1, split 4
+    w = fm.prepare_weights(quant.quantize(jnp.ones((8192, 1024)), "nvfp4", axis=-2))
+    cfg = mt.Config(bm=16, bn=128, bk=256, split_k=4, num_stages=3)
+    out.append(("dense_kn_nvfp4_m1_split4", cfg, lambda x, w, cfg=cfg: mt.dense(x, w, cfg),
+                (jnp.ones((1, 8192), jnp.bfloat16), w)))
+    for layout in ("kn", "nk"):
         for fmt in ("nvfp4",):
             q = quant.quantize(jnp.ones((8192, 1024)), fmt, axis=-2)
             w = fm.prepare_weights(q, layout)
@@ -292,15 +291,13 @@ def variants():
     out.append(("dequant_planes_nvfp4", mt.Config(num_warps=4, num_stages=2),
                 lambda x, w: mt.dequantize_planes(w), (jnp.ones((1, 8192)), wd)))
     qe = quant.quantize(jnp.ones((4, 2048, 768)), "mxfp4", axis=-2)
+    we = fm.prepare_weights(qe, "kn")
     gs = jnp.array([3, 0, 2, 3], jnp.int32)
     cfgp = mt.default_config(8, 2048, 768, True)  # persistent programs
     cfg = dataclasses.replace(cfgp, programs=0, bn=64, num_stages=3)  # one program per tile
-    for layout in ("kn", "paired"):
-        we = fm.prepare_weights(qe, layout)
-        for name, c in ((f"grouped_persistent_{layout}_mxfp4", cfgp),
-                        (f"grouped_{layout}_mxfp4", cfg)):
-            out.append((name, c, lambda x, w, c=c: mt.grouped(x, w, gs, c),
-                        (jnp.ones((8, 2048), jnp.bfloat16), we)))
+    for name, c in (("grouped_persistent_kn_mxfp4", cfgp), ("grouped_kn_mxfp4", cfg)):
+        out.append((name, c, lambda x, w, c=c: mt.grouped(x, w, gs, c),
+                    (jnp.ones((8, 2048), jnp.bfloat16), we)))
     wb = jnp.ones((4, 2048, 768), jnp.bfloat16)
     cfgbp = mt.default_bf16_config(8, 768)
     cfgb = dataclasses.replace(cfgbp, programs=0, num_stages=4)

@@ -17,9 +17,7 @@ words (A, B). The in-kernel decode turns a unit into 8 bf16x2 registers with 16 
 
 Everything here is derived from :data:`PROGRAM`: the packing (prepare time), its inverse, a
 bit-exact pure-JAX emulation of the asm (CPU tests, interpret mode) and the PTX text.
-Plane ``o`` (0..15) of a unit holds the code of K index ``16 * kb + o``. Layout "paired"
-(section at the end): the same packing after a K permutation inside each 256-K group, so that
-one decoded bf16x2 is one plane of two adjacent units (the MMA's (k, k + 1) operand pair).
+Plane ``o`` (0..15) of a unit holds the code of K index ``16 * kb + o``.
 """
 
 from __future__ import annotations
@@ -172,78 +170,3 @@ def asm_text() -> str:
 
 
 ASM_CONSTRAINTS = ",".join(["=h"] * 16 + ["r", "r", "h"])
-
-
-# --------------------------------------------------------------------------------------------
-# Paired units (layout "paired"): one decoded pair = one plane of two adjacent units
-#
-# v2's asm returns a pair as (plane 2q, plane 2q + 1) of one unit; the MMA's B fragment wants
-# (unit 2j, unit 2j + 1) of one plane in a register, which Triton re-packs (PRMT + moves, ~27% of
-# the executed instructions, NOTES_matmul session 12). Here the 16 units of each 256-K group are
-# stored as 16 *virtual* units: virtual unit 8h + j, code slot 2q + t holds K offset
-# 16 (2j + t) + 8h + q of the group, so op q of the unchanged PROGRAM on virtual unit (h, j)
-# yields plane 8h + q of units 2j (low half) and 2j + 1 (high half). The asm multiplies by the
-# scale pair {S[2j], S[2j + 1]}, which the weights store as two contiguous arrays (even units,
-# odd units), so every kernel load is a plain contiguous tile (the reverted commit 3304579 read
-# them with stride-2 loads and broadcast the words to the pair axis).
-
-GROUP_K = 256  # K per paired group: 16 units of 16
-
-
-@functools.lru_cache(maxsize=None)
-def paired_order() -> np.ndarray:
-    """int [256]: stored K offset (16 * virtual unit + slot) -> natural K offset in the group."""
-    perm = np.empty(GROUP_K, np.int64)
-    for h in range(2):
-        for j in range(8):
-            for q in range(8):
-                for t in range(2):
-                    perm[16 * (8 * h + j) + 2 * q + t] = 16 * (2 * j + t) + 8 * h + q
-    return perm
-
-
-def pair_k(a: jax.Array, axis: int, inverse: bool = False) -> jax.Array:
-    """Natural K order -> paired storage order along ``axis`` (``inverse``: back); the axis
-    length must be a multiple of 256."""
-    k = a.shape[axis]
-    if k % GROUP_K:
-        raise ValueError(f"paired units need K % {GROUP_K} == 0, got K={k}")
-    perm = paired_order() if not inverse else np.argsort(paired_order())
-    idx = (np.arange(k // GROUP_K)[:, None] * GROUP_K + perm[None, :]).reshape(-1)
-    return jnp.take(a, jnp.asarray(idx), axis=axis)
-
-
-def emulate_paired(a, b, s_even, s_odd, dtype=jnp.bfloat16) -> list[jax.Array]:
-    """The paired asm, bit-exact (interpret mode): words a, b (uint32 [...]) of virtual units
-    (h, j), f32 multipliers s_even / s_odd of real units 2j / 2j + 1 (same shape) -> 8 arrays
-    [..., 2] (last axis: unit 2j, 2j + 1), op q = plane 8h + q."""
-    out = []
-    for pr in emulate_pairs(a, b):
-        lo = code_value(pattern_to_code(pr & 0xFFFF)) * s_even
-        hi = code_value(pattern_to_code(pr >> 16)) * s_odd
-        out.append(jnp.stack([lo.astype(dtype), hi.astype(dtype)], axis=-1))
-    return out
-
-
-def paired_asm_text() -> str:
-    """PTX for one virtual unit with ``pack = 2`` over a trailing (2j, 2j + 1) axis: $8 = A,
-    $9 = B (the word pair, u32), $10 = {S[2j], S[2j + 1]} (two bf16 packed in one register);
-    outputs $0..$7 = bf16x2 {plane 8h + q of unit 2j, of unit 2j + 1}: 16 bit operations
-    (:data:`PROGRAM`) and 8 ``mul.bf16x2`` per 16 elements, no move or permute."""
-    lines = ["{", ".reg .b32 c, ta, tb, t;",
-             f"shf.l.wrap.b32 ta, $8, $8, {RA};", f"shf.l.wrap.b32 tb, $9, $9, {RB};",
-             f"lop3.b32 c, ta, tb, {MASK_A:#010x}, 0xE4;"]
-    src = {"A": "$8", "B": "$9", "C": "c"}
-    for q, (w, r) in enumerate(PROGRAM):
-        s = src[w]
-        if r:
-            lines.append(f"shf.l.wrap.b32 t, {s}, {s}, {r};")
-            lines.append(f"and.b32 t, t, {P_MASK:#010x};")
-        else:
-            lines.append(f"and.b32 t, {s}, {P_MASK:#010x};")
-        lines.append(f"mul.rn.bf16x2 ${q}, t, $10;")
-    lines.append("}")
-    return "\n".join(lines)
-
-
-PAIRED_ASM_CONSTRAINTS = ",".join(["=r"] * 8 + ["r"] * 3)

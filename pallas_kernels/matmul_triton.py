@@ -11,10 +11,9 @@ plane p against the x columns ``16 kb + p`` (the wrapper pre-permutes x so each 
 slice). The f32 epilogue multiplies the per-row scale (activation global scale x expert global
 scale x 2**shift).
 
-Weight layouts (``FP4Weights.layout``): "kn" (units [K/16, N], dot(x_p, plane_p)), "nk" (units
-[N, K/16], dot(plane_p, x_p^T): the decoded weight is the MMA's A operand, which Triton may keep
-in registers) and "paired" ("kn" with paired units, ``matmul_layout``: the asm's bf16x2 outputs
-are the B operand's (k, k + 1) pairs, one 256-K group of 16 units at a time).
+Two weight orientations (``FP4Weights.layout``): "kn" (units [K/16, N], dot(x_p, plane_p)) and
+"nk" (units [N, K/16], dot(plane_p, x_p^T): the decoded weight is the MMA's A operand, which
+Triton may keep in registers).
 
 In interpret mode (CPU tests) the asm is replaced by its bit-exact emulation.
 Shapes: M rows, K contraction, N output columns, E experts, S split-K factor.
@@ -122,19 +121,6 @@ def decode_planes(a, b, s_u8, fmt: str, emulate: bool):
     return [jax.lax.bitcast_convert_type(o, jnp.bfloat16) for o in outs]
 
 
-def decode_paired(ab, s2, emulate: bool) -> list[jax.Array]:
-    """Words (A, B) of 8 virtual units x BN columns (uint32 [.., 2]) and their real units'
-    scale pair s2 ([.., 2]: S of units 2j, 2j + 1; ``scale_bf16``, or ``scale_eff`` f32 when
-    emulating) -> 8 bf16 [.., 2]: op q's plane of units (2j, 2j + 1). On the GPU one asm call
-    per (virtual unit, column) emits the bf16x2 register itself (``pack = 2``)."""
-    if emulate:
-        return L.emulate_paired(ab[..., 0], ab[..., 1], s2[..., 0], s2[..., 1])
-    s16 = jax.lax.bitcast_convert_type(s2, jnp.int16)  # two 16-bit elements -> one register
-    return plgpu.elementwise_inline_asm(
-        L.paired_asm_text(), args=[ab, s16], constraints=L.PAIRED_ASM_CONSTRAINTS, pack=2,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(ab.shape, jnp.bfloat16)] * 8)
-
-
 # --------------------------------------------------------------------------------------------
 # Kernels
 
@@ -145,12 +131,8 @@ def _rows_mask(r0, r1, bm, cols, axis):
 
 
 def _fp4_kstep(acc, x_ref, wc_ref, ws_ref, ec, r0, r1, n0, kk, *, cfg: Config, fmt: str,
-               layout: str, emulate: bool):
+               nk: bool, emulate: bool):
     """acc + x[r0:r1, kk:kk+BK] @ w[ec, kk:kk+BK, n0:n0+BN] (acc transposed for "nk")."""
-    if layout == "paired":
-        return _fp4_kstep_paired(acc, x_ref, wc_ref, ws_ref, ec, r0, r1, n0, kk, cfg=cfg,
-                                 fmt=fmt, emulate=emulate)
-    nk = layout == "nk"
     bm, bn, bkb = cfg.bm, cfg.bn, cfg.bk // 16
     kb = pl.multiple_of(kk // 16, bkb)
     xmask = _rows_mask(r0, r1, bm, bkb, 1 if nk else 0)
@@ -175,34 +157,6 @@ def _fp4_kstep(acc, x_ref, wc_ref, ws_ref, ec, r0, r1, n0, kk, *, cfg: Config, f
     return acc
 
 
-def _fp4_kstep_paired(acc, x_ref, wc_ref, ws_ref, ec, r0, r1, n0, kk, *, cfg: Config,
-                      fmt: str, emulate: bool):
-    """:func:`_fp4_kstep` for layout "paired", one 256-K group at a time: one [2, 8, BN] load of
-    the words A, B of virtual units 8h .. 8h + 7 (h = 0, 1) and one of the even / odd unit scales,
-    each moved to a trailing pair axis by a transpose (not ``jnp.stack``: a ``tt.join`` in the
-    dot operand's producer chain makes Triton pick kWidth 8 for these K = 16 dots, which its
-    MMAv2 lowering miscompiles, NOTES_matmul session 13); decoded plane p ([8, BN, 2] -> [16,
-    BN], rows = the group's units in K order) against the x columns of plane p of those units
-    (``permute_x``), in v2's plane order (at BK = 256 the same MMAs on the same operands as
-    "kn")."""
-    bm, bn, bkb = cfg.bm, cfg.bn, cfg.bk // 16
-    xmask = _rows_mask(r0, r1, bm, 16, 0)
-    conv = functools.partial(scale_eff if emulate else scale_bf16, fmt=fmt)
-    for g in range(bkb // 16):
-        u0 = pl.multiple_of(kk // 16 + 16 * g, 16)  # first (virtual) unit of the group
-        h0 = pl.multiple_of(kk // 32 + 8 * g, 8)  # its first even / odd unit pair
-        s2 = jnp.transpose(conv(ws_ref[ec, :, pl.ds(h0, 8), pl.ds(n0, bn)]), (1, 2, 0))
-        for h in (0, 1):
-            ab = jnp.transpose(wc_ref[ec, :, pl.ds(u0 + 8 * h, 8), pl.ds(n0, bn)],
-                               (1, 2, 0))  # [2, 8, BN] -> [8, BN, 2]: A, B
-            for q, pr in enumerate(decode_paired(ab, s2, emulate)):
-                plane = jnp.transpose(pr, (0, 2, 1)).reshape(16, bn)  # row 2j + t: unit 2j + t
-                col = kk + (8 * h + q) * bkb + 16 * g
-                xp = plgpu.load(x_ref.at[pl.ds(r0, bm), pl.ds(col, 16)], mask=xmask, other=0.0)
-                acc = acc + jnp.dot(xp, plane, preferred_element_type=jnp.float32)
-    return acc
-
-
 def _out_tile(o_ref, s, r0, r1, n0, cfg: Config, nk: bool):
     """(output ref slice, row mask, accumulator shape) of one (item, N tile)."""
     bm, bn = cfg.bm, cfg.bn
@@ -223,8 +177,7 @@ def _row_scale(rs_ref, r0, r1, bm: int, nk: bool):
 
 
 def _fp4_kernel(ie_ref, r0_ref, r1_ref, x_ref, wc_ref, ws_ref, rs_ref, o_ref, *,
-                cfg: Config, fmt: str, k: int, layout: str, emulate: bool):
-    nk = layout == "nk"
+                cfg: Config, fmt: str, k: int, nk: bool, emulate: bool):
     i, j, s = pl.program_id(0), pl.program_id(1), pl.program_id(2)
     e, r0, r1 = ie_ref[i], r0_ref[i], r1_ref[i]
     bk = cfg.bk
@@ -236,7 +189,7 @@ def _fp4_kernel(ie_ref, r0_ref, r1_ref, x_ref, wc_ref, ws_ref, rs_ref, o_ref, *,
     def body(t, acc):
         kk = pl.multiple_of(s * ks + t * bk, bk)
         return _fp4_kstep(acc, x_ref, wc_ref, ws_ref, ec, r0, r1, n0, kk, cfg=cfg, fmt=fmt,
-                          layout=layout, emulate=emulate)
+                          nk=nk, emulate=emulate)
 
     _epilogue(body, ks // bk, acc_shape, e, r0, r1, rs_ref, o_at, omask, cfg, nk)
 
@@ -271,13 +224,10 @@ def _persistent_loop(nt_ref, ie_ref, r0_ref, r1_ref, *, k: int, n: int, cfg: Con
 
 
 def _fp4_persistent_kernel(nt_ref, ie_ref, r0_ref, r1_ref, x_ref, wc_ref, ws_ref, rs_ref, o_ref,
-                           *, cfg: Config, fmt: str, k: int, n: int, layout: str,
-                           emulate: bool):
-    nk = layout == "nk"
-
+                           *, cfg: Config, fmt: str, k: int, n: int, nk: bool, emulate: bool):
     def kstep(acc, ec, r0, r1, n0, kk):
         return _fp4_kstep(acc, x_ref, wc_ref, ws_ref, ec, r0, r1, n0, kk, cfg=cfg, fmt=fmt,
-                          layout=layout, emulate=emulate)
+                          nk=nk, emulate=emulate)
 
     def store(acc, e, r0, r1, n0):
         o_at, omask, _ = _out_tile(o_ref, None, r0, r1, n0, cfg, nk)
@@ -308,10 +258,9 @@ def stream_k_plan(tiles: int, steps: int, programs: int):
 
 
 def _fp4_stream_kernel(r0_ref, r1_ref, x_ref, wc_ref, ws_ref, o_ref, *, cfg: Config,
-                       fmt: str, k: int, n: int, tiles: int, layout: str, emulate: bool):
+                       fmt: str, k: int, n: int, tiles: int, nk: bool, emulate: bool):
     """Stream-K dense matmul (``stream_k_plan``): f32 partial sums, one slot per program that
     touches a tile; the wrapper sums the slots in a fixed order (deterministic)."""
-    nk = layout == "nk"
     p, p_n = pl.program_id(0), pl.num_programs(0)
     steps, tiles_n = k // cfg.bk, n // cfg.bn
     t_total = tiles * steps
@@ -324,7 +273,7 @@ def _fp4_stream_kernel(r0_ref, r1_ref, x_ref, wc_ref, ws_ref, o_ref, *, cfg: Con
         r0, r1 = r0_ref[item], r1_ref[item]
         n0 = pl.multiple_of(j * cfg.bn, cfg.bn)
         acc = _fp4_kstep(acc, x_ref, wc_ref, ws_ref, 0, r0, r1, n0,
-                         pl.multiple_of(ks * cfg.bk, cfg.bk), cfg=cfg, fmt=fmt, layout=layout,
+                         pl.multiple_of(ks * cfg.bk, cfg.bk), cfg=cfg, fmt=fmt, nk=nk,
                          emulate=emulate)
         flush = (ks == steps - 1) | (t == hi - 1)
 
@@ -521,13 +470,6 @@ def _check_tiles(k: int, n: int, cfg: Config):
         raise ValueError(f"persistent programs need split_k=1, got {cfg}")
 
 
-def _weight_refs(w):
-    """(codes, scales) with the leading (expert) dims flattened to one: the kernels' operands."""
-    tail = 3 if w.layout == "paired" else 2  # paired scales: [.., 2, K/32, N]
-    return (w.codes.reshape(-1, *w.codes.shape[-3:]),
-            w.scales.reshape(-1, *w.scales.shape[-tail:]))
-
-
 def _run(x, w, items, row_gw, cfg: Config, group_sizes):
     xb, g = x_bf16(x)
     m, k = xb.shape
@@ -539,7 +481,8 @@ def _run(x, w, items, row_gw, cfg: Config, group_sizes):
     xp = jnp.pad(permute_x(xb, cfg.bk), ((0, m_pad - m), (0, 0)))
     if nk:
         xp, rs = xp.T, rs.T
-    wc, ws = _weight_refs(w)
+    wc = w.codes.reshape(-1, *w.codes.shape[-3:])
+    ws = w.scales.reshape(-1, *w.scales.shape[-2:])
     ie, r0, r1 = items
     out_dtype = jnp.bfloat16 if cfg.split_k == 1 else jnp.float32
     oshape = (n, m_pad) if nk else (m_pad, n)
@@ -547,12 +490,11 @@ def _run(x, w, items, row_gw, cfg: Config, group_sizes):
         oshape = (cfg.split_k, *oshape)
     emulate = _interpret()
     if cfg.programs:
-        kernel = functools.partial(_fp4_persistent_kernel, cfg=cfg, fmt=w.fmt, k=k, n=n,
-                                   layout=w.layout, emulate=emulate)
+        kernel = functools.partial(_fp4_persistent_kernel, cfg=cfg, fmt=w.fmt, k=k, n=n, nk=nk,
+                                   emulate=emulate)
         grid, args = (cfg.programs,), (_active_tiles(items, n, cfg.bn), ie, r0, r1)
     else:
-        kernel = functools.partial(_fp4_kernel, cfg=cfg, fmt=w.fmt, k=k, layout=w.layout,
-                                   emulate=emulate)
+        kernel = functools.partial(_fp4_kernel, cfg=cfg, fmt=w.fmt, k=k, nk=nk, emulate=emulate)
         grid, args = (ie.shape[0], n // cfg.bn, cfg.split_k), (ie, r0, r1)
     out = pl.pallas_call(
         kernel,
@@ -591,15 +533,16 @@ def _run_stream_k(x, w, r0, r1, row_gw, cfg: Config):
         xp = xp.T
     emulate = _interpret()
     out = pl.pallas_call(
-        functools.partial(_fp4_stream_kernel, cfg=cfg, fmt=w.fmt, k=k, n=n, tiles=tiles,
-                          layout=w.layout, emulate=emulate),
+        functools.partial(_fp4_stream_kernel, cfg=cfg, fmt=w.fmt, k=k, n=n, tiles=tiles, nk=nk,
+                          emulate=emulate),
         out_shape=jax.ShapeDtypeStruct((s_n, n, m_pad) if nk else (s_n, m_pad, n), jnp.float32),
         grid=(p_n,),
         compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
         interpret=emulate,
         name=f"fp4_matmul_{w.fmt}_{w.layout}_streamk",
         debug=bool(os.environ.get("FP4_PALLAS_DEBUG")),
-    )(r0, r1, xp, *_weight_refs(w))
+    )(r0, r1, xp, w.codes.reshape(-1, *w.codes.shape[-3:]),
+      w.scales.reshape(-1, *w.scales.shape[-2:]))
     if nk:
         out = jnp.swapaxes(out, 1, 2)
     mask = np.repeat(np.repeat(written.reshape(s_n, n_items, n // cfg.bn), cfg.bm, 1), cfg.bn, 2)

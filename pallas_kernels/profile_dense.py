@@ -5,14 +5,12 @@ for a hardware profiler (session 11: is the kernel issue-bound, as its static SA
       python3 -m pallas_kernels.profile_dense
 
 Prints the launch order and checks each output against the reference, so a profile never
-describes a wrong kernel. ``FP4_PROFILE_LAYOUTS=kn,paired`` (session 13) launches instead the
-M = 1 default once per weight layout named, in that order.
+describes a wrong kernel.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax
 import jax.numpy as jnp
@@ -34,19 +32,13 @@ def variants():
 
 def main() -> int:
     key = jax.random.key(0)
-    q = quant.quantize(jax.random.normal(key, (K, N)), "nvfp4", axis=-2)
-    layouts = os.environ.get("FP4_PROFILE_LAYOUTS")
-    launches = ([(lay, 1, mt.default_config(1, K, N, grouped=False))
-                 for lay in layouts.split(",")] if layouts else
-                [("kn", m, cfg) for m, cfg in variants()])
-    ws = {lay: fm.prepare_weights(q, lay) for lay in {lay for lay, _, _ in launches}}
-    for i, (lay, m, cfg) in enumerate(launches):
-        w = ws[lay]
+    w = fm.prepare_weights(quant.quantize(jax.random.normal(key, (K, N)), "nvfp4", axis=-2))
+    for i, (m, cfg) in enumerate(variants()):
         x = jax.random.normal(jax.random.fold_in(key, m), (m, K)).astype(jnp.bfloat16)
         ref = np.asarray(fm.fp4_matmul_reference(x, w), np.float32)
         out = np.asarray(jax.jit(lambda x, w, c=cfg: mt.dense(x, w, c))(x, w), np.float32)
         err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
-        print(f"launch {i}: {lay} M={m} {cfg} rel err {err:.1e}", flush=True)
+        print(f"launch {i}: M={m} {cfg} rel err {err:.1e}", flush=True)
         if not err < 1e-2:
             raise SystemExit(f"M={m} {cfg}: wrong output (rel err {err})")
     return 0

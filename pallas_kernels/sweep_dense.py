@@ -22,11 +22,6 @@ Writes ``kernels_matmul_dense_sweep.{md,json}`` to --out.
 Nsight Compute profile found 4 warps per scheduler (108 registers, 53 KB of shared memory per
 4-warp program) with no eligible warp on 40% of cycles: more, thinner warps per SM is the
 direct lever. Writes ``kernels_matmul_dense_warps.{md,json}``.
-
-``--grid layout`` (session 13) times the default config at M = 1, 8, 32 with the weights in
-layout "kn" (the default) and "paired" (``fp4_matmul``: paired units, split scale arrays) side
-by side in one call, and checks the paired output against "kn" bit for bit (at BK = 256 both
-run the same MMAs on the same operands). Writes ``kernels_matmul_dense_layout.{md,json}``.
 """
 
 from __future__ import annotations
@@ -53,7 +48,6 @@ from trace_jax import quant  # noqa: E402
 K, N = 8192, 28672
 PHASE1_M = (1, 8)
 PHASE2_M = (1, 8, 32, 64)
-LAYOUT_M = (1, 8, 32)
 
 
 def grid(m: int, quick: bool):
@@ -92,62 +86,11 @@ def name(cfg: mt.Config) -> str:
     return f"bm{cfg.bm} bn{cfg.bn}{bk} {kind} s{cfg.num_stages} w{cfg.num_warps}"
 
 
-def layout_ab(a, argv, bw: float) -> int:
-    """``--grid layout``: device time of the default config per M for "kn" and "paired" weights
-    (a paired failure is printed, not raised: "kn" still reports); markdown table last."""
-    key = jax.random.key(0)
-    q = quant.quantize(jax.random.normal(key, (K, N)), "nvfp4", axis=-2)
-    ws = {lay: fm.prepare_weights(q, lay) for lay in ("kn", "paired")}
-    rows = []
-    for m in LAYOUT_M:
-        x = jax.random.normal(jax.random.fold_in(key, m), (m, K)).astype(jnp.bfloat16)
-        ref = np.asarray(fm.fp4_matmul_reference(x, ws["kn"]), np.float32)
-        cfg = mt.default_config(m, K, N, grouped=False)
-        outs = {}
-        for lay, w in ws.items():
-            f = jax.jit(lambda x, w, cfg=cfg: mt.dense(x, w, cfg))
-            try:
-                outs[lay] = np.asarray(f(x, w), np.float32)
-                t = devtime.device_seconds(f, x, w)
-            except Exception as e:  # noqa: BLE001  (report what blocked the layout)
-                print(f"  M={m} {lay}: {type(e).__name__}: {str(e)[:600]}", flush=True)
-                continue
-            err = float(np.linalg.norm(outs[lay] - ref) / np.linalg.norm(ref))
-            if not err < 1e-2:
-                raise SystemExit(f"M={m} {lay}: wrong output (rel err {err:.2e})")
-            nbytes = w.nbytes + x.nbytes + 2 * m * N
-            r = dict(m=m, layout=lay, cfg=dataclasses.asdict(cfg), name=name(cfg), us=t * 1e6,
-                     pct_copy=100 * nbytes / t / bw, err=err,
-                     same_as_kn=bool("kn" in outs and np.array_equal(outs[lay], outs["kn"])))
-            rows.append(r)
-            print(f"  M={m:3d} {lay:6s} {r['name']:30s} {r['us']:8.1f} us {r['pct_copy']:5.1f}% "
-                  f"err {err:.1e} same as kn: {r['same_as_kn']}", flush=True)
-    lines = [f"# FP4 dense decode, layout kn vs paired: {jax.devices()[0].device_kind} "
-             f"(jax {jax.__version__})", "",
-             f"command: `python -m pallas_kernels.sweep_dense {' '.join(argv or sys.argv[1:])}`",
-             "", f"device copy bandwidth {bw / 1e12:.2f} TB/s; device time per call of the "
-             f"whole jitted call, default config per M; NVFP4 {K} x {N}.", "",
-             "| M | config | kn us (% copy) | paired us (% copy) | kn / paired | paired == kn |",
-             "|---|---|---|---|---|---|"]
-    for m in LAYOUT_M:
-        by = {r["layout"]: r for r in rows if r["m"] == m}
-        cell = lambda r: f"{r['us']:.1f} ({r['pct_copy']:.1f}%)" if r else "failed"  # noqa: E731
-        kn, pa = by.get("kn"), by.get("paired")
-        ratio = f"{kn['us'] / pa['us']:.2f}x" if kn and pa else "-"
-        lines.append(f"| {m} | {(kn or pa or {}).get('name', '-')} | {cell(kn)} | {cell(pa)} | "
-                     f"{ratio} | {pa['same_as_kn'] if pa else '-'} |")
-    devtime.write_sweep(a.out, "kernels_matmul_dense_layout", lines, rows, bw)
-    return 0
-
-
 def main(argv=None) -> int:
     ap = devtime.sweep_parser(__doc__, 540.0, "2 values per knob (smoke runs)")
-    ap.add_argument("--grid", choices=("tiles", "warps", "layout"), default="tiles",
-                    help="phase-1 knobs: tiles (session 11) or warps x BK (session 12); layout: "
-                         "kn vs paired weights at the default config (session 13)")
+    ap.add_argument("--grid", choices=("tiles", "warps"), default="tiles",
+                    help="phase-1 knobs: tiles (session 11) or warps x BK (session 12)")
     a = ap.parse_args(argv)
-    if a.grid == "layout":
-        return layout_ab(a, argv, devtime.report_copy_bandwidth())
     phase1 = grid if a.grid == "tiles" else warps_grid
     stem = "kernels_matmul_dense_sweep" if a.grid == "tiles" else "kernels_matmul_dense_warps"
     t0 = time.time()

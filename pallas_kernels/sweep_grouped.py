@@ -16,11 +16,6 @@ Phase 1: the full grid at the 32K step's shape (111 sequences x top-8 = 888 rows
 768). Phase 2: the default and the best phase-1 configs at all six decode shapes (216 / 888 /
 3528 rows, i.e. the 128K / 32K / 8K batches, x gate/up 2048 x 768 and down 768 x 2048).
 Writes ``kernels_matmul_grouped_sweep.{md,json}`` to --out.
-
-``--grid layout`` (session 13): the default config at 32 and 256 tokens x top-8 (256 / 2,048
-rows) x gate/up 2048 x 768 and down 768 x 2048, weights in layout "kn" (the default) and
-"paired" side by side; the paired output is checked against "kn" bit for bit. Writes
-``kernels_matmul_grouped_layout.{md,json}``.
 """
 
 from __future__ import annotations
@@ -48,18 +43,16 @@ from trace_jax import quant  # noqa: E402
 E, TOPK = 128, 8
 SHAPES = [(m, k, n) for m in (888, 216, 3528) for k, n in ((2048, 768), (768, 2048))]
 # knob values; ``programs`` in persistent programs per SM (2, 3, 4 x 132 on the H200)
-LAYOUT_SHAPES = [(8 * t, k, n) for t in (32, 256) for k, n in ((2048, 768), (768, 2048))]
 GRID = dict(bn=(64, 128), programs=(2, 3, 4), num_stages=(3, 5, 7), num_warps=(4, 8))
 
 
 class Case:
     """Weights, routing and input of one decode shape, with its reference output and bytes."""
 
-    def __init__(self, m, k, n, key, layouts=("kn",)):
+    def __init__(self, m, k, n, key):
         self.m, self.k, self.n = m, k, n
-        q = quant.quantize(jax.random.normal(key, (E, k, n), jnp.float32), "nvfp4", axis=-2)
-        self.ws = {lay: fm.prepare_weights(q, lay) for lay in layouts}
-        self.w = self.ws[layouts[0]]
+        w32 = jax.random.normal(key, (E, k, n), jnp.float32)
+        self.w = fm.prepare_weights(quant.quantize(w32, "nvfp4", axis=-2))
         self.gs = route(m // TOPK, E, TOPK, jax.random.fold_in(key, 1))
         self.x = jax.random.normal(jax.random.fold_in(key, 2), (m, k)).astype(jnp.bfloat16)
         self.ref = np.asarray(fm.fp4_grouped_matmul_reference(self.x, self.w, self.gs), np.float32)
@@ -68,15 +61,13 @@ class Case:
         self.bytes = w_bytes + self.x.nbytes + 2 * m * n
         self.touched = touched
 
-    def run(self, cfg, layout: str | None = None, with_out: bool = False):
-        """(device seconds, relative error[, output]) of one config (weights in ``layout``)."""
-        w = self.ws[layout] if layout else self.w
+    def run(self, cfg):
+        """(device seconds, relative error) of one config."""
         f = jax.jit(lambda x, w, gs: mt.grouped(x, w, gs, cfg))
-        out = np.asarray(f(self.x, w, self.gs), np.float32)
+        out = np.asarray(f(self.x, self.w, self.gs), np.float32)
         err = float(np.linalg.norm(out - self.ref) / np.linalg.norm(self.ref))
         # the kernel alone: the wrapper's item tables are small XLA kernels
-        t = devtime.device_seconds(f, self.x, w, self.gs, kernel="fp4_matmul")
-        return (t, err, out) if with_out else (t, err)
+        return devtime.device_seconds(f, self.x, self.w, self.gs, kernel="fp4_matmul"), err
 
 
 def configs(base: mt.Config, quick: bool):
@@ -92,55 +83,8 @@ def name(cfg: mt.Config) -> str:
     return f"bn{cfg.bn} p{cfg.programs} s{cfg.num_stages} w{cfg.num_warps}"
 
 
-def layout_ab(a, argv, bw: float) -> int:
-    """``--grid layout``: the default config's kernel device time at ``LAYOUT_SHAPES`` for "kn"
-    and "paired" weights (a paired failure is printed, not raised); markdown table last."""
-    key = jax.random.key(0)
-    rows = []
-    for i, shape in enumerate(LAYOUT_SHAPES):
-        c = Case(*shape, jax.random.fold_in(key, i), layouts=("kn", "paired"))
-        cfg = mt.default_config(*shape, grouped=True)
-        outs = {}
-        for lay in c.ws:
-            try:
-                t, err, outs[lay] = c.run(cfg, lay, with_out=True)
-            except Exception as e:  # noqa: BLE001  (report what blocked the layout)
-                print(f"  {shape} {lay}: {type(e).__name__}: {str(e)[:600]}", flush=True)
-                continue
-            if not err < 1e-2:
-                raise SystemExit(f"{shape} {lay}: wrong output (rel err {err:.2e})")
-            r = dict(m=shape[0], k=shape[1], n=shape[2], layout=lay, name=name(cfg),
-                     cfg=dataclasses.asdict(cfg), us=t * 1e6, pct_copy=100 * c.bytes / t / bw,
-                     err=err, touched=c.touched,
-                     same_as_kn=bool("kn" in outs and np.array_equal(outs[lay], outs["kn"])))
-            rows.append(r)
-            print(f"  {shape} {lay:6s} {r['name']:18s} {r['us']:8.1f} us {r['pct_copy']:5.1f}% "
-                  f"err {err:.1e} same as kn: {r['same_as_kn']}", flush=True)
-    lines = [f"# FP4 grouped matmul, layout kn vs paired: {jax.devices()[0].device_kind} "
-             f"(jax {jax.__version__})", "",
-             f"command: `python -m pallas_kernels.sweep_grouped {' '.join(argv or sys.argv[1:])}`",
-             "", f"device copy bandwidth {bw / 1e12:.2f} TB/s; fp4_matmul kernel device time, "
-             "default config; bytes = touched experts + x + out; NVFP4, 128 experts, top-8.", "",
-             "| rows x K x N | config | kn us (% copy) | paired us (% copy) | kn / paired | "
-             "paired == kn |", "|---|---|---|---|---|---|"]
-    for m, k, n in LAYOUT_SHAPES:
-        by = {r["layout"]: r for r in rows if (r["m"], r["k"], r["n"]) == (m, k, n)}
-        cell = lambda r: f"{r['us']:.1f} ({r['pct_copy']:.1f}%)" if r else "failed"  # noqa: E731
-        kn, pa = by.get("kn"), by.get("paired")
-        ratio = f"{kn['us'] / pa['us']:.2f}x" if kn and pa else "-"
-        lines.append(f"| {m} x {k} x {n} | {(kn or pa or {}).get('name', '-')} | {cell(kn)} | "
-                     f"{cell(pa)} | {ratio} | {pa['same_as_kn'] if pa else '-'} |")
-    devtime.write_sweep(a.out, "kernels_matmul_grouped_layout", lines, rows, bw)
-    return 0
-
-
 def main(argv=None) -> int:
-    ap = devtime.sweep_parser(__doc__, 400.0, "2 values per knob (smoke runs)")
-    ap.add_argument("--grid", choices=("knobs", "layout"), default="knobs",
-                    help="knobs: the session-8 sweep; layout: kn vs paired weights (session 13)")
-    a = ap.parse_args(argv)
-    if a.grid == "layout":
-        return layout_ab(a, argv, devtime.report_copy_bandwidth())
+    a = devtime.sweep_parser(__doc__, 400.0, "2 values per knob (smoke runs)").parse_args(argv)
     t0 = time.time()
     dev = jax.devices()[0]
     bw = devtime.report_copy_bandwidth()

@@ -396,120 +396,7 @@ def test_dequantize_planes_is_the_exact_weight_plane_major(fmt):
 
 
 # --------------------------------------------------------------------------------------------
-# Layout "paired" (session 13): paired units, even / odd unit scales in separate arrays
-
-
-def test_paired_layout_roundtrip_and_order():
-    """prepare_weights(layout="paired") is a K permutation of the "kn" words inside each 256-K
-    group plus split scale arrays, and weights_to_qtensor undoes it exactly."""
-    for fmt in ("nvfp4", "mxfp4"):
-        q = _q(jax.random.key(30), (2, 512, 32), fmt, 5.0)
-        wk, wp = fm.prepare_weights(q), fm.prepare_weights(q, "paired")
-        assert wp.shape == wk.shape == (2, 512, 32) and wp.nbytes == wk.nbytes
-        assert wp.codes.shape == wk.codes.shape and wp.scales.shape == (2, 2, 16, 32)
-        assert not np.array_equal(wp.codes, wk.codes)
-        back = fm.weights_to_qtensor(wp)
-        np.testing.assert_array_equal(back.codes, q.codes)
-        np.testing.assert_array_equal(quant.dequantize(back), quant.dequantize(q))
-        np.testing.assert_array_equal(wp.scales[:, 0], wk.scales[:, 0::2])
-        np.testing.assert_array_equal(wp.scales[:, 1], wk.scales[:, 1::2])
-    perm = L.paired_order()
-    assert sorted(perm) == list(range(256))
-    # virtual unit (h, j), slot 2q + t: plane 8h + q of unit 2j + t
-    assert perm[16 * (8 * 1 + 3) + 2 * 5 + 1] == 16 * 7 + 8 + 5
-    with pytest.raises(ValueError, match="K % 256"):
-        fm.prepare_weights(_q(jax.random.key(31), (128, 32), "nvfp4"), "paired")
-
-
-def test_paired_emulation_is_the_operand_pair():
-    """Op q of the paired decode on virtual unit (h, j) = (plane 8h + q of unit 2j, of unit
-    2j + 1) times their own scales: checked against the codes themselves."""
-    rng = np.random.default_rng(3)
-    nib = rng.integers(0, 16, (256, 8)).astype(np.uint8)  # one group, 8 columns
-    stored = np.asarray(L.pair_k(jnp.asarray(nib), axis=0)).reshape(16, 16, 8)
-    words = L.pack_units(jnp.asarray(stored), axis=1)  # [2, 16 virtual units, 8]
-    s = rng.choice([0.25, 1.0, 3.0], (16, 8)).astype(np.float32)  # per real unit
-    for h in (0, 1):
-        a, b = words[0, 8 * h:8 * h + 8], words[1, 8 * h:8 * h + 8]
-        for q, pr in enumerate(L.emulate_paired(a, b, jnp.asarray(s[0::2]),
-                                                jnp.asarray(s[1::2]))):
-            for t in (0, 1):
-                units = np.arange(8) * 2 + t
-                want = np.asarray(e2m1.decode(jnp.asarray(nib[16 * units + 8 * h + q]))) \
-                    * s[units]
-                np.testing.assert_array_equal(np.asarray(pr[..., t], np.float32), want)
-    asm = L.paired_asm_text()
-    assert asm.count("mul.rn.bf16x2") == 8 and "mov" not in asm and "prmt" not in asm
-    assert len(L.PAIRED_ASM_CONSTRAINTS.split(",")) == 11
-
-
-@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-@pytest.mark.parametrize("m,cfg", [(1, CFG), (5, mt.Config(bm=16, bn=32, bk=256, split_k=2)),
-                                   (37, mt.Config(bm=32, bn=64, bk=256, split_k=2)),
-                                   (19, mt.Config(bm=16, bn=32, bk=256, programs=3))])
-def test_dense_paired_bit_equal_to_kn(fmt, m, cfg):
-    """At BK = 256 the paired kernel runs the same MMAs on the same operands as "kn": outputs
-    identical (split-K and stream-K), and close to the QTensor reference."""
-    k0, k1 = jax.random.split(jax.random.key(40 + m))
-    q = _q(k0, (1024, 64), fmt, 3.0)
-    x = jax.random.normal(k1, (m, 1024)).astype(jnp.bfloat16)
-    out = mt.dense(x, fm.prepare_weights(q, "paired"), cfg)
-    np.testing.assert_array_equal(np.asarray(out, np.float32),
-                                  np.asarray(mt.dense(x, fm.prepare_weights(q), cfg), np.float32))
-    assert _rel(out, _ref_q(x, q)) < 4e-3
-
-
-def test_dense_paired_two_groups_per_step():
-    """BK = 512: two 256-K groups per K step (a different summation order than "kn")."""
-    q = _q(jax.random.key(45), (1024, 64), "nvfp4", 3.0)
-    x = jax.random.normal(jax.random.key(46), (3, 1024)).astype(jnp.bfloat16)
-    out = mt.dense(x, fm.prepare_weights(q, "paired"), mt.Config(bm=16, bn=32, bk=512))
-    assert _rel(out, _ref_q(x, q)) < 4e-3
-
-
-@pytest.mark.parametrize("fmt,programs", [("nvfp4", 0), ("mxfp4", 3), ("nvfp4", 64)])
-def test_grouped_paired_bit_equal_to_kn(fmt, programs):
-    """Ragged groups (empty ones, rows past the groups), one program per tile and persistent:
-    identical to "kn" and close to the independent ragged_dot of the QTensor."""
-    e, k, n, m = 5, 512, 64, 45
-    k0, k1 = jax.random.split(jax.random.key(47))
-    q = _q(k0, (e, k, n), fmt)
-    x = jax.random.normal(k1, (m, k)).astype(jnp.bfloat16)
-    gs = jnp.array([17, 0, 3, 20, 0], jnp.int32)
-    cfg = dataclasses.replace(CFG, programs=programs)
-    out = fm.fp4_grouped_matmul(x, fm.prepare_weights(q, "paired"), gs, backend="triton", cfg=cfg)
-    kn = fm.fp4_grouped_matmul(x, fm.prepare_weights(q), gs, backend="triton", cfg=cfg)
-    np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(kn, np.float32))
-    assert np.all(np.asarray(out[40:]) == 0)
-    ref = jax.lax.ragged_dot(x.astype(jnp.float32), quant.dequantize(q), gs, precision="highest")
-    assert _rel(out, ref) < 4e-3
-
-
-def test_paired_detects_broken_packing():
-    """The tests above can fail: "kn" words, or swapped even / odd scale arrays, under the
-    paired layout are far off."""
-    q = _q(jax.random.key(48), (512, 32), "nvfp4", 3.0)
-    x = jax.random.normal(jax.random.key(49), (3, 512)).astype(jnp.bfloat16)
-    wp = fm.prepare_weights(q, "paired")
-    unpaired = dataclasses.replace(wp, codes=fm.prepare_weights(q).codes)
-    swapped = dataclasses.replace(wp, scales=wp.scales[::-1])
-    assert _rel(mt.dense(x, unpaired, CFG), _ref_q(x, q)) > 0.3
-    assert _rel(mt.dense(x, swapped, CFG), _ref_q(x, q)) > 0.05
-
-
-def test_paired_decode_exact_all_codes_and_scales():
-    """Identity x through the paired kernel returns every code * scale exactly."""
-    rng = np.random.default_rng(2)
-    k, n = 256, 32
-    codes = jnp.asarray(np.tile(np.arange(16), k * n // 16).reshape(k, n), jnp.uint8)
-    for fmt, sc in [("nvfp4", [2.0 ** -9, 0.375, 1.0, 13.0, 448.0]),
-                    ("mxfp4", [2.0 ** -30, 2.0 ** -3, 1.0, 2.0 ** 20])]:
-        blk = quant.get_format(fmt).block_size
-        w = np.asarray(e2m1.decode(codes)) * np.repeat(rng.choice(sc, (k // blk, n)), blk, 0)
-        q = quant.quantize(jnp.asarray(w, jnp.float32), fmt, axis=-2)
-        out = mt.dense(jnp.eye(k, dtype=jnp.bfloat16), fm.prepare_weights(q, "paired"), CFG)
-        np.testing.assert_array_equal(np.asarray(out, np.float32),
-                                      np.asarray(quant.dequantize(q, jnp.bfloat16), np.float32))
+# Compile checks (sm_90, no GPU)
 
 
 def test_bad_mma_kwidth_rule():
@@ -528,29 +415,27 @@ def test_bad_mma_kwidth_rule():
 
 
 @pytest.mark.parametrize("kind", ["dense", "grouped"])
-def test_paired_compiles_to_valid_mma(kind, tmp_path):
-    """Lowered for sm_90 and compiled with the installed Triton (no GPU): the paired kernel's
-    plane dots get a kWidth their K = 16 supports and the decode runs 16 asm blocks / 128
-    ``mul.bf16x2`` per 256-K step (no duplicated decode). Session 13's first version (words and
-    scales joined with ``jnp.stack``) got kWidth 8 here and gave wrong results on the H200,
-    which the interpret-mode tests above cannot see."""
-    pytest.importorskip("triton")
-    from pallas_kernels import matmul_compilecheck as mc
+def test_default_kernels_compile_to_valid_mma(kind, tmp_path):
+    """Lowered for sm_90 and compiled with the installed Triton (no GPU): the default ("kn")
+    kernel's plane dots get a kWidth their K = 16 supports (``bad_mma_kwidth``) and the decode
+    runs 16 asm blocks / 128 ``mul.bf16x2`` per 256-K step (no duplicated decode). Session 13's
+    paired kernel (since removed) got kWidth 8 here and gave wrong results on the H200, which
+    the interpret-mode tests cannot see."""
+    from pallas_kernels import matmul_compilecheck as mc  # needs triton (requirements.txt)
 
     cfg = mt.Config(bm=16, bn=128, bk=256, split_k=2 if kind == "dense" else 1,
                     programs=0 if kind == "dense" else 4)
     if kind == "dense":
-        w = fm.prepare_weights(quant.quantize(jnp.ones((512, 256)), "nvfp4", axis=-2), "paired")
+        w = fm.prepare_weights(quant.quantize(jnp.ones((512, 256)), "nvfp4", axis=-2))
         fn, args = (lambda x, w: mt.dense(x, w, cfg)), (jnp.ones((1, 512), jnp.bfloat16), w)
     else:
-        w = fm.prepare_weights(quant.quantize(jnp.ones((3, 512, 256)), "mxfp4", axis=-2),
-                               "paired")
+        w = fm.prepare_weights(quant.quantize(jnp.ones((3, 512, 256)), "mxfp4", axis=-2))
         gs = jnp.array([2, 0, 3], jnp.int32)
         fn, args = (lambda x, w: mt.grouped(x, w, gs, cfg)), (jnp.ones((5, 512), jnp.bfloat16), w)
     with mc.patched():
         (ttir,) = mc.lower(fn, *args)
-    st = mc.compile_ttir(ttir, cfg.num_warps, cfg.num_stages, str(tmp_path), f"paired_{kind}")
+    st = mc.compile_ttir(ttir, cfg.num_warps, cfg.num_stages, str(tmp_path), f"kn_{kind}")
     assert st["bad_mma_kwidth"] == [] and st["mma"] > 0 and st["local"] == 0
-    ptx = (tmp_path / f"paired_{kind}.ptx").read_text()
+    ptx = (tmp_path / f"kn_{kind}.ptx").read_text()
     assert ptx.count("mul.rn.bf16x2") == 128
     assert "FP4_FORCE_COMPILE" not in os.environ
