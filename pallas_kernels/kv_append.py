@@ -38,7 +38,7 @@ def append_kv_reference(cache, new, positions):
         if cache.axis != -1:
             raise ValueError("FP4 KV caches are quantized along the last (head_dim) axis")
         qn = quantize(new, cache.fmt, axis=-1, global_scope="row")
-        if cache.layout != "natural":  # the v5 K layout (pallas_kernels.kv_layout)
+        if cache.layout != "natural":  # the kv_words layout (pallas_kernels.kv_layout)
             from pallas_kernels.kv_layout import to_kv_words
 
             qn = to_kv_words(qn)

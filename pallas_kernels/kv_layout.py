@@ -1,5 +1,6 @@
-"""FP4 K-cache word layout for the v5 decode attention: 8 E2M1 codes per 32-bit word, bit-permuted
-so that the kernel decodes a word into its 4 bf16x2 MMA operand pairs with 8 integer ops.
+"""FP4 KV-cache word layout for the v5 / v6 decode attention: 8 E2M1 codes per 32-bit word,
+bit-permuted so that the kernel decodes a word into its 4 bf16x2 MMA operand pairs with 8
+integer ops.
 
 A *word* is 4 consecutive code bytes of one cache row (head dims 8j .. 8j + 7; always inside one
 NVFP4 / MXFP4 block). In the natural (``QTensor``) layout byte i holds dims 2i (low nibble) and
@@ -81,7 +82,7 @@ _check_no_carries()
 def _words(codes_u8: jax.Array) -> jax.Array:
     lead, d2 = codes_u8.shape[:-1], codes_u8.shape[-1]
     if d2 % 4:
-        raise ValueError(f"the v5 K layout needs head_dim % 8 == 0, got {2 * d2}")
+        raise ValueError(f"the kv_words layout needs head_dim % 8 == 0, got {2 * d2}")
     return jax.lax.bitcast_convert_type(codes_u8.reshape(*lead, d2 // 4, 4), jnp.uint32)
 
 
@@ -90,26 +91,28 @@ def _bytes(words: jax.Array) -> jax.Array:
     return b.reshape(*b.shape[:-2], b.shape[-2] * 4)
 
 
-def to_words(codes_u8: jax.Array) -> jax.Array:
-    """Natural packed codes uint8 [..., D/2] -> the v5 K layout (uint8, same shape)."""
+def _move_bits(codes_u8: jax.Array, to_layout: bool) -> jax.Array:
+    """Natural bit 4c + j of each word <-> its place in the layout (``source_bits``)."""
     w = _words(codes_u8)
     tab = source_bits()
     out = jnp.zeros_like(w)
     for c in range(8):
         for j in range(4):
-            out = out | (((w >> (4 * c + j)) & 1) << int(tab[c, j]))
+            frm, to = 4 * c + j, int(tab[c, j])
+            if not to_layout:
+                frm, to = to, frm
+            out = out | (((w >> frm) & 1) << to)
     return _bytes(out)
+
+
+def to_words(codes_u8: jax.Array) -> jax.Array:
+    """Natural packed codes uint8 [..., D/2] -> the word layout (uint8, same shape)."""
+    return _move_bits(codes_u8, True)
 
 
 def from_words(codes_u8: jax.Array) -> jax.Array:
     """Inverse of :func:`to_words`."""
-    w = _words(codes_u8)
-    tab = source_bits()
-    out = jnp.zeros_like(w)
-    for c in range(8):
-        for j in range(4):
-            out = out | (((w >> int(tab[c, j])) & 1) << (4 * c + j))
-    return _bytes(out)
+    return _move_bits(codes_u8, False)
 
 
 def _rotl_j(x, r):
@@ -140,7 +143,7 @@ def asm_text(half: str) -> str:
 
 
 def to_kv_words(q: QTensor) -> QTensor:
-    """A natural-layout cache QTensor (quantized along the last axis) in the v5 K layout; a
+    """A natural-layout cache QTensor (quantized along the last axis) in the word layout; a
     tensor already in it is returned as is."""
     if q.layout == LAYOUT:
         return q
