@@ -294,8 +294,9 @@ def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
     # V^T is a transpose of the decoded tile, so the CPU dot may sum in another order) within
     # f32 rounding; the reference reads those caches too
     kwc, vwc = KL.to_kv_words(kc), KL.to_kv_words(vc)
-    o5 = AT.decode_attention_triton(q, kwc, vc, lengths, chains=chains, **kw)
-    np.testing.assert_array_equal(np.asarray(o5), np.asarray(o4))
+    if (hq, chains) == (32, 1):  # v5 (not a default for init_cache's caches) on two shapes
+        o5 = AT.decode_attention_triton(q, kwc, vc, lengths, chains=chains, **kw)
+        np.testing.assert_array_equal(np.asarray(o5), np.asarray(o4))
     o6 = AT.decode_attention_triton(q, kwc, vwc, lengths, chains=chains, **kw)
     assert _rel(o6, o4) < 1e-6
     np.testing.assert_array_equal(np.asarray(decode_attention_reference(q, kwc, vwc, lengths)),
