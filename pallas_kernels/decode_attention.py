@@ -7,8 +7,8 @@ Letters: B batch, Q query heads, H kv heads (GQA: query head q reads kv head q /
 S max cache length, D head_dim.
 
 Caches: bf16 arrays [B, H, S, D], or FP4 :class:`trace_jax.quant.QTensor` of that tensor with
-``axis=-1`` (nvfp4 with a per-row global scale [B, H, S, 1]; mxfp4 with global scale ones).
-Positions ``>= lengths[b]`` are masked (whatever they hold, NaN included). Softmax and
+``axis=-1`` (nvfp4 with a per-row global scale [B, H, S, 1]; mxfp4 with global scale ones), with
+their codes in the natural layout or in ``pallas_kernels.kv_layout``'s ``kv_words`` order. Positions ``>= lengths[b]`` are masked (whatever they hold, NaN included). Softmax and
 accumulation are f32. ``lengths`` must be >= 1.
 
 Backends: ``"reference"`` (pure JAX, f32: dequantize the cache then masked softmax attention; the
@@ -39,13 +39,15 @@ def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="au
 
     Extra keyword arguments tune the triton kernel: block_k, num_splits, split_target,
     num_warps, num_stages, precision ("f32": P @ V with P split into two bf16 terms, default;
-    "bf16": P rounded to bf16), decode (default "v4" when head_dim % 8 == 0, else "v3"; "v4": v3
-    reading the V codes as 32-bit words, 1.36-1.51x v3 on the H200 from 32K up; "v3": inline-PTX
+    "bf16": P rounded to bf16), decode (default: "v6" for K and V caches in the
+    ``pallas_kernels.kv_layout`` word layout, which ``trace_jax.attention.init_cache`` makes,
+    1.06-1.09x v4 for NVFP4 on the H200; "v5" for only K in it; else "v4" when head_dim % 8 == 0,
+    else "v3"; "v4": v3 reading the V codes as 32-bit words, 1.36-1.51x v3 from 32K up; "v3": inline-PTX
     FP4 decode with transposed MMAs, the query heads on the MMA's N side; "v2": heads padded to
     16 MMA rows; "v1"), chains (v3/v4: independent row chunks per iteration). Tiling defaults
     measured on the H200 (``attention_triton.tuned_knobs``, NOTES_attention.md): bf16 cache
-    block_k=128, 8 warps; v4 NVFP4 block_k=32, 1 warp, 3 stages; v4 MXFP4 block_k=64, 2 warps
-    (session 5's sweep; partly within run-to-run noise).
+    block_k=128, 8 warps; v4 / v6 NVFP4 block_k=32, 1 warp, 3 stages; v4 MXFP4 block_k=64, 2 warps
+    (session 5's sweep; partly within run-to-run noise); v6 MXFP4 block_k=64, 1 warp, 2 stages.
     """
     d = q.shape[-1]
     sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
