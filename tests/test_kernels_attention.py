@@ -256,13 +256,18 @@ def test_f32_p_precision_beats_bf16_p(fmt):
     assert err["bf16"] > 5 * err["f32"], err
 
 
-@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-@pytest.mark.parametrize("hq,h,d,s,block_k,splits,chains", [
+_V3_SHAPES = [
     (32, 4, 128, 96, 16, 3, 1),    # G = 8 (the N = 8 MMA shape), partial blocks, 3 splits
     (8, 2, 128, 96, 32, None, 2),  # G = 4 padded to 8, two chains per iteration
     (4, 4, 64, 48, 16, 1, 2),      # MHA (G = 1), one split, chains with an odd block count
     (32, 2, 256, 64, 16, 2, 1),    # G = 16, head_dim 256
-])
+]
+
+
+# every shape for NVFP4; MXFP4 (the same kernel, another scale decode) on the first two
+@pytest.mark.parametrize("fmt,hq,h,d,s,block_k,splits,chains",
+                         [("nvfp4", *c) for c in _V3_SHAPES]
+                         + [("mxfp4", *c) for c in _V3_SHAPES[:2]])
 def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
     """decode="v3" (transposed MMAs, N = G query heads, ``chains`` independent row chunks):
     same f32 output as v2 up to MMA summation order, and the reference within the usual bound.
