@@ -7,8 +7,7 @@
 # stages) v4 36.9, v5 34.2, v6 31.2; MXFP4 (64 / 2 warps) 39.8, 36.9, 33.9.
 # 1) python -m pallas_kernels.bench_attention_v5: v4 / v5 / v6 on the same data, device time,
 #    NVFP4 and MXFP4, B x ctx 32 x 8K, 8 / 32 / 128 x 32K, 32 x 128K, max |vN - v4|, relerr vs the reference.
-# 2) the 30B-shape decode step, 4 layers, 32K (bench_rollout): FP4 with natural caches (v4) and
-#    with the word layout (v6) plus BF16, one run each.
+# (The decode-step A/B planned here ran as gpu_session13c.sh.)
 # Prediction (written before the run): issue-bound kernel (session 8: 70% of issue slots busy),
 # so v6 1.08-1.15x v4 from 32K up, v5 1.03-1.07x; NVFP4 v6 60-70% of copy across the shapes;
 # max |v6 - v4| <= 1e-7; FP4 4-layer step at 32K 6-9% faster (attention ~800 of 1283 us/layer).
@@ -17,16 +16,7 @@ source "$(dirname "$0")/gpu_prelude.sh" r13a
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 240 python3 -m pallas_kernels.bench_attention_v5 --out "$R" > "$R/attn.txt" 2>&1
 echo "attention rc=$?"
-unset XLA_PYTHON_CLIENT_PREALLOCATE
-for lay in natural kv_words; do
-  eng=fp4; [ "$lay" = kv_words ] && eng=bf16,fp4
-  timeout 150 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
-    --prefill_len 0 --kernel_layout --loop 8 --contexts 32768 --engines $eng --breakdown never \
-    --steps 12 --kv_cache_layout $lay --out "$R/roll_$lay" > "$R/roll_$lay.txt" 2>&1
-  echo "rollout $lay rc=$?"
-done
 tar czf "$OUT/session13a.tgz" -C /tmp r13a
 grep -iE "error|Traceback" "$R/attn.txt" | head -3
-for lay in natural kv_words; do grep -E "^\| (fp4|bf16) " "$R/roll_$lay/rollout_throughput.md" | head -4; done
 tail -16 "$R/kernels_attention_v5.md"
 exit 0

@@ -5,26 +5,14 @@
 #    stages at 32 x 32K, the best two re-timed at 128 x 32K and 32 x 128K). Prediction: v6's
 #    registers fell 165 -> 137, so its best knobs may move; NVFP4 within 5% of the default,
 #    MXFP4 v6 at 1 warp / block_k 32 (NVFP4's knobs) >= its 2-warp default.
-# 2) the 30B-shape decode step, 4 layers, 32K (bench_rollout): FP4 with natural caches (v4) vs
-#    the word layout (v6; plus BF16 for the ratio). Prediction: attention ~800 of ~1283 us per
-#    layer, -6%: step 3-5% faster; FP4/BF16 (4 layers) 2.89x -> ~3.0x.
-# Ran: the sweep (results in experiments/results/gpu/session13/attention_v6/); the rollout part
-# failed (ml-collections missing on the host) and was re-run as gpu_session13c.sh.
+# (It also ran a decode-step A/B, which failed without the ml-collections wheel on the host; that
+# part now lives in gpu_session13c.sh.)
 # Usage (repo root): bash experiments/gpu_session13b.sh
 source "$(dirname "$0")/gpu_prelude.sh" r13b
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 250 python3 -m pallas_kernels.bench_attention_v5 --sweep --out "$R" > "$R/sweep.txt" 2>&1
 echo "sweep rc=$?"
-unset XLA_PYTHON_CLIENT_PREALLOCATE
-for lay in natural kv_words; do
-  eng=fp4; [ "$lay" = kv_words ] && eng=bf16,fp4
-  timeout 140 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
-    --prefill_len 0 --kernel_layout --loop 8 --contexts 32768 --engines $eng --breakdown never \
-    --steps 12 --kv_cache_layout $lay --out "$R/roll_$lay" > "$R/roll_$lay.txt" 2>&1
-  echo "rollout $lay rc=$?"
-done
 tar czf "$OUT/session13b.tgz" -C /tmp r13b
 grep -iE "error|Traceback" "$R/sweep.txt" | head -3
-for lay in natural kv_words; do grep -E "^\| (fp4|bf16) " "$R/roll_$lay/rollout_throughput.md" | head -4; done
 grep -E "\| (32 x 32K|128 x 32K|32 x 128K) " "$R/kernels_attention_v5_sweep.md" | head -40
 exit 0
