@@ -69,7 +69,7 @@ def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
 def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale=None) -> jax.Array:
     """Float32 masked-softmax attention over the dequantized cache, in ``q``'s dtype; slots
     ``>= lengths[b]`` may hold anything (NaN included). ``sm_scale`` defaults to 1/sqrt(D).
-    FP4 caches may be in any QTensor layout (natural, or the K cache's "kv_words")."""
+    FP4 caches may be in either QTensor layout (natural, or init_cache's "kv_words")."""
 
     def values(c):
         if not isinstance(c, Q.QTensor):

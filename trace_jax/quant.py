@@ -31,7 +31,7 @@ Layout. ``QTensor.codes`` has ``x``'s shape with ``axis`` halved: two codes per 
 ``axis`` for per-row scales), so leading axes can be stacked (layers, vmap) without ambiguity.
 ``axis`` is stored negative for the same reason. ``layout`` is ``"natural"`` (the above) for
 every tensor this module makes; a kernel may keep a tensor's code bytes in its own bit order
-(``"kv_words"``: the FP4 K cache, :mod:`pallas_kernels.kv_layout`), which the functions here refuse
+(``"kv_words"``: the FP4 KV caches, :mod:`pallas_kernels.kv_layout`), which the functions here refuse
 rather than misread.
 
 Non-finite input. E2M1 has no Inf or NaN. A NaN or Inf inside a block makes that block's scale
