@@ -51,9 +51,15 @@ def main(argv=None) -> int:
                     help="instead: v5 / v6 knob grid (block_k x warps x stages) at B=32 x 32K, "
                          "the best 2 of each re-timed at 128 x 32K and 32 x 128K; writes "
                          "kernels_attention_v5_sweep.*")
+    ap.add_argument("--splits", action="store_true",
+                    help="instead: NVFP4 v6 at its default knobs over split counts (the programs "
+                         "per wave question) and a few block_k / stages variants at 32 x 32K, "
+                         "128 x 32K, 32 x 128K; writes kernels_attention_v6_splits.*")
     a = ap.parse_args(argv)
     if a.sweep:
         return sweep(a, argv)
+    if a.splits:
+        return splits(a, argv)
     shapes = ((2, 256), (1, 512)) if a.quick else SHAPES
     interpret = jax.default_backend() == "cpu"
     bw = devtime.report_copy_bandwidth(1 << (20 if a.quick else 30))
@@ -182,6 +188,83 @@ def sweep(a, argv) -> int:
                      f" | {r['block_k']} | {r['num_warps']} | {r['num_stages']} | {r['us']:.1f} | "
                      f"{r['pct_copy']:.1f} | {'yes' if r['default'] else ''} |")
     devtime.write_sweep(a.out, "kernels_attention_v5_sweep", lines, rows, bw)
+    return 0
+
+
+# session 14a: powers of two (the old default: 16 / 64 / 64) and block_k / stages variants;
+# session 14b (the default now): split counts that fill the last wave (fp4_splits) beside them
+SPLITS = {(128, 32768): (16, 17, 28, 34), (32, 131072): (64, 68, 102, 136),
+          (32, 32768): (64, 68, 34, 102), (111, 32768): (32, 13, 39), (111, 131072): (32, 13, 39)}
+VARIANTS = ()
+
+
+def splits(a, argv) -> int:
+    """NVFP4 v6: split counts and knob variants in device time (see --splits). Each row times
+    the whole call (kernel + split combine) and the attention kernel alone."""
+    import tempfile
+
+    from experiments import profile_summary as PS
+    from pallas_kernels.attention_triton import fp4_splits, tuned_knobs
+
+    interpret = jax.default_backend() == "cpu"
+    table = {(2, 256): (1, 2), (1, 512): (2, 4)} if a.quick else SPLITS
+    variants = VARIANTS
+    bw = devtime.report_copy_bandwidth(1 << (20 if a.quick else 30))
+    bk0, nw0, ns0 = tuned_knobs("nvfp4", "v6")
+    rows = []
+    for (b, s), ps in table.items():
+        kw, vw = _caches("nvfp4", b, s, jax.random.PRNGKey(2))
+        q = jax.random.normal(jax.random.PRNGKey(b), (b, HQ, D), jnp.bfloat16)
+        lengths = jnp.full((b,), s, jnp.int32)
+        auto = fp4_splits(b * H, s // bk0, max(2048, 8192 // nw0), "nvfp4", "v6", D, bk0, nw0,
+                          ns0)
+        configs = [dict(num_splits=p) for p in ps if p != auto] + [dict()]  # dict(): the default
+        configs += [dict(v) for v in variants]
+        ref = None
+        for knobs in configs:
+            f = jax.jit(lambda q, k, v, L, kn=tuple(knobs.items()): decode_attention_triton(
+                q, k, v, L, sm_scale=D ** -0.5, decode="v6", out_dtype=jnp.float32,
+                interpret=interpret, **dict(kn)))
+            try:
+                o = f(q, kw, vw, lengths)
+                with tempfile.TemporaryDirectory(prefix="devtime_") as tmp:
+                    summ = PS.profile_calls(lambda: f(q, kw, vw, lengths), 5, tmp)
+                t = devtime.selected_seconds(summ)
+                try:
+                    tk = devtime.selected_seconds(summ, "decode_attention")
+                except RuntimeError:  # the kernel's name did not reach the profile
+                    tk = float("nan")
+            except Exception as e:  # noqa: BLE001  (a config that does not fit / compile)
+                print(f"  B={b} ctx={s} {knobs}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                continue
+            ref = o if ref is None else ref
+            p = knobs.get("num_splits", auto)
+            bk = knobs.get("block_k", bk0)
+            r = dict(batch=b, context=s, num_splits=p, block_k=bk,
+                     num_stages=knobs.get("num_stages", ns0), programs=b * H * p, us=t * 1e6,
+                     kernel_us=tk * 1e6, pct_copy=100 * kv_bytes(b, H, s, D, "nvfp4") / t / bw,
+                     max_abs_vs_first=float(jnp.max(jnp.abs(o - ref))),
+                     default=not knobs)
+            rows.append(r)
+            print(f"  B={b} ctx={s} {knobs} (P={p}, {r['programs']} programs): {r['us']:.1f} us "
+                  f"(kernel {r['kernel_us']:.1f}) {r['pct_copy']:.1f}%"
+                  f"{' (default)' if r['default'] else ''}", flush=True)
+        del kw, vw
+    lines = [f"# NVFP4 v6 decode attention: split counts and knob variants, "
+             f"{jax.devices()[0].device_kind} (jax {jax.__version__})", "",
+             f"command: `python -m pallas_kernels.bench_attention_v5 {' '.join(argv or sys.argv[1:])}`",
+             "", "device time per call (kernel + split combine) and of the attention kernel "
+             f"alone; % copy = KV bytes / call time against a device-time copy of "
+             f"{bw / 1e12:.2f} TB/s; warps {nw0}; KV caches in the kv_words layout.", "",
+             "| B x ctx | splits | programs | block_k | stages | us | kernel us | % copy | "
+             "max abs vs row 1 | default |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ctx = f"{r['context'] // 1024}K" if r["context"] >= 1024 else str(r["context"])
+        lines.append(f"| {r['batch']} x {ctx} | {r['num_splits']} | "
+                     f"{r['programs']} | {r['block_k']} | {r['num_stages']} | {r['us']:.1f} | "
+                     f"{r['kernel_us']:.1f} | {r['pct_copy']:.1f} | {r['max_abs_vs_first']:.1e} "
+                     f"| {'yes' if r['default'] else ''} |")
+    devtime.write_sweep(a.out, "kernels_attention_v6_splits", lines, rows, bw)
     return 0
 
 
