@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -51,48 +50,6 @@ def _pick_splits(batch, kv_heads, n_blocks, target_programs=2048, min_blocks_per
         if n_blocks % p == 0:
             return p
     return n_blocks
-
-
-# Programs of one FP4 kernel resident on an SM at once, at a version's default knobs and head_dim
-# 128 (Nsight Compute "Block Limit Shared Mem" on the H200, session 13: 20.0 KB per NVFP4 v6
-# program, 27.1 KB per MXFP4 v6 program). The FP4 split count is chosen so that B * H * P
-# programs fill whole waves of SMs x this (session 14: at 128 x 32K, 2048 programs = 1.41 waves
-# ran 1.13x slower than 8192 = 5.64 waves; NOTES_attention.md).
-RESIDENT_PER_SM = {("nvfp4", "v6", 128, 32, 1, 3): 11, ("mxfp4", "v6", 128, 64, 1, 2): 8}
-
-
-def _sm_count():
-    dev = jax.devices()[0]
-    return getattr(dev, "core_count", None) if dev.platform == "gpu" else None
-
-
-def _wave_splits(pairs, n_blocks, target_programs, slots, min_blocks_per_split=2):
-    """FP4 split count P (any 1 <= P <= n_blocks / min_blocks; splits may differ by one block):
-    with ``slots`` (SMs x resident programs) known, the P within 2x of ``target_programs / pairs``
-    whose programs fill their last wave best (ties: the P nearest the target); else the P
-    nearest the target."""
-    cap = max(1, n_blocks // min_blocks_per_split)
-    p0 = target_programs / pairs
-    lo, hi = max(1, int(p0 // 2)), min(cap, math.ceil(2 * p0))
-    if not slots or lo >= hi:
-        return max(1, min(cap, round(p0)))
-
-    def fill(p):
-        waves = pairs * p / slots
-        return waves / math.ceil(waves)
-
-    ps = range(lo, hi + 1)
-    best = max(fill(p) for p in ps)
-    return min((p for p in ps if fill(p) >= best - 0.005), key=lambda p: abs(math.log(p / p0)))
-
-
-def fp4_splits(pairs, n_blocks, target_programs, fmt, decode, d, block_k, num_warps,
-               num_stages):
-    """The FP4 kernels' default split count (:func:`_wave_splits` with this GPU's SM count, an
-    H200's 132 on CPU, and the residency of the configuration when it is measured)."""
-    resident = RESIDENT_PER_SM.get((fmt, decode, d, block_k, num_warps, num_stages))
-    slots = resident and (_sm_count() or 132) * resident
-    return _wave_splits(pairs, n_blocks, target_programs, slots)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,29 +117,18 @@ def _scale_rows(s_u8, fmt, d2):
     return jnp.broadcast_to(sf[:, :, None], (bk, nb, rep)).reshape(bk, d2)
 
 
-def split_bounds(k, n_blocks, p, step):
-    """First row and row count of split ``k`` of ``p``: blocks [k*nb//p, (k+1)*nb//p) of ``step``
-    rows each, so the splits tile the cache and differ by at most one block (``p`` need not
-    divide ``n_blocks``). Works on Python ints and traced int32."""
-    first, end = k * n_blocks // p, (k + 1) * n_blocks // p
-    return first * step, (end - first) * step
-
-
-def _fp4_refs_and_rows(rest, fmt, len_ref, splits):
-    """The FP4 kernels' trailing refs (NVFP4 adds the K/V per-row global scales; None for MXFP4),
-    this program's first cache row (a multiple of the block) and its number of valid rows.
-    ``splits = (n_blocks, p, step)``; each program sees all S rows of its (sequence, kv head)."""
+def _fp4_refs_and_rows(rest, fmt, len_ref, chunk):
+    """The FP4 kernels' trailing refs (NVFP4 adds the K/V per-row global scales; None for MXFP4)
+    and the number of valid cache rows in this program's split."""
     kg_ref, vg_ref = (rest[0], rest[1]) if fmt == "nvfp4" else (None, None)
     oe_ref, oo_ref, m_ref, l_ref = rest[-4:]
-    row0, size = split_bounds(pl.program_id(2), *splits)
-    n = jnp.clip(len_ref[0] - row0, 0, size)
-    return kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, row0, n
+    n = jnp.clip(len_ref[0] - pl.program_id(2) * chunk, 0, chunk)
+    return kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n
 
 
 def _fp4_kernel(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
-                fmt, block_k, splits, scale):
-    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, row0, n = _fp4_refs_and_rows(rest, fmt, len_ref,
-                                                                             splits)
+                fmt, block_k, chunk, scale):
+    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     nblk = (n + block_k - 1) // block_k
     qe = qe_ref[...]
     qo = qo_ref[...]
@@ -200,7 +146,7 @@ def _fp4_kernel(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
         acc_e, acc_o, m, l = carry
         off = i * block_k
         valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
-        rows = pl.ds(pl.multiple_of(row0 + off, block_k), block_k)
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
         k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
         s = jnp.dot(qe, k_lo.T, preferred_element_type=jnp.float32)
         s = s + jnp.dot(qo, k_hi.T, preferred_element_type=jnp.float32)
@@ -369,9 +315,8 @@ def _pv_dot(p_f32, v, precision):
 
 
 def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
-                   fmt, block_k, splits, scale, precision, interpret):
-    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, row0, n = _fp4_refs_and_rows(rest, fmt, len_ref,
-                                                                             splits)
+                   fmt, block_k, chunk, scale, precision, interpret):
+    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     nblk = (n + block_k - 1) // block_k
     qe = qe_ref[...]
     qo = qo_ref[...]
@@ -387,7 +332,7 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         acc_e, acc_o, m, l = carry
         off = i * block_k
         valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
-        rows = pl.ds(pl.multiple_of(row0 + off, block_k), block_k)
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
         k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
         s = jnp.dot(qe, k_lo.T, preferred_element_type=jnp.float32)
         s = s + jnp.dot(qo, k_hi.T, preferred_element_type=jnp.float32)
@@ -432,10 +377,9 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
 
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
-                   fmt, block_k, splits, scale, precision, interpret, chains, k_words=False,
+                   fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False,
                    v_words=False):
-    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, row0, n = _fp4_refs_and_rows(rest, fmt, len_ref,
-                                                                             splits)
+    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     step = block_k * chains
     nblk = (n + step - 1) // step
     qe = qe_ref[...]  # [D2, Gq] bf16
@@ -472,7 +416,7 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
 
     def chunk_step(off, acc_e, acc_o, m, l):
         valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
-        rows = pl.ds(pl.multiple_of(row0 + off, block_k), block_k)
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
         k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
         s = jnp.dot(k_lo, qe, preferred_element_type=jnp.float32)
         s = s + jnp.dot(k_hi, qo, preferred_element_type=jnp.float32)  # [BK, Gq]
@@ -661,17 +605,10 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         s += pad
     n_blocks = s // step
     target = split_target or SPLIT_TARGET or max(2048, 8192 // num_warps)
-    if fp4:  # splits of any size (they differ by at most one block), filling whole waves
-        p = num_splits or fp4_splits(b * h, n_blocks, target, fmt, decode, d, block_k,
-                                     num_warps, num_stages)
-        if not 1 <= p <= n_blocks:
-            raise ValueError(f"num_splits={p} must be in [1, {n_blocks}] (the cache blocks)")
-    else:
-        p = num_splits or _pick_splits(b, h, n_blocks, target_programs=target)
-        if n_blocks % p:
-            raise ValueError(f"num_splits={p} must divide the {n_blocks} cache blocks")
-    chunk = s // p  # (bf16: the rows per split)
-    splits = (n_blocks, p, step)  # (FP4: split_bounds)
+    p = num_splits or _pick_splits(b, h, n_blocks, target_programs=target)
+    if n_blocks % p:
+        raise ValueError(f"num_splits={p} must divide the {n_blocks} cache blocks")
+    chunk = s // p
     scale = float(sm_scale) * LOG2E
 
     qg = q.reshape(b, h, g, d)
@@ -686,9 +623,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     ml_shape = jax.ShapeDtypeStruct((b, h, p, gp), jnp.float32)
     params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
 
-    def row_spec(width):  # bf16: the split's rows; FP4: all S rows (the kernel finds its split)
-        if fp4:
-            return pl.BlockSpec((None, None, s, width), lambda i, j, k: (i, j, 0, 0))
+    def row_spec(width):
         return pl.BlockSpec((None, None, chunk, width), lambda i, j, k: (i, j, k, 0))
 
     if not fp4:
@@ -722,7 +657,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                 if gs.shape[2] != s:
                     gs = jnp.broadcast_to(gs, (b, h, s, 1))
                 args.append(gs.reshape(b, h, s))
-            g_spec = pl.BlockSpec((None, None, s), lambda i, j, k: (i, j, 0))
+            g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
             in_specs += [g_spec, g_spec]
         if v3 and decode in ("v4", "v5", "v6"):
             # V codes as uint32 words (4 code bytes; a bitcast of the contiguous cache, no copy)
@@ -734,17 +669,17 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             q_spec = pl.BlockSpec((None, None, d2, gp), lambda i, j, k: (i, j, 0, 0))
             in_specs[1] = in_specs[2] = q_spec
             args[1], args[2] = qe, qo
-            kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, splits=splits,
+            kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale, precision=precision, interpret=interpret,
                                        chains=chains, k_words=decode in ("v5", "v6"),
                                        v_words=decode == "v6")
             o_block = (d2, gp)  # transposed partial outputs
         elif decode == "v1":
-            kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, splits=splits,
+            kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale)
             o_block = (gp, d2)
         else:
-            kernel = functools.partial(_fp4_kernel_v2, fmt=fmt, block_k=block_k, splits=splits,
+            kernel = functools.partial(_fp4_kernel_v2, fmt=fmt, block_k=block_k, chunk=chunk,
                                        scale=scale, precision=precision, interpret=interpret)
             o_block = (gp, d2)
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))

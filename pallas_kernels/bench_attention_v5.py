@@ -191,11 +191,12 @@ def sweep(a, argv) -> int:
     return 0
 
 
-# session 14a: powers of two (the old default: 16 / 64 / 64) and block_k / stages variants;
-# session 14b (the default now): split counts that fill the last wave (fp4_splits) beside them
-SPLITS = {(128, 32768): (16, 17, 28, 34), (32, 131072): (64, 68, 102, 136),
-          (32, 32768): (64, 68, 34, 102), (111, 32768): (32, 13, 39), (111, 131072): (32, 13, 39)}
-VARIANTS = ()
+# (session 14a, experiments/gpu_session14a.sh; 14b measured split counts that do not divide the
+# blocks at commit 286fe87, NOTES_attention.md)
+SPLITS = {(128, 32768): (2, 4, 8, 16, 32), (32, 131072): (8, 16, 32, 64, 128),
+          (32, 32768): (8, 16, 32, 64)}
+VARIANTS = (dict(block_k=16, num_stages=3), dict(block_k=16, num_stages=4),
+            dict(block_k=32, num_stages=4), dict(block_k=16, num_stages=2))
 
 
 def splits(a, argv) -> int:
@@ -204,7 +205,7 @@ def splits(a, argv) -> int:
     import tempfile
 
     from experiments import profile_summary as PS
-    from pallas_kernels.attention_triton import fp4_splits, tuned_knobs
+    from pallas_kernels.attention_triton import _pick_splits, tuned_knobs
 
     interpret = jax.default_backend() == "cpu"
     table = {(2, 256): (1, 2), (1, 512): (2, 4)} if a.quick else SPLITS
@@ -216,8 +217,7 @@ def splits(a, argv) -> int:
         kw, vw = _caches("nvfp4", b, s, jax.random.PRNGKey(2))
         q = jax.random.normal(jax.random.PRNGKey(b), (b, HQ, D), jnp.bfloat16)
         lengths = jnp.full((b,), s, jnp.int32)
-        auto = fp4_splits(b * H, s // bk0, max(2048, 8192 // nw0), "nvfp4", "v6", D, bk0, nw0,
-                          ns0)
+        auto = _pick_splits(b, H, s // bk0, target_programs=max(2048, 8192 // nw0))
         configs = [dict(num_splits=p) for p in ps if p != auto] + [dict()]  # dict(): the default
         configs += [dict(v) for v in variants]
         ref = None

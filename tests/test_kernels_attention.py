@@ -376,48 +376,6 @@ def test_split_target_default_sets_the_split_count(monkeypatch):
     assert max(_rel(o, ref) for o in outs) < 1e-5
 
 
-@pytest.mark.parametrize("fmt,decode", [("nvfp4", "v6"), ("mxfp4", "v4")])
-def test_splits_that_do_not_divide_the_blocks(fmt, decode):
-    """FP4 split counts need not divide the cache blocks (split k holds blocks
-    [k nb / P, (k+1) nb / P)): 3 and 7 splits of 10 blocks, lengths ending inside a split, at a
-    split edge and at one row, match the float64 attention and the 1-split result."""
-    q, k, v = _inputs(13, 3, 8, 2, 160, 128)
-    kc, vc = _cache(k, fmt), _cache(v, fmt)
-    if decode == "v6":
-        kc, vc = KL.to_kv_words(kc), KL.to_kv_words(vc)
-    lengths = jnp.array([160, 48, 1], jnp.int32)  # 48 = the end of split 0 of 3 (blocks 0..2)
-    outs = [np.asarray(AT.decode_attention_triton(
-        q, kc, vc, lengths, sm_scale=0.1, block_k=16, num_splits=p, decode=decode,
-        interpret=True, out_dtype=jnp.float32)) for p in (1, 3, 7)]
-    ref = _np_attention(q, dequantize(KL.to_natural(kc)), dequantize(KL.to_natural(vc)),
-                        lengths, 0.1)
-    for o in outs:
-        assert _rel(o, ref) < 1e-5
-        np.testing.assert_allclose(o, outs[0], rtol=0, atol=2e-5)
-    with pytest.raises(ValueError, match="num_splits=11 must be in"):
-        AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=0.1, block_k=16, num_splits=11,
-                                   decode=decode, interpret=True)
-
-
-def test_split_bounds_tile_the_cache():
-    for n_blocks, p in ((10, 3), (1024, 17), (7, 7), (5, 1)):
-        spans = [AT.split_bounds(k, n_blocks, p, 32) for k in range(p)]
-        assert spans[0][0] == 0 and sum(n for _, n in spans) == 32 * n_blocks
-        assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:]))  # contiguous
-        assert max(n for _, n in spans) - min(n for _, n in spans) <= 32  # within one block
-
-
-def test_wave_splits_fill_the_last_wave():
-    # 128 x 4 (sequence, kv head) pairs on 132 SMs x 11 programs, 8192 programs wanted (P ~16):
-    # 16 splits are 5.64 waves; 17 are 8704 programs = 5.99 waves (by hand: 512 * 17 / 1452)
-    assert AT._wave_splits(512, 1024, 8192, 1452) == 17
-    # 32 x 4 pairs at 128K (4096 blocks), P ~64: 68 splits = 5.99 waves is the nearest full one
-    assert AT._wave_splits(128, 4096, 8192, 1452) == 68
-    # unknown residency: the P nearest the target; a small cache caps it at 2 blocks per split
-    assert AT._wave_splits(512, 1024, 8192, None) == 16
-    assert AT._wave_splits(4, 16, 8192, 1452) == 8
-
-
 def test_bench_attention_combine_runs_on_cpu(monkeypatch, tmp_path):
     """pallas_kernels.bench_attention_combine's two modes (interpret mode, tiny shape): the
     combine variants agree with each other and the sweep rows carry a device time."""
