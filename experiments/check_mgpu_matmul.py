@@ -1,0 +1,114 @@
+"""The Mosaic GPU FP4 matmul prototype (``pallas_kernels.fp4_matmul_mgpu``) on one GPU: exactness
+against the pure-JAX reference and device time against the Pallas-Triton FP4 kernel and the XLA
+bf16 dot at the issue-6 decode shapes; then a (tk, pipeline steps) sweep at 8192 x 28672.
+
+  python experiments/check_mgpu_matmul.py [--out DIR] [--sweep]
+
+Per row: time per call (device time of all its kernels, 5 profiled calls), bytes the FP4 kernel
+streams (codes + scales) / time as % of a copy measured the same way, relative error (Frobenius)
+against ``fp4_matmul_mgpu_reference`` (dequantize to f32 + f32 dot, cast to bf16). GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import traceback
+
+import jax
+import jax.numpy as jnp
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+from pallas_kernels import devtime  # noqa: E402
+from pallas_kernels import fp4_matmul as fm  # noqa: E402
+from pallas_kernels import fp4_matmul_mgpu as FM  # noqa: E402
+from trace_jax.quant import quantize  # noqa: E402
+
+SHAPES = ((8192, 28672), (2048, 768), (768, 2048))
+MS = (1, 8, 32, 64)
+
+
+def rel(a, b):
+    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    return float(jnp.linalg.norm(a - b) / jnp.maximum(jnp.linalg.norm(b), 1e-30))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--tk", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=4)
+    a = ap.parse_args(argv)
+    bw = devtime.report_copy_bandwidth(1 << 30)
+    rows = []
+
+    def timed(name, f, *args, **row):
+        try:
+            t = devtime.device_seconds(f, *args)
+        except Exception as e:  # noqa: BLE001  (a config that does not compile: report, go on)
+            print(f"  {name} {row}: {type(e).__name__}: {str(e)[:400]}", flush=True)
+            traceback.print_exc(limit=3)
+            return None
+        return t
+
+    for k, n in (SHAPES[:1] if a.sweep else SHAPES):
+        q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
+            jax.random.normal(jax.random.PRNGKey(k + n), (k, n), jnp.float32))
+        wm, wt = jax.jit(FM.prepare_mgpu)(q), jax.jit(fm.prepare_weights)(q)
+        wb = jax.jit(lambda q: fm.dequantize_bf16(fm.prepare_weights(q)))(q)
+        nbytes = wm.nbytes
+        for m in ((1, 8) if a.sweep else MS):
+            x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
+            ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
+            configs = (list(itertools.product((128, 256, 512), (2, 4, 6))) if a.sweep
+                       else [(min(a.tk, k), a.steps)])
+            for tk, steps in configs:
+                if k % tk:
+                    continue
+                f = jax.jit(lambda x, w, tk=tk, steps=steps: FM.fp4_matmul_mgpu(
+                    x, w, tk=tk, steps=steps, backend="mgpu"))
+                try:
+                    out = f(x, wm)
+                    err = rel(out, ref)
+                except Exception as e:  # noqa: BLE001
+                    print(f"  mgpu K={k} N={n} M={m} tk={tk} steps={steps}: {type(e).__name__}: "
+                          f"{str(e)[:1500]}", flush=True)
+                    traceback.print_exc(limit=4)
+                    continue
+                t = timed("mgpu", f, x, wm, k=k, n=n, m=m)
+                if t is None:
+                    continue
+                row = dict(k=k, n=n, m=m, tk=tk, steps=steps, mgpu_us=t * 1e6,
+                           mgpu_pct_copy=100 * nbytes / t / bw, mgpu_relerr=err)
+                if not a.sweep:
+                    ft = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))
+                    tt = timed("triton", ft, x, wt)
+                    row.update(triton_us=tt and tt * 1e6,
+                               triton_relerr=rel(ft(x, wt), ref),
+                               mgpu_vs_triton=tt and tt / t)
+                    tb = timed("bf16", jax.jit(lambda x, w: jnp.dot(x, w)), x, wb)
+                    row.update(bf16_us=tb and tb * 1e6, mgpu_vs_bf16=tb and tb / t)
+                rows.append(row)
+                print("  " + "  ".join(f"{kk}={v:.4g}" if isinstance(v, float) else f"{kk}={v}"
+                                       for kk, v in row.items()), flush=True)
+    stem = "kernels_matmul_mgpu" + ("_sweep" if a.sweep else "")
+    cols = list(rows[0]) if rows else []
+    lines = [f"# Mosaic GPU FP4 matmul prototype: {jax.devices()[0].device_kind} "
+             f"(jax {jax.__version__})", "",
+             f"command: `python experiments/check_mgpu_matmul.py {' '.join(argv or sys.argv[1:])}`",
+             "", f"device time per call; % copy = FP4 codes + scales / time against a device-time "
+             f"copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 dot.", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])
+                                       for c in cols) + " |")
+    devtime.write_sweep(a.out, stem, lines, rows, bw)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

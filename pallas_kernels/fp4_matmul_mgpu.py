@@ -1,0 +1,234 @@
+"""FP4 (NVFP4) dense matmul for small M on Hopper in Pallas Mosaic GPU: the weights are decoded
+straight into the registers of wgmma's A operand (prototype, session 14; not yet used by the model).
+
+  w = prepare_mgpu(qtensor_KxN)            # once, at weight sync (``mgpu_layout``)
+  y = fp4_matmul_mgpu(x_MxK_bf16, w)        # [M, N] bf16; M <= 256
+
+out^T [N, Mp] = W^T [N, K] x^T [K, Mp] (Mp = M rounded up to 8): one warpgroup per 64 weight
+rows; an ``emit_pipeline`` over K streams (TMA) a [64, tk / 8] uint32 code tile, its [tk / 64, 64]
+scale words and the [Mp, tk] x tile into shared memory; the code words are loaded in the WGMMA
+register layout and decoded in registers (per word: 8 integer ops and 4 ``mul.bf16x2`` by the
+block scales, ``mgpu_layout``), and ``wgmma`` takes them as its A operand with x^T (transposed
+view of the x tile) as B, f32 accumulation. Decoded values are ``code * scale * 2**-8`` (exact in
+bf16, as in ``fp4_matmul``); the wrapper applies ``2**8 * global_scale`` to the f32 result.
+
+GPU only (Mosaic GPU has no CPU lowering and its interpret mode cannot run ``inline_mgpu``):
+``fp4_matmul_mgpu`` falls back to the pure-JAX reference on other backends; the layout and the
+decode are checked on the CPU by ``tests/test_mgpu_layout.py``, the kernel on the H200 by
+``experiments/check_mgpu_matmul.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_kernels import kv_layout as KL
+from pallas_kernels import mgpu_layout as MG
+from trace_jax import quant
+from trace_jax.quant import QTensor
+
+ROWS = 64  # weight rows (N) per warpgroup: wgmma's M
+SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
+
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["codes", "scales", "global_scale"], meta_fields=["fmt"])
+@dataclasses.dataclass(frozen=True)
+class MgpuWeights:
+    codes: jax.Array  # uint32 [N, K / 8] (mgpu_layout)
+    scales: jax.Array  # uint32 [K / 64, N]: 4 E4M3 block scales per word
+    global_scale: jax.Array  # f32 []
+    fmt: str = "nvfp4"
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n, k8 = self.codes.shape
+        return 8 * k8, n
+
+    @property
+    def nbytes(self) -> int:
+        return int(4 * self.codes.size + 4 * self.scales.size)
+
+
+def prepare_mgpu(w: QTensor) -> MgpuWeights:
+    """An NVFP4 weight QTensor [K, N] quantized along K (axis -2, per-tensor global scale) in the
+    Mosaic GPU layout. K must be a multiple of 64, N of 64."""
+    if w.fmt != "nvfp4":
+        raise NotImplementedError(f"the Mosaic GPU FP4 matmul takes nvfp4 weights, got {w.fmt}")
+    if w.axis != -2 or w.codes.ndim != 2:
+        raise ValueError(f"weights must be [K, N] quantized along K (axis -2), got {w.shape}, "
+                         f"axis {w.axis}")
+    k, n = w.shape
+    if k % MG.SPAN or n % ROWS:
+        raise ValueError(f"K={k} and N={n} must be multiples of {MG.SPAN} and {ROWS}")
+    if w.global_scale.size != 1:
+        raise ValueError(f"global scale must be per tensor, got shape {w.global_scale.shape}")
+    nib = jnp.stack([w.codes & 15, w.codes >> 4], axis=1).reshape(k, n)  # [K, N]
+    sb = jax.lax.bitcast_convert_type(w.scales, jnp.uint8)  # [K / 16, N]
+    return MgpuWeights(codes=MG.pack_codes(nib.T), scales=MG.pack_scales(sb.T),
+                       global_scale=w.global_scale.astype(jnp.float32).reshape(()))
+
+
+def mgpu_to_qtensor(w: MgpuWeights) -> QTensor:
+    """Inverse of :func:`prepare_mgpu` (exact)."""
+    k, n = w.shape
+    nib = MG.unpack_codes(w.codes).T  # [K, N]
+    codes = (nib[0::2] | (nib[1::2] << 4)).astype(jnp.uint8)
+    sb = jax.lax.bitcast_convert_type(w.scales.T, jnp.uint8).reshape(n, k // 16).T
+    return QTensor(codes=codes, scales=jax.lax.bitcast_convert_type(sb, jnp.float8_e4m3fn),
+                   global_scale=w.global_scale.reshape(1, 1), fmt="nvfp4", axis=-2)
+
+
+def fp4_matmul_mgpu_reference(x: jax.Array, w: MgpuWeights) -> jax.Array:
+    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32)
+    return jnp.dot(x.astype(jnp.float32), wf).astype(jnp.bfloat16)
+
+
+# --- the kernel -------------------------------------------------------------------------------
+
+_SCALE_ASM = """{
+.reg .b16 lo, hi, h0, h1, h2, h3;
+.reg .b32 f01, f23;
+.reg .f32 a0, a1, a2, a3;
+mov.b32 {lo, hi}, $4;
+cvt.rn.f16x2.e4m3x2 f01, lo;
+cvt.rn.f16x2.e4m3x2 f23, hi;
+mov.b32 {h0, h1}, f01;
+mov.b32 {h2, h3}, f23;
+cvt.f32.f16 a0, h0;
+cvt.f32.f16 a1, h1;
+cvt.f32.f16 a2, h2;
+cvt.f32.f16 a3, h3;
+mul.f32 a0, a0, 0f7A800000;
+mul.f32 a1, a1, 0f7A800000;
+mul.f32 a2, a2, 0f7A800000;
+mul.f32 a3, a3, 0f7A800000;
+cvt.rn.bf16x2.f32 $0, a0, a0;
+cvt.rn.bf16x2.f32 $1, a1, a1;
+cvt.rn.bf16x2.f32 $2, a2, a2;
+cvt.rn.bf16x2.f32 $3, a3, a3;
+}"""  # 4 E4M3 scales (one u32) -> 4 bf16x2 (S, S), S = scale * 2**118 (exact; NaN stays NaN)
+
+_M = f"{KL.P_MASK:#010x}"
+_DECODE_ASM = f"""{{
+.reg .b32 a;
+and.b32 a, $4, {_M};
+mul.rn.bf16x2 $0, a, $5;
+shf.l.wrap.b32 a, $4, $4, {KL.ROTATIONS[1]};
+and.b32 a, a, {_M};
+mul.rn.bf16x2 $1, a, $5;
+shf.l.wrap.b32 a, $4, $4, {KL.ROTATIONS[2]};
+and.b32 a, a, {_M};
+mul.rn.bf16x2 $2, a, $6;
+and.b32 a, $4, {KL.HOLE_MASK:#010x};
+mul.lo.u32 a, a, {KL.MUL:#x};
+and.b32 a, a, {_M};
+mul.rn.bf16x2 $3, a, $6;
+}}"""  # one word -> its 4 bf16x2 pairs times (S_lo, S_lo) for pairs 0, 1 and (S_hi, S_hi) for 2, 3
+
+
+def _decode_tile(uw, srows, tk):
+    """inline_mgpu: uint32 [64, tk / 8] code words (WGMMA layout) and tk / 64 scale rows [64]
+    (WGMMA_ROW layout) -> bf16 [64, tk] wgmma A operand (WGMMA layout)."""
+    import jax.experimental.mosaic.gpu as mgpu
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import llvm, vector
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.mosaic.gpu import utils as mu
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    @plgpu.inline_mgpu(
+        arg_types=(plgpu.Layout.WGMMA, *([plgpu.Layout.WGMMA.reduce(1)] * len(srows))),
+        return_type=plgpu.ShapeDtypeStruct((ROWS, tk), jnp.bfloat16, layout=plgpu.Layout.WGMMA))
+    def dec(ctx, u_fa, *s_fas):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        bf2 = ir.VectorType.get((2,), ir.BF16Type.get())
+        struct4 = llvm.StructType.get_literal([i32] * 4)
+        out = np.empty(fa.WGMMA_LAYOUT.registers_shape((ROWS, tk)), dtype=object)
+        for s in range(tk // MG.SPAN):
+            for h in range(2):  # rows r and r + 8 of the thread
+                sw = mu.bitcast(s_fas[s].registers[0, 0, h, 0, 0], i32)
+                sp = llvm.inline_asm(struct4, [sw], _SCALE_ASM, "=r,=r,=r,=r,r")
+                spairs = [llvm.extractvalue(i32, sp, (i,)) for i in range(4)]
+                ureg = u_fa.registers[0, s, 0, 0, h, 0, 0, 0, 0]  # vector<2 x i32>
+                for e in range(2):
+                    word = vector.extract(ureg, [], [e])
+                    d = llvm.inline_asm(struct4, [word, spairs[2 * e], spairs[2 * e + 1]],
+                                        _DECODE_ASM, "=r,=r,=r,=r,r,r,r")
+                    for p in range(4):
+                        out[0, 8 * s + 4 * e + p, 0, 0, h, 0, 0, 0, 0] = mu.bitcast(
+                            llvm.extractvalue(i32, d, (p,)), bf2)
+        return mgpu.FragmentedArray(_registers=out, _layout=fa.WGMMA_LAYOUT, _is_signed=None)
+
+    return dec(uw, *srows)
+
+
+@functools.partial(jax.jit, static_argnames=("tk", "steps"))
+def _matmul_t(codes, scales, xp, *, tk, steps):
+    """out^T [N, Mp] f32 (values * 2**-SHIFT, no global scale) for x padded to [Mp, K]."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    n, k8 = codes.shape
+    k, mp = 8 * k8, xp.shape[0]
+    if k % tk or tk % MG.SPAN:
+        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def body(u_gmem, s_gmem, x_gmem, o_gmem, o_smem):
+        ni = jax.lax.axis_index("n")
+        rows = pl.ds(ni * ROWS, ROWS)
+
+        def compute(acc_ref):
+            def step(_, u_smem, s_smem, x_smem):
+                uw = plgpu.load(u_smem, (), layout=plgpu.Layout.WGMMA, optimized=False)
+                srows = [plgpu.load(s_smem, (j,), layout=plgpu.Layout.WGMMA.reduce(1))
+                         for j in range(tk // MG.SPAN)]
+                a = _decode_tile(uw, srows, tk)
+                plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(x_smem, (1, 0)))
+                plgpu.wgmma_wait(0)
+
+            plgpu.emit_pipeline(
+                step, grid=(k // tk,), max_concurrent_steps=steps,
+                in_specs=[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk)),
+                          plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0)),
+                          plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
+            )(u_gmem.at[rows, :], s_gmem.at[:, rows], x_gmem)
+            return acc_ref[...]
+
+        acc = pl.run_scoped(compute, plgpu.ACC((ROWS, mp), jnp.float32))
+        o_smem[...] = acc
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[rows, :])
+        plgpu.wait_smem_to_gmem(0)
+
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((n, mp), jnp.float32), grid=(n // ROWS,),
+        grid_names=("n",), scratch_types=[plgpu.SMEM((ROWS, mp), jnp.float32)],
+    )(codes, scales, xp)
+
+
+def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int = 4,
+                    backend: str = "auto") -> jax.Array:
+    """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
+    equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``backend="auto"``: the
+    kernel on a GPU, the reference elsewhere; ``"mgpu"`` forces the kernel."""
+    k, n = w.shape
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [M, {k}], got {x.shape}")
+    m = x.shape[0]
+    if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
+        return fp4_matmul_mgpu_reference(x, w)
+    mp = max(8, -(-m // 8) * 8)
+    if mp > 256:
+        raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
+    xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
+    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps)
+    scale = w.global_scale * (2.0 ** SHIFT)
+    return (out_t[:, :m].T * scale).astype(jnp.bfloat16)

@@ -1,0 +1,96 @@
+"""The Mosaic GPU FP4 weight layout (``pallas_kernels.mgpu_layout``): the words are a bijection of
+the natural codes, and the kernel's register-by-register decode (emulated in uint32 arithmetic)
+puts every code at the K column its WGMMA register half stands for; scales land per span."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels import matmul_layout as ML
+from pallas_kernels import mgpu_layout as MG
+
+
+def _nibbles(n, k, seed=0):
+    return jax.random.randint(jax.random.PRNGKey(seed), (n, k), 0, 16).astype(jnp.uint8)
+
+
+def test_gather_table_is_a_permutation_with_one_thread_quad_per_word():
+    g = MG.gather_table()
+    assert sorted(g.ravel().tolist()) == list(range(64))
+    for w in range(8):  # word 2 q + e holds only columns of lane q (col % 8 in {2q, 2q+1})
+        assert set((g[w] % 8) // 2) == {w // 2}
+        assert set(g[w] // 32) == {w % 2}
+
+
+@pytest.mark.parametrize("n,k", [(64, 64), (128, 256), (8, 192)])
+def test_pack_unpack_roundtrip(n, k):
+    nib = _nibbles(n, k, seed=n + k)
+    words = MG.pack_codes(nib)
+    assert words.shape == (n, k // 8) and words.dtype == jnp.uint32
+    np.testing.assert_array_equal(np.asarray(MG.unpack_codes(words)), np.asarray(nib))
+
+
+def test_emulated_registers_hold_the_codes_of_their_columns():
+    nib = _nibbles(64, 256, seed=3)
+    pat = MG.emulate_registers(MG.pack_codes(nib)).astype(jnp.uint32)
+    np.testing.assert_array_equal(np.asarray(ML.pattern_to_code(pat)), np.asarray(nib))
+    stray = pat & ~jnp.uint32(0x81C0)  # nothing outside the pattern bits
+    assert int(jnp.max(stray)) == 0
+
+
+def test_pack_scales_puts_a_spans_four_blocks_in_one_word():
+    s = jax.random.randint(jax.random.PRNGKey(5), (64, 16), 0, 256).astype(jnp.uint8)
+    w = np.asarray(MG.pack_scales(s))  # [K/64 = 4, N = 64]
+    assert w.shape == (4, 64)
+    for span in range(4):
+        for b in range(4):
+            np.testing.assert_array_equal((w[span] >> (8 * b)) & 0xFF, np.asarray(s[:, 4 * span + b]))
+
+
+def test_bad_k_is_refused():
+    with pytest.raises(ValueError, match="multiple of 64"):
+        MG.pack_codes(_nibbles(8, 96))
+
+
+def _weights(k, n, seed=7):
+    from trace_jax.quant import quantize
+    w = jax.random.normal(jax.random.PRNGKey(seed), (k, n), jnp.float32)
+    return quantize(w, "nvfp4", axis=-2, global_scope="tensor")
+
+
+def test_prepare_mgpu_roundtrip_and_cpu_fallback():
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    q = _weights(256, 128)
+    w = FM.prepare_mgpu(q)
+    back = FM.mgpu_to_qtensor(w)
+    np.testing.assert_array_equal(np.asarray(back.codes), np.asarray(q.codes))
+    np.testing.assert_array_equal(np.asarray(back.scales.view(jnp.uint8)),
+                                  np.asarray(q.scales.view(jnp.uint8)))
+    x = jax.random.normal(jax.random.PRNGKey(1), (3, 256), jnp.bfloat16)
+    ref = jnp.dot(x.astype(jnp.float32), quant_dequant(q)).astype(jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(FM.fp4_matmul_mgpu(x, w)), np.asarray(ref))
+    with pytest.raises(ValueError, match=r"x must be \[M, 256\]"):
+        FM.fp4_matmul_mgpu(x[:, :128], w)
+
+
+def quant_dequant(q):
+    from trace_jax.quant import dequantize
+    return dequantize(q, jnp.float32)
+
+
+def test_emulated_kernel_values_times_two_pow_shift_are_the_weights():
+    """What the kernel feeds the MMA: pattern (E2M1 * 2**-126) * S (scale * 2**118) per register
+    = code * scale * 2**-SHIFT; times 2**SHIFT * global scale it is the dequantized weight."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    q = _weights(128, 64, seed=9)
+    w = FM.prepare_mgpu(q)
+    pat = MG.emulate_registers(w.codes).astype(jnp.uint32)  # [N, K]
+    code_val = ML.code_value(ML.pattern_to_code(pat))
+    sb = jax.lax.bitcast_convert_type(w.scales.T, jnp.uint8).reshape(64, 8)  # [N, K / 16]
+    s = jax.lax.bitcast_convert_type(sb, jnp.float8_e4m3fn).astype(jnp.float32)
+    vals = code_val * jnp.repeat(s, 16, axis=1) * 2.0 ** -FM.SHIFT  # [N, K]
+    import dataclasses
+    unit = dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale))  # code * scale
+    np.testing.assert_array_equal(np.asarray(vals.T * 2.0 ** FM.SHIFT),
+                                  np.asarray(quant_dequant(unit)))
