@@ -7,6 +7,7 @@ bf16 dot at the issue-6 decode shapes; then a (tk, pipeline steps) sweep at 8192
 Per row: time per call (device time of all its kernels, 5 profiled calls), bytes the FP4 kernel
 streams (codes + scales) / time as % of a copy measured the same way, relative error (Frobenius)
 against ``fp4_matmul_mgpu_reference`` (dequantize to f32 + f32 dot, cast to bf16). GPU only.
+The sweep's ``raw_scales_diag`` row skips the scale conversion (wrong values: a timing probe).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--tk", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--overlap", action="store_true")
     a = ap.parse_args(argv)
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
@@ -64,13 +66,15 @@ def main(argv=None) -> int:
         for m in ((1, 8) if a.sweep else MS):
             x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
-            configs = (list(itertools.product((128, 256, 512), (2, 4, 6))) if a.sweep
-                       else [(min(a.tk, k), a.steps)])
-            for tk, steps in configs:
+            configs = ([(*c, False) for c in itertools.product((256, 512), (3, 6), (False, True))]
+                       + [(256, 4, False, True)] if a.sweep
+                       else [(min(a.tk, k), a.steps, a.overlap, False)])
+            for tk, steps, overlap, diag in configs:
                 if k % tk:
                     continue
-                f = jax.jit(lambda x, w, tk=tk, steps=steps: FM.fp4_matmul_mgpu(
-                    x, w, tk=tk, steps=steps, backend="mgpu"))
+                FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
+                f = jax.jit(lambda x, w, tk=tk, steps=steps, overlap=overlap: FM.fp4_matmul_mgpu(
+                    x, w, tk=tk, steps=steps, overlap=overlap, backend="mgpu"))
                 try:
                     out = f(x, wm)
                     err = rel(out, ref)
@@ -82,7 +86,9 @@ def main(argv=None) -> int:
                 t = timed("mgpu", f, x, wm, k=k, n=n, m=m)
                 if t is None:
                     continue
-                row = dict(k=k, n=n, m=m, tk=tk, steps=steps, mgpu_us=t * 1e6,
+                FM._DIAG_RAW_SCALES = False
+                row = dict(k=k, n=n, m=m, tk=tk, steps=steps, overlap=overlap,
+                           raw_scales_diag=diag, mgpu_us=t * 1e6,
                            mgpu_pct_copy=100 * nbytes / t / bw, mgpu_relerr=err)
                 if not a.sweep:
                     ft = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))

@@ -33,6 +33,9 @@ from trace_jax import quant
 from trace_jax.quant import QTensor
 
 ROWS = 64  # weight rows (N) per warpgroup: wgmma's M
+# Diagnostic for benchmarks only (wrong results): skip the E4M3 -> bf16 scale conversion and use
+# the raw scale words as multipliers, to measure what the conversion costs.
+_DIAG_RAW_SCALES = False
 SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
 
 
@@ -154,8 +157,11 @@ def _decode_tile(uw, srows, tk):
         for s in range(tk // MG.SPAN):
             for h in range(2):  # rows r and r + 8 of the thread
                 sw = mu.bitcast(s_fas[s].registers[0, 0, h, 0, 0], i32)
-                sp = llvm.inline_asm(struct4, [sw], _SCALE_ASM, "=r,=r,=r,=r,r")
-                spairs = [llvm.extractvalue(i32, sp, (i,)) for i in range(4)]
+                if _DIAG_RAW_SCALES:
+                    spairs = [sw] * 4
+                else:
+                    sp = llvm.inline_asm(struct4, [sw], _SCALE_ASM, "=r,=r,=r,=r,r")
+                    spairs = [llvm.extractvalue(i32, sp, (i,)) for i in range(4)]
                 ureg = u_fa.registers[0, s, 0, 0, h, 0, 0, 0, 0]  # vector<2 x i32>
                 for e in range(2):
                     word = vector.extract(ureg, [], [e])
@@ -169,8 +175,8 @@ def _decode_tile(uw, srows, tk):
     return dec(uw, *srows)
 
 
-@functools.partial(jax.jit, static_argnames=("tk", "steps"))
-def _matmul_t(codes, scales, xp, *, tk, steps):
+@functools.partial(jax.jit, static_argnames=("tk", "steps", "overlap"))
+def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False):
     """out^T [N, Mp] f32 (values * 2**-SHIFT, no global scale) for x padded to [Mp, K]."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -192,14 +198,16 @@ def _matmul_t(codes, scales, xp, *, tk, steps):
                          for j in range(tk // MG.SPAN)]
                 a = _decode_tile(uw, srows, tk)
                 plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(x_smem, (1, 0)))
-                plgpu.wgmma_wait(0)
+                plgpu.wgmma_wait(1 if overlap else 0)  # overlap: the next decode runs under it
 
             plgpu.emit_pipeline(
                 step, grid=(k // tk,), max_concurrent_steps=steps,
                 in_specs=[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk)),
                           plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0)),
-                          plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
+                          plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr,
+                                          delay_release=1 if overlap else 0)],
             )(u_gmem.at[rows, :], s_gmem.at[:, rows], x_gmem)
+            plgpu.wgmma_wait(0)
             return acc_ref[...]
 
         acc = pl.run_scoped(compute, plgpu.ACC((ROWS, mp), jnp.float32))
@@ -215,7 +223,7 @@ def _matmul_t(codes, scales, xp, *, tk, steps):
 
 
 def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int = 4,
-                    backend: str = "auto") -> jax.Array:
+                    overlap: bool = False, backend: str = "auto") -> jax.Array:
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``backend="auto"``: the
     kernel on a GPU, the reference elsewhere; ``"mgpu"`` forces the kernel."""
@@ -229,6 +237,6 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
-    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps)
+    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps, overlap=overlap)
     scale = w.global_scale * (2.0 ** SHIFT)
     return (out_t[:, :m].T * scale).astype(jnp.bfloat16)
