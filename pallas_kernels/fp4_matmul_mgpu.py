@@ -82,7 +82,7 @@ def mgpu_to_qtensor(w: MgpuWeights) -> QTensor:
     k, n = w.shape
     nib = MG.unpack_codes(w.codes).T  # [K, N]
     codes = (nib[0::2] | (nib[1::2] << 4)).astype(jnp.uint8)
-    sb = jax.lax.bitcast_convert_type(w.scales.T, jnp.uint8).reshape(n, k // 16).T
+    sb = MG.unpack_scales(w.scales).T  # [K / 16, N]
     return QTensor(codes=codes, scales=jax.lax.bitcast_convert_type(sb, jnp.float8_e4m3fn),
                    global_scale=w.global_scale.reshape(1, 1), fmt="nvfp4", axis=-2)
 
@@ -94,28 +94,10 @@ def fp4_matmul_mgpu_reference(x: jax.Array, w: MgpuWeights) -> jax.Array:
 
 # --- the kernel -------------------------------------------------------------------------------
 
-_SCALE_ASM = """{
-.reg .b16 lo, hi, h0, h1, h2, h3;
-.reg .b32 f01, f23;
-.reg .f32 a0, a1, a2, a3;
-mov.b32 {lo, hi}, $4;
-cvt.rn.f16x2.e4m3x2 f01, lo;
-cvt.rn.f16x2.e4m3x2 f23, hi;
-mov.b32 {h0, h1}, f01;
-mov.b32 {h2, h3}, f23;
-cvt.f32.f16 a0, h0;
-cvt.f32.f16 a1, h1;
-cvt.f32.f16 a2, h2;
-cvt.f32.f16 a3, h3;
-mul.f32 a0, a0, 0f7A800000;
-mul.f32 a1, a1, 0f7A800000;
-mul.f32 a2, a2, 0f7A800000;
-mul.f32 a3, a3, 0f7A800000;
-cvt.rn.bf16x2.f32 $0, a0, a0;
-cvt.rn.bf16x2.f32 $1, a1, a1;
-cvt.rn.bf16x2.f32 $2, a2, a2;
-cvt.rn.bf16x2.f32 $3, a3, a3;
-}"""  # 4 E4M3 scales (one u32) -> 4 bf16x2 (S, S), S = scale * 2**118 (exact; NaN stays NaN)
+_BIAS2 = f"{MG.S_BIAS * 0x10001:#010x}"
+_SCALE_ASM = "{\n.reg .b32 t, z;\nmov.b32 z, 0;\n" + "".join(
+    f"prmt.b32 t, $4, z, 0x4{k}4{k};\nmad.lo.u32 ${k}, t, 16, {_BIAS2};\n" for k in range(4)
+) + "}"  # 4 scale codes (one u32, mgpu_layout) -> 4 bf16x2 (S, S), S = scale * 2**118
 
 _M = f"{KL.P_MASK:#010x}"
 _DECODE_ASM = f"""{{

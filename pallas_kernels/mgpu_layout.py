@@ -12,9 +12,15 @@ the word the codes sit in :mod:`kv_layout`'s bit order (pair p = ``kv_layout.PAI
 one word decodes into its 4 bf16x2 registers with 8 integer ops and 4 ``mul.bf16x2`` by the block
 scales. Pairs 0, 1 of a word lie in NVFP4 block ``4 s + 2 e``, pairs 2, 3 in block ``4 s + 2 e + 1``.
 
-NVFP4 block scales are stored as uint32 ``[K / 64, N]``: the 4 E4M3 bytes of blocks 4 s .. 4 s + 3
-of row n in word (s, n) (little endian), so that a [64] row of a [K / 64, 64] tile loads in
-``WGMMA_ROW_LAYOUT`` (each thread: its rows' words).
+NVFP4 block scales are stored as uint32 ``[K / 64, N]``: the 4 *scale codes* of blocks
+4 s .. 4 s + 3 of row n in word (s, n) (little endian), so that a [64] row of a [K / 64, 64] tile
+loads in ``WGMMA_ROW_LAYOUT`` (each thread: its rows' words). A scale code ``c`` is the E4M3 scale
+re-encoded at prepare time so that the kernel's bf16 multiplier ``S = scale * 2**118`` is
+``(c << 4) + 0x7600`` in each 16-bit half (one ``prmt`` to place c in both halves, one ``mad``):
+every E4M3 value times 2**118 is a bf16 with exponent 236..253 and a 3-bit mantissa, i.e.
+``c = (exponent - 236) << 3 | mantissa`` (0..143, subnormal scales included). NaN (and any
+negative scale, which the quantizer never makes) gets c = 156 (S = NaN: the block's products are
+NaN, not a silent wrong value); a zero scale gets c = 255 (S finite, so the zero codes give 0).
 
 :func:`pack_codes` / :func:`unpack_codes` convert natural nibbles [N, K] to and from the words;
 :func:`emulate_registers` is the kernel's decode in plain JAX, register by register (CPU tests).
@@ -70,13 +76,63 @@ def unpack_codes(words_NxK8: jax.Array) -> jax.Array:
     return nat[..., jnp.asarray(inv)].reshape(n, 8 * k8)
 
 
+S_BIAS = 0x7600  # bf16 bits of S = (code << 4) + S_BIAS (exponent 236 = code 0)
+NAN_CODE, ZERO_CODE = 156, 255
+
+
+def _code_tables() -> tuple[np.ndarray, np.ndarray]:
+    """(E4M3 byte -> scale code, scale code -> E4M3 byte) lookup tables."""
+    e4m3 = np.arange(256, dtype=np.uint8).view(jnp.float8_e4m3fn).astype(np.float32)
+    fwd = np.full(256, NAN_CODE, np.uint8)
+    for b, v in enumerate(e4m3):
+        if v == 0:
+            fwd[b] = ZERO_CODE
+        elif np.isfinite(v) and v > 0:
+            bits = int(np.array(v * 2.0 ** 118, np.float32).view(np.uint32)) >> 16  # exact bf16
+            exp, man = (bits >> 7) & 0xFF, bits & 0x7F
+            if man & 0xF or not 236 <= exp <= 253:
+                raise AssertionError(f"E4M3 byte {b}: S is not a 3-bit-mantissa bf16")
+            fwd[b] = ((exp - 236) << 3) | (man >> 4)
+    inv = np.zeros(256, np.uint8)
+    inv[NAN_CODE] = 0x7F
+    for b in range(0x7F):  # the non-negative finite bytes (0 -> ZERO_CODE)
+        inv[fwd[b]] = b
+    return fwd, inv
+
+
+_FWD, _INV = _code_tables()
+
+
+def scale_codes(e4m3_u8: jax.Array) -> jax.Array:
+    """E4M3 scale bytes (uint8) -> scale codes (uint8, same shape)."""
+    return jnp.asarray(_FWD)[e4m3_u8.astype(jnp.int32)]
+
+
+def scale_bytes(codes_u8: jax.Array) -> jax.Array:
+    """Inverse of :func:`scale_codes` on its image (NaN and negative scales come back as 0x7F)."""
+    return jnp.asarray(_INV)[codes_u8.astype(jnp.int32)]
+
+
+def multiplier_bits(codes_u8: jax.Array) -> jax.Array:
+    """bf16 bits (uint16) of the kernel's multiplier ``S`` for each scale code."""
+    return ((codes_u8.astype(jnp.uint32) << 4) + S_BIAS).astype(jnp.uint16)
+
+
 def pack_scales(scales_u8_NxKb: jax.Array) -> jax.Array:
-    """NVFP4 E4M3 scale bytes [N, K / 16] -> uint32 [K / 64, N] (4 blocks of a span per word)."""
+    """NVFP4 E4M3 scale bytes [N, K / 16] -> uint32 [K / 64, N] of scale codes (4 blocks of a
+    span per word)."""
     n, kb = scales_u8_NxKb.shape
     if kb % 4:
         raise ValueError(f"{kb} scale blocks per row: K must be a multiple of {SPAN}")
-    w = jax.lax.bitcast_convert_type(scales_u8_NxKb.reshape(n, kb // 4, 4), jnp.uint32)
-    return w.T
+    c = scale_codes(scales_u8_NxKb).reshape(n, kb // 4, 4)
+    return jax.lax.bitcast_convert_type(c, jnp.uint32).T
+
+
+def unpack_scales(words_KbxN: jax.Array) -> jax.Array:
+    """Inverse of :func:`pack_scales`: E4M3 bytes [N, K / 16]."""
+    kb4, n = words_KbxN.shape
+    c = jax.lax.bitcast_convert_type(words_KbxN.T, jnp.uint8).reshape(n, 4 * kb4)
+    return scale_bytes(c)
 
 
 def emulate_registers(words_NxK8: jax.Array) -> jax.Array:

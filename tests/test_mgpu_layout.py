@@ -39,13 +39,31 @@ def test_emulated_registers_hold_the_codes_of_their_columns():
     assert int(jnp.max(stray)) == 0
 
 
-def test_pack_scales_puts_a_spans_four_blocks_in_one_word():
-    s = jax.random.randint(jax.random.PRNGKey(5), (64, 16), 0, 256).astype(jnp.uint8)
+def test_pack_scales_puts_a_spans_four_block_codes_in_one_word():
+    s = jax.random.randint(jax.random.PRNGKey(5), (64, 16), 0, 0x7F).astype(jnp.uint8)
     w = np.asarray(MG.pack_scales(s))  # [K/64 = 4, N = 64]
     assert w.shape == (4, 64)
+    codes = np.asarray(MG.scale_codes(s))
     for span in range(4):
         for b in range(4):
-            np.testing.assert_array_equal((w[span] >> (8 * b)) & 0xFF, np.asarray(s[:, 4 * span + b]))
+            np.testing.assert_array_equal((w[span] >> (8 * b)) & 0xFF, codes[:, 4 * span + b])
+    np.testing.assert_array_equal(np.asarray(MG.unpack_scales(MG.pack_scales(s))), np.asarray(s))
+
+
+def test_scale_code_multiplier_is_the_scale_times_2_pow_118_in_bf16():
+    """The kernel's S = (code << 4) + 0x7600 (bf16 bits) for every E4M3 byte: exactly
+    scale * 2**118 for the positive finite ones (subnormal scales included), NaN for NaN and for
+    negative scales (never silently wrong), finite for zero (the block's codes are all 0)."""
+    b = jnp.arange(256, dtype=jnp.uint8)
+    want = jax.lax.bitcast_convert_type(b, jnp.float8_e4m3fn).astype(jnp.float32) * 2.0 ** 118
+    got = jax.lax.bitcast_convert_type(MG.multiplier_bits(MG.scale_codes(b)), jnp.bfloat16)
+    got = np.asarray(got.astype(jnp.float32))
+    want = np.asarray(want)
+    pos = (want > 0) & np.isfinite(want)
+    assert pos.sum() == 126  # 0x01 .. 0x7E
+    np.testing.assert_array_equal(got[pos], want[pos])
+    assert np.isnan(got[np.isnan(want) | (want < 0)]).all()
+    assert np.isfinite(got[want == 0]).all()
 
 
 def test_bad_k_is_refused():
@@ -87,9 +105,10 @@ def test_emulated_kernel_values_times_two_pow_shift_are_the_weights():
     w = FM.prepare_mgpu(q)
     pat = MG.emulate_registers(w.codes).astype(jnp.uint32)  # [N, K]
     code_val = ML.code_value(ML.pattern_to_code(pat))
-    sb = jax.lax.bitcast_convert_type(w.scales.T, jnp.uint8).reshape(64, 8)  # [N, K / 16]
-    s = jax.lax.bitcast_convert_type(sb, jnp.float8_e4m3fn).astype(jnp.float32)
-    vals = code_val * jnp.repeat(s, 16, axis=1) * 2.0 ** -FM.SHIFT  # [N, K]
+    codes = jax.lax.bitcast_convert_type(w.scales.T, jnp.uint8).reshape(64, 8)  # [N, K / 16]
+    s_mul = jax.lax.bitcast_convert_type(MG.multiplier_bits(codes), jnp.bfloat16)  # scale * 2**118
+    s_mul = s_mul.astype(jnp.float32)
+    vals = code_val * jnp.repeat(s_mul * 2.0 ** -126, 16, axis=1)  # pattern value * S, [N, K]
     import dataclasses
     unit = dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale))  # code * scale
     np.testing.assert_array_equal(np.asarray(vals.T * 2.0 ** FM.SHIFT),
