@@ -157,8 +157,8 @@ def _decode_tile(uw, srows, tk):
     return dec(uw, *srows)
 
 
-@functools.partial(jax.jit, static_argnames=("tk", "steps", "overlap"))
-def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False):
+@functools.partial(jax.jit, static_argnames=("tk", "steps", "overlap", "chunked"))
+def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False, chunked=False):
     """out^T [N, Mp] f32 (values * 2**-SHIFT, no global scale) for x padded to [Mp, K]."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -175,11 +175,20 @@ def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False):
 
         def compute(acc_ref):
             def step(_, u_smem, s_smem, x_smem):
-                uw = plgpu.load(u_smem, (), layout=plgpu.Layout.WGMMA, optimized=False)
-                srows = [plgpu.load(s_smem, (j,), layout=plgpu.Layout.WGMMA.reduce(1))
-                         for j in range(tk // MG.SPAN)]
-                a = _decode_tile(uw, srows, tk)
-                plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(x_smem, (1, 0)))
+                if chunked:  # one wgmma per 64-column span: the next span decodes under it
+                    for j in range(tk // MG.SPAN):
+                        uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)], (),
+                                        layout=plgpu.Layout.WGMMA, optimized=False)
+                        srow = plgpu.load(s_smem, (j,), layout=plgpu.Layout.WGMMA.reduce(1))
+                        a = _decode_tile(uw, [srow], MG.SPAN)
+                        xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
+                        plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(xs, (1, 0)))
+                else:
+                    uw = plgpu.load(u_smem, (), layout=plgpu.Layout.WGMMA, optimized=False)
+                    srows = [plgpu.load(s_smem, (j,), layout=plgpu.Layout.WGMMA.reduce(1))
+                             for j in range(tk // MG.SPAN)]
+                    a = _decode_tile(uw, srows, tk)
+                    plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(x_smem, (1, 0)))
                 plgpu.wgmma_wait(1 if overlap else 0)  # overlap: the next decode runs under it
 
             plgpu.emit_pipeline(
@@ -205,7 +214,8 @@ def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False):
 
 
 def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int = 4,
-                    overlap: bool = False, backend: str = "auto") -> jax.Array:
+                    overlap: bool = False, chunked: bool = False,
+                    backend: str = "auto") -> jax.Array:
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``backend="auto"``: the
     kernel on a GPU, the reference elsewhere; ``"mgpu"`` forces the kernel."""
@@ -219,6 +229,7 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
-    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps, overlap=overlap)
+    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps, overlap=overlap,
+                      chunked=chunked)
     scale = w.global_scale * (2.0 ** SHIFT)
     return (out_t[:, :m].T * scale).astype(jnp.bfloat16)
