@@ -43,7 +43,6 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--tk", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--overlap", action="store_true")
     ap.add_argument("--chunked", action="store_true")
     a = ap.parse_args(argv)
     bw = devtime.report_copy_bandwidth(1 << 30)
@@ -67,16 +66,15 @@ def main(argv=None) -> int:
         for m in ((1, 8) if a.sweep else MS):
             x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
-            configs = ([(*c, False) for c in itertools.product((256, 512), (2, 4), (False, True),
-                                                               (False, True))] if a.sweep
-                       else [(min(a.tk, k), a.steps, a.overlap, a.chunked, False)])
-            for tk, steps, overlap, chunked, diag in configs:
+            configs = ([(*c, False, False) for c in itertools.product((256, 512), (2, 3, 4))]
+                       + [(256, 4, False, True)] if a.sweep
+                       else [(min(a.tk, k), a.steps, a.chunked, False)])
+            for tk, steps, chunked, diag in configs:
                 if k % tk:
                     continue
                 FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
-                f = jax.jit(lambda x, w, tk=tk, steps=steps, overlap=overlap, chunked=chunked:
-                            FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, overlap=overlap,
-                                               chunked=chunked, backend="mgpu"))
+                f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked: FM.fp4_matmul_mgpu(
+                    x, w, tk=tk, steps=steps, chunked=chunked, backend="mgpu"))
                 try:
                     out = f(x, wm)
                     err = rel(out, ref)
@@ -89,7 +87,7 @@ def main(argv=None) -> int:
                 if t is None:
                     continue
                 FM._DIAG_RAW_SCALES = False
-                row = dict(k=k, n=n, m=m, tk=tk, steps=steps, overlap=overlap, chunked=chunked,
+                row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked,
                            raw_scales_diag=diag, mgpu_us=t * 1e6,
                            mgpu_pct_copy=100 * nbytes / t / bw, mgpu_relerr=err)
                 if not a.sweep:

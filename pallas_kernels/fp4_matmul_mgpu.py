@@ -95,26 +95,36 @@ def fp4_matmul_mgpu_reference(x: jax.Array, w: MgpuWeights) -> jax.Array:
 # --- the kernel -------------------------------------------------------------------------------
 
 _BIAS2 = f"{MG.S_BIAS * 0x10001:#010x}"
-_SCALE_ASM = "{\n.reg .b32 t, z;\nmov.b32 z, 0;\n" + "".join(
-    f"prmt.b32 t, $4, z, 0x4{k}4{k};\nmad.lo.u32 ${k}, t, 16, {_BIAS2};\n" for k in range(4)
-) + "}"  # 4 scale codes (one u32, mgpu_layout) -> 4 bf16x2 (S, S), S = scale * 2**118
+_SCALE_ASM = f"""{{
+.reg .b32 t, z;
+mov.b32 z, 0;
+prmt.b32 t, $2, z, 0x4140;
+mad.lo.u32 $0, t, 16, {_BIAS2};
+prmt.b32 t, $2, z, 0x4342;
+mad.lo.u32 $1, t, 16, {_BIAS2};
+}}"""  # 4 scale codes (one u32, mgpu_layout) -> bf16x2 (S0, S1), (S2, S3); S = scale * 2**118
 
 _M = f"{KL.P_MASK:#010x}"
 _DECODE_ASM = f"""{{
-.reg .b32 a;
+.reg .b32 a, slo, shi;
+.reg .b16 l, h;
+mov.b32 {{l, h}}, $5;
+mov.b32 slo, {{l, l}};
+mov.b32 shi, {{h, h}};
 and.b32 a, $4, {_M};
-mul.rn.bf16x2 $0, a, $5;
+mul.rn.bf16x2 $0, a, slo;
 shf.l.wrap.b32 a, $4, $4, {KL.ROTATIONS[1]};
 and.b32 a, a, {_M};
-mul.rn.bf16x2 $1, a, $5;
+mul.rn.bf16x2 $1, a, slo;
 shf.l.wrap.b32 a, $4, $4, {KL.ROTATIONS[2]};
 and.b32 a, a, {_M};
-mul.rn.bf16x2 $2, a, $6;
+mul.rn.bf16x2 $2, a, shi;
 and.b32 a, $4, {KL.HOLE_MASK:#010x};
 mul.lo.u32 a, a, {KL.MUL:#x};
 and.b32 a, a, {_M};
-mul.rn.bf16x2 $3, a, $6;
-}}"""  # one word -> its 4 bf16x2 pairs times (S_lo, S_lo) for pairs 0, 1 and (S_hi, S_hi) for 2, 3
+mul.rn.bf16x2 $3, a, shi;
+}}"""  # one word + (S_lo, S_hi) -> its 4 bf16x2 pairs, pairs 0, 1 times S_lo, 2, 3 times S_hi
+# (the half broadcasts are meant to become HMUL2 operand selectors, .H0_H0 / .H1_H1)
 
 
 def _decode_tile(uw, srows, tk):
@@ -135,20 +145,21 @@ def _decode_tile(uw, srows, tk):
         i32 = ir.IntegerType.get_signless(32)
         bf2 = ir.VectorType.get((2,), ir.BF16Type.get())
         struct4 = llvm.StructType.get_literal([i32] * 4)
+        struct2 = llvm.StructType.get_literal([i32] * 2)
         out = np.empty(fa.WGMMA_LAYOUT.registers_shape((ROWS, tk)), dtype=object)
         for s in range(tk // MG.SPAN):
             for h in range(2):  # rows r and r + 8 of the thread
                 sw = mu.bitcast(s_fas[s].registers[0, 0, h, 0, 0], i32)
                 if _DIAG_RAW_SCALES:
-                    spairs = [sw] * 4
+                    spairs = [sw] * 2
                 else:
-                    sp = llvm.inline_asm(struct4, [sw], _SCALE_ASM, "=r,=r,=r,=r,r")
-                    spairs = [llvm.extractvalue(i32, sp, (i,)) for i in range(4)]
+                    sp = llvm.inline_asm(struct2, [sw], _SCALE_ASM, "=r,=r,r")
+                    spairs = [llvm.extractvalue(i32, sp, (i,)) for i in range(2)]
                 ureg = u_fa.registers[0, s, 0, 0, h, 0, 0, 0, 0]  # vector<2 x i32>
                 for e in range(2):
                     word = vector.extract(ureg, [], [e])
-                    d = llvm.inline_asm(struct4, [word, spairs[2 * e], spairs[2 * e + 1]],
-                                        _DECODE_ASM, "=r,=r,=r,=r,r,r,r")
+                    d = llvm.inline_asm(struct4, [word, spairs[e]], _DECODE_ASM,
+                                        "=r,=r,=r,=r,r,r")
                     for p in range(4):
                         out[0, 8 * s + 4 * e + p, 0, 0, h, 0, 0, 0, 0] = mu.bitcast(
                             llvm.extractvalue(i32, d, (p,)), bf2)
@@ -157,8 +168,8 @@ def _decode_tile(uw, srows, tk):
     return dec(uw, *srows)
 
 
-@functools.partial(jax.jit, static_argnames=("tk", "steps", "overlap", "chunked"))
-def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False, chunked=False):
+@functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked"))
+def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False):
     """out^T [N, Mp] f32 (values * 2**-SHIFT, no global scale) for x padded to [Mp, K]."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -184,21 +195,19 @@ def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False, chunked=False):
                         xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
                         plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(xs, (1, 0)))
                 else:
-                    uw = plgpu.load(u_smem, (), layout=plgpu.Layout.WGMMA, optimized=False)
+                    uw = plgpu.load(u_smem, (), layout=plgpu.Layout.WGMMA, optimized=True)
                     srows = [plgpu.load(s_smem, (j,), layout=plgpu.Layout.WGMMA.reduce(1))
                              for j in range(tk // MG.SPAN)]
                     a = _decode_tile(uw, srows, tk)
                     plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(x_smem, (1, 0)))
-                plgpu.wgmma_wait(1 if overlap else 0)  # overlap: the next decode runs under it
+                plgpu.wgmma_wait(0)
 
             plgpu.emit_pipeline(
                 step, grid=(k // tk,), max_concurrent_steps=steps,
                 in_specs=[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk)),
                           plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0)),
-                          plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr,
-                                          delay_release=1 if overlap else 0)],
+                          plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
             )(u_gmem.at[rows, :], s_gmem.at[:, rows], x_gmem)
-            plgpu.wgmma_wait(0)
             return acc_ref[...]
 
         acc = pl.run_scoped(compute, plgpu.ACC((ROWS, mp), jnp.float32))
@@ -214,8 +223,7 @@ def _matmul_t(codes, scales, xp, *, tk, steps, overlap=False, chunked=False):
 
 
 def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int = 4,
-                    overlap: bool = False, chunked: bool = False,
-                    backend: str = "auto") -> jax.Array:
+                    chunked: bool = False, backend: str = "auto") -> jax.Array:
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``backend="auto"``: the
     kernel on a GPU, the reference elsewhere; ``"mgpu"`` forces the kernel."""
@@ -229,7 +237,6 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
-    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps, overlap=overlap,
-                      chunked=chunked)
+    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps, chunked=chunked)
     scale = w.global_scale * (2.0 ** SHIFT)
     return (out_t[:, :m].T * scale).astype(jnp.bfloat16)
