@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit 286fe87; later commits changed what it calls: check out 286fe87 to repeat it.)
 # Session 14, one H200: the FP4 split count that fills the last wave (attention_triton.fp4_splits,
 # now the default: splits need not divide the cache blocks) against the old power-of-two
 # default and neighbours, NVFP4 v6, device time; then the 30B-shape 4-layer decode step at 32K

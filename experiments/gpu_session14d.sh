@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit 0b8f603; later commits changed what it calls: check out 0b8f603 to repeat it.)
 # Session 14, one H200: first run of the Mosaic GPU FP4 matmul prototype
 # (pallas_kernels/fp4_matmul_mgpu.py: NVFP4 codes decoded in registers into wgmma's A operand,
 # out^T = W^T x^T): exactness and device time against the Pallas-Triton FP4 kernel (issue 6:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit 90fbede; later commits changed what it calls: check out 90fbede to repeat it.)
 # Session 14, one H200: knobs of the Mosaic GPU FP4 matmul prototype at 8192 x 28672, M = 1 / 8:
 # tk 256 / 512 x pipeline steps 3 / 6 x overlap (wgmma_wait(1) with the x tile released one step
 # later, so the next tile's decode runs under the MMA), and a diagnostic row without the E4M3

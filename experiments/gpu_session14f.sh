@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit 9ffde66; later commits changed what it calls: check out 9ffde66 to repeat it.)
 # Session 14, one H200: the Mosaic GPU FP4 matmul with scale codes (mgpu_layout: the E4M3 scale
 # re-encoded at prepare time so the bf16 multiplier is one prmt + one mad per scale instead of
 # cvt e4m3x2 -> f16 -> f32 -> mul -> bf16x2, ~14 instead of ~40 ops per 4 scales with moves).

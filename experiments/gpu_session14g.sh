@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit d89364e; later commits changed what it calls: check out d89364e to repeat it.)
 # Session 14, one H200: the Mosaic GPU FP4 matmul with one wgmma per 64-column span ("chunked":
 # the next span's decode can run under the previous span's asynchronous MMA, and only 16 A
 # registers per span are live instead of 64 per 256-column step), swept against the whole-step
