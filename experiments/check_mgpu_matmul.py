@@ -44,7 +44,12 @@ def main(argv=None) -> int:
     ap.add_argument("--tk", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--chunked", action="store_true")
+    ap.add_argument("--grouped", action="store_true",
+                    help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
+                         "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
     a = ap.parse_args(argv)
+    if a.grouped:
+        return grouped(a, argv)
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
 
@@ -113,6 +118,67 @@ def main(argv=None) -> int:
         lines.append("| " + " | ".join(f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])
                                        for c in cols) + " |")
     devtime.write_sweep(a.out, stem, lines, rows, bw)
+    return 0
+
+
+GROUPED = ((2048, 768), (768, 2048))
+TOKENS = (27, 111)
+E, TOPK = 128, 8
+
+
+def grouped(a, argv) -> int:
+    from pallas_kernels.bench_matmul import route
+
+    bw = devtime.report_copy_bandwidth(1 << 30)
+    rows = []
+    for k, n in GROUPED:
+        q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
+            jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
+        wm, wt = jax.jit(FM.prepare_mgpu)(q), jax.jit(fm.prepare_weights)(q)
+        for t in TOKENS:
+            gs = route(t, E, TOPK, jax.random.PRNGKey(t))
+            m = t * TOPK
+            x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
+            ref = jax.jit(FM.fp4_grouped_matmul_mgpu_reference)(x, wm, gs)
+            touched = int(jnp.sum(gs > 0))
+            nbytes = touched * k * n * 9 // 16  # codes + scales of the experts with tokens
+            row = dict(k=k, n=n, tokens=t, rows=m, experts_touched=touched,
+                       max_group=int(jnp.max(gs)))
+            for name, f, w in (
+                    ("mgpu", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
+                        x, w, g, backend="mgpu")), wm),
+                    ("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
+                        x, w, g, backend="triton")), wt)):
+                try:
+                    out = f(x, w, gs)
+                    row[f"{name}_relerr"] = rel(out, ref)
+                    tt = devtime.device_seconds(f, x, w, gs)
+                except Exception as e:  # noqa: BLE001
+                    print(f"  {name} K={k} N={n} T={t}: {type(e).__name__}: {str(e)[:1500]}",
+                          flush=True)
+                    traceback.print_exc(limit=4)
+                    continue
+                row[f"{name}_us"] = tt * 1e6
+                row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
+            if "mgpu_us" in row and "triton_us" in row:
+                row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
+            rows.append(row)
+            print("  " + "  ".join(f"{kk}={v:.4g}" if isinstance(v, float) else f"{kk}={v}"
+                                   for kk, v in row.items()), flush=True)
+    cols = sorted({c for r in rows for c in r}, key=lambda c: list(rows[-1]).index(c)
+                  if c in rows[-1] else 99)
+    lines = [f"# Mosaic GPU FP4 grouped matmul prototype: {jax.devices()[0].device_kind} "
+             f"(jax {jax.__version__})", "",
+             f"command: `python experiments/check_mgpu_matmul.py {' '.join(argv or sys.argv[1:])}`",
+             "", f"{E} experts, top-{TOPK} random routing; device time per call (all kernels of "
+             f"the call); % copy = codes + scales of the experts with tokens / time against a "
+             f"device-time copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 ragged_dot.",
+             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(
+            (f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) if c in r else "-"
+            for c in cols) + " |")
+    devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped", lines, rows, bw)
     return 0
 
 

@@ -49,9 +49,9 @@ class MgpuWeights:
     fmt: str = "nvfp4"
 
     @property
-    def shape(self) -> tuple[int, int]:
-        n, k8 = self.codes.shape
-        return 8 * k8, n
+    def shape(self) -> tuple[int, ...]:
+        *lead, n, k8 = self.codes.shape
+        return (*lead, 8 * k8, n)
 
     @property
     def nbytes(self) -> int:
@@ -59,8 +59,15 @@ class MgpuWeights:
 
 
 def prepare_mgpu(w: QTensor) -> MgpuWeights:
-    """An NVFP4 weight QTensor [K, N] quantized along K (axis -2, per-tensor global scale) in the
-    Mosaic GPU layout. K must be a multiple of 64, N of 64."""
+    """An NVFP4 weight QTensor [K, N] or [E, K, N] (experts) quantized along K (axis -2, one global
+    scale per tensor / expert) in the Mosaic GPU layout. K must be a multiple of 64, N of 64."""
+    if w.codes.ndim == 3:
+        if w.axis != -2:
+            raise ValueError(f"weights must be quantized along K (axis -2), got axis {w.axis}")
+        if w.global_scale.shape[-2:] != (1, 1):
+            raise ValueError(f"global scale must be per expert, got shape {w.global_scale.shape}")
+        g = jnp.broadcast_to(w.global_scale, (w.codes.shape[0], 1, 1))
+        return jax.vmap(prepare_mgpu)(dataclasses.replace(w, global_scale=g))
     if w.fmt != "nvfp4":
         raise NotImplementedError(f"the Mosaic GPU FP4 matmul takes nvfp4 weights, got {w.fmt}")
     if w.axis != -2 or w.codes.ndim != 2:
@@ -79,6 +86,8 @@ def prepare_mgpu(w: QTensor) -> MgpuWeights:
 
 def mgpu_to_qtensor(w: MgpuWeights) -> QTensor:
     """Inverse of :func:`prepare_mgpu` (exact)."""
+    if w.codes.ndim == 3:
+        return jax.vmap(mgpu_to_qtensor)(w)
     k, n = w.shape
     nib = MG.unpack_codes(w.codes).T  # [K, N]
     codes = (nib[0::2] | (nib[1::2] << 4)).astype(jnp.uint8)
@@ -168,6 +177,43 @@ def _decode_tile(uw, srows, tk):
     return dec(uw, *srows)
 
 
+def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False):
+    """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
+    x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout)."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def compute(acc_ref):
+        def step(_, u_smem, s_smem, x_smem):
+            if chunked:  # one wgmma per 64-column span: the next span decodes under it
+                for j in range(tk // MG.SPAN):
+                    uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)], (),
+                                    layout=plgpu.Layout.WGMMA, optimized=False)
+                    srow = plgpu.load(s_smem.at[j], (), layout=plgpu.Layout.WGMMA.reduce(1))
+                    a = _decode_tile(uw, [srow], MG.SPAN)
+                    xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
+                    plgpu.wgmma(acc_ref, a, xs.T)
+            else:
+                uw = plgpu.load(u_smem, (), layout=plgpu.Layout.WGMMA, optimized=True)
+                srows = [plgpu.load(s_smem.at[j], (), layout=plgpu.Layout.WGMMA.reduce(1))
+                         for j in range(tk // MG.SPAN)]
+                a = _decode_tile(uw, srows, tk)
+                plgpu.wgmma(acc_ref, a, x_smem.T)
+            plgpu.wgmma_wait(0)
+
+        plgpu.emit_pipeline(
+            step, grid=(k // tk,), max_concurrent_steps=steps,
+            in_specs=[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk)),
+                      plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0)),
+                      plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
+        )(u_rows, s_rows, x_rows)
+        return acc_ref[...]
+
+    return pl.run_scoped(compute, plgpu.ACC((ROWS, mp), jnp.float32))
+
+
 @functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked"))
 def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False):
     """out^T [N, Mp] f32 (values * 2**-SHIFT, no global scale) for x padded to [Mp, K]."""
@@ -178,39 +224,12 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False):
     k, mp = 8 * k8, xp.shape[0]
     if k % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
-    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 
     def body(u_gmem, s_gmem, x_gmem, o_gmem, o_smem):
         ni = jax.lax.axis_index("n")
         rows = pl.ds(ni * ROWS, ROWS)
-
-        def compute(acc_ref):
-            def step(_, u_smem, s_smem, x_smem):
-                if chunked:  # one wgmma per 64-column span: the next span decodes under it
-                    for j in range(tk // MG.SPAN):
-                        uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)], (),
-                                        layout=plgpu.Layout.WGMMA, optimized=False)
-                        srow = plgpu.load(s_smem, (j,), layout=plgpu.Layout.WGMMA.reduce(1))
-                        a = _decode_tile(uw, [srow], MG.SPAN)
-                        xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
-                        plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(xs, (1, 0)))
-                else:
-                    uw = plgpu.load(u_smem, (), layout=plgpu.Layout.WGMMA, optimized=True)
-                    srows = [plgpu.load(s_smem, (j,), layout=plgpu.Layout.WGMMA.reduce(1))
-                             for j in range(tk // MG.SPAN)]
-                    a = _decode_tile(uw, srows, tk)
-                    plgpu.wgmma(acc_ref, a, plgpu.transpose_ref(x_smem, (1, 0)))
-                plgpu.wgmma_wait(0)
-
-            plgpu.emit_pipeline(
-                step, grid=(k // tk,), max_concurrent_steps=steps,
-                in_specs=[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk)),
-                          plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0)),
-                          plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
-            )(u_gmem.at[rows, :], s_gmem.at[:, rows], x_gmem)
-            return acc_ref[...]
-
-        acc = pl.run_scoped(compute, plgpu.ACC((ROWS, mp), jnp.float32))
+        acc = _k_loop(u_gmem.at[rows, :], s_gmem.at[:, rows], x_gmem, k=k, mp=mp, tk=tk,
+                      steps=steps, chunked=chunked)
         o_smem[...] = acc
         plgpu.commit_smem()
         plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[rows, :])
@@ -240,3 +259,117 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
     out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps, chunked=chunked)
     scale = w.global_scale * (2.0 ** SHIFT)
     return (out_t[:, :m].T * scale).astype(jnp.bfloat16)
+
+
+# --- grouped (MoE) version ----------------------------------------------------------------------
+#
+# Tokens sorted by expert (``group_sizes``), as ``fp4_matmul.fp4_grouped_matmul``. The wrapper
+# scatters them into a padded layout where every expert's group starts at a multiple of ``mp``
+# rows, so each CTA (expert e, 64 weight rows) loops over its expert's mp-row chunks and writes
+# whole [64, mp] tiles of out^T [N, P] that no other expert touches; the wrapper gathers the
+# tokens' columns back and applies the per-expert global scale in f32.
+
+
+def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes) -> jax.Array:
+    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32)
+    out = jax.lax.ragged_dot(x.astype(jnp.float32), wf, group_sizes.astype(jnp.int32),
+                             preferred_element_type=jnp.float32,
+                             precision=jax.lax.Precision.HIGHEST)
+    return out.astype(jnp.bfloat16)
+
+
+def _padded_rows(group_sizes, m, mp):
+    """(padded row of each sorted token [M], each expert's first padded row [E], valid [M], the
+    token's expert [M], P): experts' groups rounded up to multiples of mp, in expert order."""
+    e = group_sizes.shape[0]
+    gs = group_sizes.astype(jnp.int32)
+    ps = (gs + mp - 1) // mp * mp
+    pstart = jnp.cumsum(ps) - ps
+    offs = jnp.cumsum(gs) - gs
+    t = jnp.arange(m, dtype=jnp.int32)
+    expert = jnp.clip(jnp.searchsorted(jnp.cumsum(gs), t, side="right"), 0, e - 1)
+    valid = t < jnp.sum(gs)
+    prow = pstart[expert] + t - offs[expert]
+    p = -(-(m + e * (mp - 1)) // mp) * mp  # a static bound on the padded rows
+    return jnp.where(valid, prow, p), pstart, valid, expert, p
+
+
+@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps"))
+def _grouped_t(codes, scales, x_pad, group_sizes, pstart, *, mp, tk, steps):
+    """out^T [N, P] f32 (values * 2**-SHIFT) for the padded tokens x_pad [P, K]."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    e, n, k8 = codes.shape
+    k, p = 8 * k8, x_pad.shape[0]
+    if k % tk or tk % MG.SPAN:
+        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+
+    def body(u_gmem, s_gmem, x_gmem, gs_gmem, ps_gmem, o_gmem, o_smem):
+        ei = jax.lax.axis_index("e")
+        ni = jax.lax.axis_index("n")
+        rows = pl.ds(ni * ROWS, ROWS)
+        size, first = gs_gmem[ei], ps_gmem[ei]
+
+        def chunk(c, carry):
+            r0 = pl.multiple_of(first + c * mp, mp)
+            acc = _k_loop(u_gmem.at[ei, rows, :], s_gmem.at[ei, :, rows],
+                          x_gmem.at[pl.ds(r0, mp), :], k=k, mp=mp, tk=tk, steps=steps)
+            o_smem[...] = acc
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[rows, pl.ds(r0, mp)])
+            plgpu.wait_smem_to_gmem(0)
+            return carry
+
+        jax.lax.fori_loop(0, (size + mp - 1) // mp, chunk, 0)
+
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((n, p), jnp.float32), grid=(e, n // ROWS),
+        grid_names=("e", "n"), scratch_types=[plgpu.SMEM((ROWS, mp), jnp.float32)],
+    )(codes, scales, x_pad, group_sizes, pstart)
+
+
+def _grouped_emulated_t(codes, scales, x_pad, group_sizes, pstart, *, mp, tk, steps):
+    """What :func:`_grouped_t` writes, in plain JAX (CPU tests of the padding bookkeeping):
+    each expert's chunks times its dequantized weights, values * 2**-SHIFT; 0 elsewhere."""
+    del tk, steps
+    w = MgpuWeights(codes=codes, scales=scales,
+                    global_scale=jnp.ones(codes.shape[0], jnp.float32))
+    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
+    p = x_pad.shape[0]
+    r = jnp.arange(p)
+    owner = jnp.searchsorted(pstart + (group_sizes + mp - 1) // mp * mp, r, side="right")
+    inside = (r >= pstart[jnp.clip(owner, 0, codes.shape[0] - 1)]) & (owner < codes.shape[0])
+    y = jnp.einsum("pk,pkn->pn", x_pad.astype(jnp.float32),
+                   wf[jnp.clip(owner, 0, codes.shape[0] - 1)], precision="highest")
+    return jnp.where(inside[:, None], y, 0.0).T
+
+
+def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array, *,
+                            mp: int = 16, tk: int = 256, steps: int = 4,
+                            backend: str = "auto") -> jax.Array:
+    """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
+    give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
+    :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
+    (a multiple of 8; groups are padded to it). ``backend``: ``"auto"`` (the kernel on a GPU, the
+    reference elsewhere), ``"mgpu"``, ``"reference"``, ``"emulate"`` (the wrapper's padding with
+    the kernel replaced by plain JAX: CPU tests)."""
+    e, k, n = w.shape
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be [M, {k}], got {x.shape}")
+    if group_sizes.shape != (e,):
+        raise ValueError(f"group_sizes must be [{e}] (one per expert), got {group_sizes.shape}")
+    if mp % 8 or not 8 <= mp <= 256:
+        raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
+    if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
+        return fp4_grouped_matmul_mgpu_reference(x, w, group_sizes)
+    m = x.shape[0]
+    gs = group_sizes.astype(jnp.int32)
+    prow, pstart, valid, expert, p = _padded_rows(gs, m, mp)
+    x_pad = jnp.zeros((p, k), jnp.bfloat16).at[prow].set(x.astype(jnp.bfloat16), mode="drop")
+    f = _grouped_emulated_t if backend == "emulate" else _grouped_t
+    out_t = f(w.codes, w.scales, x_pad, gs, pstart.astype(jnp.int32), mp=mp,
+              tk=min(tk, k), steps=steps)
+    y = jnp.take(out_t, jnp.minimum(prow, p - 1), axis=1).T  # [M, N]
+    y = y * (w.global_scale[expert] * 2.0 ** SHIFT)[:, None]
+    return jnp.where(valid[:, None], y, 0.0).astype(jnp.bfloat16)
