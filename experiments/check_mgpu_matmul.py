@@ -122,6 +122,7 @@ def main(argv=None) -> int:
 
 
 GROUPED = ((2048, 768), (768, 2048))
+GROUPED_KNOBS = ((16, 256, 4), (8, 256, 2), (16, 256, 2), (8, 128, 3))  # (mp, tk, steps), --sweep
 TOKENS = (27, 111)
 E, TOPK = 128, 8
 
@@ -132,10 +133,12 @@ def grouped(a, argv) -> int:
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
     for k, n in GROUPED:
+        if a.sweep and k == 768:
+            continue
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
             jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
         wm, wt = jax.jit(FM.prepare_mgpu)(q), jax.jit(fm.prepare_weights)(q)
-        for t in TOKENS:
+        for t in (TOKENS[-1:] if a.sweep else TOKENS):
             gs = route(t, E, TOPK, jax.random.PRNGKey(t))
             m = t * TOPK
             x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
@@ -144,15 +147,22 @@ def grouped(a, argv) -> int:
             nbytes = touched * k * n * 9 // 16  # codes + scales of the experts with tokens
             row = dict(k=k, n=n, tokens=t, rows=m, experts_touched=touched,
                        max_group=int(jnp.max(gs)))
-            for name, f, w in (
-                    ("mgpu", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                        x, w, g, backend="mgpu")), wm),
-                    ("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
-                        x, w, g, backend="triton")), wt)):
+            runs = [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
+                x, w, g, backend="triton")), wt, None)]
+            for mp, tk, steps in GROUPED_KNOBS if a.sweep else ((16, 256, 4),):
+                name = "mgpu" if not a.sweep else f"mgpu_mp{mp}_tk{tk}_s{steps}"
+                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
+                                           FM.fp4_grouped_matmul_mgpu(x, w, g, mp=mp, tk=tk,
+                                                                      steps=steps,
+                                                                      backend="mgpu")), wm, "body"))
+            for name, f, w, kname in runs:
                 try:
                     out = f(x, w, gs)
                     row[f"{name}_relerr"] = rel(out, ref)
                     tt = devtime.device_seconds(f, x, w, gs)
+                    if kname:  # the Mosaic kernel alone (without the wrapper's scatter / gather)
+                        row[f"{name}_kernel_us"] = 1e6 * devtime.device_seconds(
+                            f, x, w, gs, kernel=kname)
                 except Exception as e:  # noqa: BLE001
                     print(f"  {name} K={k} N={n} T={t}: {type(e).__name__}: {str(e)[:1500]}",
                           flush=True)
@@ -178,7 +188,8 @@ def grouped(a, argv) -> int:
         lines.append("| " + " | ".join(
             (f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) if c in r else "-"
             for c in cols) + " |")
-    devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped", lines, rows, bw)
+    devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped" + ("_sweep" if a.sweep else ""),
+                        lines, rows, bw)
     return 0
 
 
