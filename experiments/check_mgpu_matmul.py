@@ -122,7 +122,7 @@ def main(argv=None) -> int:
 
 
 GROUPED = ((2048, 768), (768, 2048))
-GROUPED_KNOBS = ((16, 256, 4), (8, 256, 2), (16, 256, 2), (8, 128, 3))  # (mp, tk, steps), --sweep
+GROUPED_KNOBS = ((16, 256, 2), (8, 256, 2), (24, 256, 2), (16, 256, 4))  # (mp, tk, steps), --sweep
 TOKENS = (27, 111)
 E, TOPK = 128, 8
 

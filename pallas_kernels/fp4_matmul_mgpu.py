@@ -263,11 +263,13 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
 
 # --- grouped (MoE) version ----------------------------------------------------------------------
 #
-# Tokens sorted by expert (``group_sizes``), as ``fp4_matmul.fp4_grouped_matmul``. The wrapper
-# scatters them into a padded layout where every expert's group starts at a multiple of ``mp``
-# rows, so each CTA (expert e, 64 weight rows) loops over its expert's mp-row chunks and writes
-# whole [64, mp] tiles of out^T [N, P] that no other expert touches; the wrapper gathers the
-# tokens' columns back and applies the per-expert global scale in f32.
+# Tokens sorted by expert (``group_sizes``), as ``fp4_matmul.fp4_grouped_matmul``. Each CTA
+# (expert e, 64 weight rows) loops over its group in chunks of mp tokens, each read straight from
+# the sorted x as mp + 8 rows from an 8-aligned start (what TMA into the swizzled tile needs; the
+# extra rows are other tokens: computed, never read back), and writes the chunk's [mp + 8, 64]
+# tile (the accumulator stored transposed through shared memory) to its own rows of a padded
+# output (``_chunks``), so no two CTAs write the same rows; the wrapper gathers the tokens' rows
+# back and applies the per-expert global scale.
 
 
 def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes) -> jax.Array:
@@ -278,71 +280,105 @@ def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes) -> jax.Arr
     return out.astype(jnp.bfloat16)
 
 
-def _padded_rows(group_sizes, m, mp):
-    """(padded row of each sorted token [M], each expert's first padded row [E], valid [M], the
-    token's expert [M], P): experts' groups rounded up to multiples of mp, in expert order."""
+def _chunks(group_sizes, m, mp):
+    """The grouped kernel's chunk bookkeeping. Expert e's sorted tokens offsets[e] .. are read in
+    chunks of R = mp + 8 rows starting at start8[e] + c mp (start8 = offsets rounded down to 8,
+    which TMA into the swizzled x tile needs); chunk c of e is global chunk cstart[e] + c and
+    writes output rows (cstart[e] + c) R .. + R. Returns (output row of each sorted token [M],
+    start8 [E], cstart [E], valid [M], the token's expert [M], P = a static bound on the rows)."""
     e = group_sizes.shape[0]
     gs = group_sizes.astype(jnp.int32)
-    ps = (gs + mp - 1) // mp * mp
-    pstart = jnp.cumsum(ps) - ps
     offs = jnp.cumsum(gs) - gs
+    start8 = offs // 8 * 8
+    nch = (gs + mp - 1) // mp
+    cstart = jnp.cumsum(nch) - nch
     t = jnp.arange(m, dtype=jnp.int32)
     expert = jnp.clip(jnp.searchsorted(jnp.cumsum(gs), t, side="right"), 0, e - 1)
     valid = t < jnp.sum(gs)
-    prow = pstart[expert] + t - offs[expert]
-    p = -(-(m + e * (mp - 1)) // mp) * mp  # a static bound on the padded rows
-    return jnp.where(valid, prow, p), pstart, valid, expert, p
+    j = t - offs[expert]
+    r = mp + 8
+    prow = (cstart[expert] + j // mp) * r + (offs[expert] - start8[expert]) + j % mp
+    p = (m // mp + 1 + e) * r  # >= (sum of ceil(gs / mp)) * R
+    return jnp.where(valid, prow, 0), start8, cstart, valid, expert, p
 
 
-@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps"))
-def _grouped_t(codes, scales, x_pad, group_sizes, pstart, *, mp, tk, steps):
-    """out^T [N, P] f32 (values * 2**-SHIFT) for the padded tokens x_pad [P, K]."""
+def _store_transposed(acc, o_smem):
+    """inline_mgpu: the f32 [64, mp] accumulator (WGMMA layout) into o_smem [mp, 64] transposed
+    (scalar shared-memory stores: Mosaic GPU has no register transpose for this layout)."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, memref, vector
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, plgpu.RefType()))
+    def store(ctx, acc_fa, ref):
+        del ctx
+        index = ir.IndexType.get()
+        for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape),
+                                 acc_fa.registers.flat):
+            for i in range(ir.VectorType(reg.type).shape[0]):
+                v = vector.extract(reg, [], [i])
+                memref.store(v, ref, [arith.addi(col, arith.constant(index, i)), r])
+
+    store(acc, o_smem)
+
+
+@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "p"))
+def _grouped_t(codes, scales, x_sorted, group_sizes, start8, cstart, *, mp, tk, steps, p):
+    """out [P, N] f32 (values * 2**-SHIFT), chunks as :func:`_chunks` lays them out (x_sorted
+    [M + mp + 8, K]: a chunk may read past M); a chunk's rows outside its group hold other tokens'
+    products, which the wrapper never reads."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     e, n, k8 = codes.shape
-    k, p = 8 * k8, x_pad.shape[0]
+    k, r = 8 * k8, mp + 8
     if k % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
 
-    def body(u_gmem, s_gmem, x_gmem, gs_gmem, ps_gmem, o_gmem, o_smem):
+    def body(u_gmem, s_gmem, x_gmem, gs_gmem, s8_gmem, cs_gmem, o_gmem, o_smem):
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
         rows = pl.ds(ni * ROWS, ROWS)
-        size, first = gs_gmem[ei], ps_gmem[ei]
+        size, first8, chunk0 = gs_gmem[ei], s8_gmem[ei], cs_gmem[ei]
 
         def chunk(c, carry):
-            r0 = pl.multiple_of(first + c * mp, mp)
+            x0 = pl.multiple_of(first8 + c * mp, 8)
             acc = _k_loop(u_gmem.at[ei, rows, :], s_gmem.at[ei, :, rows],
-                          x_gmem.at[pl.ds(r0, mp), :], k=k, mp=mp, tk=tk, steps=steps)
-            o_smem[...] = acc
+                          x_gmem.at[pl.ds(x0, r), :], k=k, mp=r, tk=tk, steps=steps)
+            _store_transposed(acc, o_smem)
             plgpu.commit_smem()
-            plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[rows, pl.ds(r0, mp)])
+            o0 = pl.multiple_of((chunk0 + c) * r, 8)
+            plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[pl.ds(o0, r), rows])
             plgpu.wait_smem_to_gmem(0)
             return carry
 
         jax.lax.fori_loop(0, (size + mp - 1) // mp, chunk, 0)
 
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((n, p), jnp.float32), grid=(e, n // ROWS),
-        grid_names=("e", "n"), scratch_types=[plgpu.SMEM((ROWS, mp), jnp.float32)],
-    )(codes, scales, x_pad, group_sizes, pstart)
+        body, out_type=jax.ShapeDtypeStruct((p, n), jnp.float32), grid=(e, n // ROWS),
+        grid_names=("e", "n"), scratch_types=[plgpu.SMEM((r, ROWS), jnp.float32)],
+    )(codes, scales, x_sorted, group_sizes, start8, cstart)
 
 
-def _grouped_emulated_t(codes, scales, x_pad, group_sizes, pstart, *, mp, tk, steps):
-    """What :func:`_grouped_t` writes, in plain JAX (CPU tests of the padding bookkeeping):
-    each expert's chunks times its dequantized weights, values * 2**-SHIFT; 0 elsewhere."""
+def _grouped_emulated_t(codes, scales, x_sorted, group_sizes, start8, cstart, *, mp, tk, steps,
+                        p):
+    """What :func:`_grouped_t` writes, in plain JAX (CPU tests of the bookkeeping): output row
+    g R + i of global chunk g = cstart[e] + c holds x_sorted[start8[e] + c mp + i] times expert
+    e's dequantized weights (values * 2**-SHIFT); 0 for rows no chunk writes."""
     del tk, steps
-    w = MgpuWeights(codes=codes, scales=scales,
-                    global_scale=jnp.ones(codes.shape[0], jnp.float32))
+    e = codes.shape[0]
+    r = mp + 8
+    w = MgpuWeights(codes=codes, scales=scales, global_scale=jnp.ones(e, jnp.float32))
     wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
-    p = x_pad.shape[0]
-    r = jnp.arange(p)
-    owner = jnp.searchsorted(pstart + (group_sizes + mp - 1) // mp * mp, r, side="right")
-    inside = (r >= pstart[jnp.clip(owner, 0, codes.shape[0] - 1)]) & (owner < codes.shape[0])
-    y = jnp.einsum("pk,pkn->pn", x_pad.astype(jnp.float32),
-                   wf[jnp.clip(owner, 0, codes.shape[0] - 1)], precision="highest")
-    return jnp.where(inside[:, None], y, 0.0).T
+    g, i = jnp.arange(p) // r, jnp.arange(p) % r
+    nch = (group_sizes + mp - 1) // mp
+    owner = jnp.clip(jnp.searchsorted(cstart + nch, g, side="right"), 0, e - 1)
+    written = (g >= cstart[owner]) & (g < cstart[owner] + nch[owner])
+    tok = jnp.clip(start8[owner] + (g - cstart[owner]) * mp + i, 0, x_sorted.shape[0] - 1)
+    y = jnp.einsum("pk,pkn->pn", x_sorted[tok].astype(jnp.float32), wf[owner],
+                   precision="highest")
+    return jnp.where(written[:, None], y, 0.0)
 
 
 def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array, *,
@@ -365,11 +401,12 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
         return fp4_grouped_matmul_mgpu_reference(x, w, group_sizes)
     m = x.shape[0]
     gs = group_sizes.astype(jnp.int32)
-    prow, pstart, valid, expert, p = _padded_rows(gs, m, mp)
-    x_pad = jnp.zeros((p, k), jnp.bfloat16).at[prow].set(x.astype(jnp.bfloat16), mode="drop")
+    prow, start8, cstart, valid, expert, p = _chunks(gs, m, mp)
+    pad = -(-(m + mp + 8) // 8) * 8 - m  # chunks read up to mp + 8 rows past M; 8-row tiles
+    x_sorted = jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0)))
     f = _grouped_emulated_t if backend == "emulate" else _grouped_t
-    out_t = f(w.codes, w.scales, x_pad, gs, pstart.astype(jnp.int32), mp=mp,
-              tk=min(tk, k), steps=steps)
-    y = jnp.take(out_t, jnp.minimum(prow, p - 1), axis=1).T  # [M, N]
+    out = f(w.codes, w.scales, x_sorted, gs, start8.astype(jnp.int32), cstart.astype(jnp.int32),
+            mp=mp, tk=min(tk, k), steps=steps, p=p)
+    y = jnp.take(out, prow, axis=0)  # [M, N]
     y = y * (w.global_scale[expert] * 2.0 ** SHIFT)[:, None]
     return jnp.where(valid[:, None], y, 0.0).astype(jnp.bfloat16)

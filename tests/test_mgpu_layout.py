@@ -152,9 +152,10 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
     xp = jnp.zeros((8, 512), jnp.bfloat16)
     dense = jax.jit(lambda c, s, x: FM._matmul_t(c, s, x, tk=256, steps=2)).trace(
         w.codes[0], w.scales[0], xp).lower(lowering_platforms=("cuda",)).as_text()
-    grouped = jax.jit(lambda c, s, x, g, p: FM._grouped_t(c, s, x, g, p, mp=16, tk=256, steps=2)
-                      ).trace(w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16),
-                              jnp.array([3, 20], jnp.int32), jnp.array([0, 16], jnp.int32)
-                              ).lower(lowering_platforms=("cuda",)).as_text()
+    grouped = jax.jit(lambda c, s, x, g, o, q: FM._grouped_t(c, s, x, g, o, q, mp=16, tk=256,
+                                                            steps=2, p=120)).trace(
+        w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), jnp.array([3, 20], jnp.int32),
+        jnp.array([0, 0], jnp.int32), jnp.array([0, 1], jnp.int32)).lower(
+        lowering_platforms=("cuda",)).as_text()
     for txt in (dense, grouped):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
