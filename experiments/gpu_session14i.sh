@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit 0d26077; later commits changed the grouped wrapper: check out 0d26077 to repeat it.)
 # Session 14, one H200: first run of the grouped (MoE) Mosaic GPU FP4 matmul
 # (fp4_grouped_matmul_mgpu: tokens scattered into mp = 16-row expert-aligned chunks, a CTA per
 # (expert, 64 weight rows) looping over its chunks, out^T gathered back) at the 30B decode shapes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit 98929c0; later commits changed the grouped wrapper: check out 98929c0 to repeat it.)
 # Session 14, one H200: where the grouped Mosaic GPU FP4 matmul's time goes (14i: 0.76-0.89x the
 # Triton grouped kernel per call): the Mosaic kernel alone vs the whole call (the wrapper's
 # zero-fill + scatter of x into expert-aligned chunks, the out^T gather), and mp / tk / stages,

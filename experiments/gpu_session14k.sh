@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at commit 989b912; the next commit changed the token -> expert lookup: check out 989b912 to repeat it.)
 # Session 14, one H200: the grouped Mosaic GPU FP4 matmul without the wrapper's scatter and
 # column gather (14j: kernel 38 us inside a 105 us call): chunks of mp tokens read straight from
 # the sorted x (mp + 8 rows from an 8-aligned start), the accumulator stored transposed into a
