@@ -32,9 +32,7 @@ SHAPES = ((8192, 28672), (2048, 768), (768, 2048))
 MS = (1, 8, 32, 64)
 
 
-def rel(a, b):
-    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
-    return float(jnp.linalg.norm(a - b) / jnp.maximum(jnp.linalg.norm(b), 1e-30))
+rel = devtime.relerr
 
 
 def main(argv=None) -> int:

@@ -45,6 +45,12 @@ def selected_seconds(summary: dict, kernel: str | None = None) -> float:
     return ns * 1e-9
 
 
+def relerr(a, b) -> float:
+    """Relative Frobenius error of a against b, in f32 (the benchmarks' accuracy column)."""
+    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    return float(jnp.linalg.norm(a - b) / jnp.maximum(jnp.linalg.norm(b), 1e-30))
+
+
 def copy_bandwidth_device(n_floats: int = 1 << 30, n: int = 5) -> float:
     """Read + write bytes per device-second of an elementwise pass over an f32 array."""
     x = jax.random.normal(jax.random.PRNGKey(0), (n_floats,), jnp.float32)
