@@ -16,3 +16,11 @@ def numpy_params(cfg: M.ModelConfig, std: float, seed: int = 0) -> dict:
     leaves = [np.ones(x.shape, np.float32) if "norm" in jax.tree_util.keystr(path)
               else (std * rng.standard_normal(x.shape)).astype(np.float32) for path, x in flat]
     return jax.tree.unflatten(treedef, [jnp.asarray(a) for a in leaves])
+
+
+# Jitted library entry points, one program per config: op by op, every primitive compiles on its
+# own for each new shape (every leaf's random draw, every expert weight's quantizer), which took
+# seconds per call on CPU. The library runs them jitted too (run.initial_state, sync_weights).
+init_params = jax.jit(M.init_params, static_argnames=("cfg", "dtype"))
+pack_params = jax.jit(M.pack_params, static_argnames=("numerics", "dtype", "scale_rule",
+                                                      "kernel_layout", "per_layer"))

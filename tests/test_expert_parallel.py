@@ -14,7 +14,7 @@ from trace_jax import numerics as nx
 from trace_jax import rollout as R
 from trace_jax import sharding as S
 
-from tests._params import numpy_params
+from tests._params import numpy_params, pack_params
 
 CFG = M.ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
                     n_experts=8, top_k=2, d_expert=32, max_seq_len=32, rope_theta=10_000.0,
@@ -44,6 +44,37 @@ def _fwd(numerics, **kw):
     return f
 
 
+# FP4 rollout numerics with hints at every layer (the expert_hidden site between the exchanges)
+ROLL_ALL = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
+
+
+@pytest.fixture(scope="module")
+def packed_all(params):
+    return pack_params(params, ROLL_ALL, jnp.float32)
+
+
+@pytest.fixture(scope="module")
+def fp4_ref(packed_all, tokens):
+    """The one-device FP4 rollout forward capturing hints at every layer: (logits, routing,
+    hints), for the EP forward below and as the QAT gradient's hints."""
+    return _fwd(ROLL_ALL, capture_hints=True)(packed_all, tokens)
+
+
+# the sampled (temperature 1, EOS on) FP4 rollout of the two rollout tests below
+ROLLOUT_SAMPLING = R.SamplingConfig(max_new_tokens=4, temperature=1.0, eos_id=2, pad_id=0)
+
+
+@pytest.fixture(scope="module")
+def rollout_ref(params):
+    """(numerics, prompts, prompt lengths, the one-device rollout) shared by the rollout tests."""
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    prompts = jnp.asarray(np.random.default_rng(2).integers(3, CFG.vocab_size, (8, 5)), jnp.int32)
+    lens = jnp.asarray([5, 3, 4, 5, 2, 5, 1, 4], jnp.int32)
+    ref = R.generate(R.sync_weights(params, num), prompts, lens, jax.random.key(3), cfg=CFG,
+                     numerics=num, sampling=ROLLOUT_SAMPLING)
+    return num, prompts, lens, ref
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 8, 1), (2, 1, 2, 2)])
 def test_forward_expert_parallel_equals_one_device(params, tokens, shape):
     num = nx.make_numerics("bf16", CFG.n_layers)
@@ -69,7 +100,8 @@ def test_expert_stages_bit_identical(params):
                                       for _ in range(N)]), -1), jnp.int32)
     e = e.at[:, 0].set(jnp.minimum(e[:, 0], 2))  # crowd a few experts, leave some empty
     mp = {n: params["layers"]["moe"][n][0].astype(jnp.bfloat16) for n in ("w_gate", "w_up", "w_down")}
-    fp4 = {n: nx.quantize_weight(w.astype(jnp.float32), "nvfp4") for n, w in mp.items()}
+    quantize_weight = jax.jit(nx.quantize_weight, static_argnums=1)
+    fp4 = {n: quantize_weight(w.astype(jnp.float32), "nvfp4") for n, w in mp.items()}
     mesh = mesh_of((1, 2, 4, 1))
     for w in (mp, fp4):
         def stages(x, h, e, w):
@@ -83,17 +115,15 @@ def test_expert_stages_bit_identical(params):
             assert float(jnp.max(jnp.abs(b.astype(jnp.float32)))) > 0
 
 
-def test_fp4_rollout_forward_and_hints_match(params, tokens):
+def test_fp4_rollout_forward_and_hints_match(packed_all, tokens, fp4_ref):
     """Packed FP4 experts split over the expert axis: logits and captured hints (incl. the
     per-slot expert_hidden site between the two exchanges) match one device (to the last-ulp
     differences XLA's CPU dots make on a different batch split)."""
-    num = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
-    packed = M.pack_params(params, num, jnp.float32)
-    ref = _fwd(num, capture_hints=True)(packed, tokens)
+    ref = fp4_ref
     mesh = mesh_of((1, 2, 4, 1))
-    sh = S.param_shardings(CFG, mesh, S.make_rules("sampling"), packed)
+    sh = S.param_shardings(CFG, mesh, S.make_rules("sampling"), packed_all)
     with jax.set_mesh(mesh):
-        out = _fwd(num, capture_hints=True)(jax.device_put(packed, sh), tokens)
+        out = _fwd(ROLL_ALL, capture_hints=True)(jax.device_put(packed_all, sh), tokens)
     np.testing.assert_allclose(np.asarray(out[0]), np.asarray(ref[0]), rtol=1e-5, atol=1e-5)
     assert set(out[2]) == set(ref[2]) and any("expert_hidden" in k for k in out[2])
     for name in ref[2]:
@@ -104,12 +134,11 @@ def test_fp4_rollout_forward_and_hints_match(params, tokens):
                                    rtol=1e-5)
 
 
-def test_guided_qat_gradient_expert_parallel(params, tokens):
+def test_guided_qat_gradient_expert_parallel(params, tokens, fp4_ref):
     """The trainer's hint-guided W4A4 loss and its gradient (through all-gather / reduce-scatter
     transposes) match one device."""
-    roll = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
-    qat = roll.with_mode("fp4_qat")
-    _, _, hints = _fwd(roll, capture_hints=True)(M.pack_params(params, roll, jnp.float32), tokens)
+    qat = ROLL_ALL.with_mode("fp4_qat")
+    hints = fp4_ref[2]  # the one-device rollout's, at every layer
 
     def loss(p, toks):
         logits, aux, _ = M.forward(p, toks, cfg=CFG, numerics=qat, hints=hints)
@@ -124,19 +153,13 @@ def test_guided_qat_gradient_expert_parallel(params, tokens):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-6)
 
 
-def test_rollout_expert_parallel_equals_one_device(params):
-    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
-    sampling = R.SamplingConfig(max_new_tokens=4, temperature=1.0, eos_id=2, pad_id=0)
-    prompts = jnp.asarray(np.random.default_rng(2).integers(3, CFG.vocab_size, (8, 5)), jnp.int32)
-    lens = jnp.asarray([5, 3, 4, 5, 2, 5, 1, 4], jnp.int32)
-    rp = R.sync_weights(params, num)
-    ref = R.generate(rp, prompts, lens, jax.random.key(3), cfg=CFG, numerics=num,
-                     sampling=sampling)
+def test_rollout_expert_parallel_equals_one_device(params, rollout_ref):
+    num, prompts, lens, ref = rollout_ref
     mesh = mesh_of((1, 2, 4, 1))
     rules = S.make_rules("sampling")
     rp = R.sync_weights(params, num, shardings=S.rollout_param_shardings(CFG, mesh, rules, num))
     out = R.generate(rp, prompts, lens, jax.random.key(3), cfg=CFG, numerics=num,
-                     sampling=sampling, mesh=mesh, rules=rules)
+                     sampling=ROLLOUT_SAMPLING, mesh=mesh, rules=rules)
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
     np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(ref.logprobs), atol=1e-5)
     assert out.tokens.sharding.spec[0] == ("fsdp", "expert")  # trajectories split over DP x EP
@@ -154,16 +177,11 @@ def test_errors_name_the_problem(params):
             jnp.zeros((8, 2, 4)), jnp.zeros((8, 2), jnp.int32))
 
 
-def test_rollout_on_a_device_subset_from_trainer_on_all_devices(params):
+def test_rollout_on_a_device_subset_from_trainer_on_all_devices(params, rollout_ref):
     """Trainer params FSDP-sharded over all 8 devices; the rollout runs on a 4-device subset
-    (expert parallel there): sync_weights reshards across the two meshes and the samples match
-    one device."""
-    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
-    sampling = R.SamplingConfig(max_new_tokens=3, temperature=0.0, eos_id=-1, pad_id=0)
-    prompts = jnp.asarray(np.random.default_rng(5).integers(3, CFG.vocab_size, (4, 4)), jnp.int32)
-    lens = jnp.asarray([4, 2, 3, 1], jnp.int32)
-    ref = R.generate(R.sync_weights(params, num), prompts, lens, jax.random.key(0), cfg=CFG,
-                     numerics=num, sampling=sampling)
+    (expert parallel there): sync_weights reshards across the two meshes and the samples (the
+    previous test's sampled rollout) match one device."""
+    num, prompts, lens, ref = rollout_ref
     train_mesh = mesh_of((1, 8, 1, 1))
     tp = jax.device_put(params, S.param_shardings(CFG, train_mesh, S.make_rules("training")))
     sub = S.make_mesh(ml_collections.ConfigDict(dict(axes=AXES, shape=(1, 1, 4, 1))),
@@ -171,8 +189,8 @@ def test_rollout_on_a_device_subset_from_trainer_on_all_devices(params):
     rules = S.make_rules("sampling")
     rp = R.sync_weights(tp, num, shardings=S.rollout_param_shardings(CFG, sub, rules, num))
     assert rp["layers"]["moe"]["w_gate"].codes.sharding.device_set == set(jax.devices()[4:])
-    out = R.generate(rp, prompts, lens, jax.random.key(0), cfg=CFG, numerics=num,
-                     sampling=sampling, mesh=sub, rules=rules)
+    out = R.generate(rp, prompts, lens, jax.random.key(3), cfg=CFG, numerics=num,
+                     sampling=ROLLOUT_SAMPLING, mesh=sub, rules=rules)
     assert out.tokens.sharding.device_set == set(jax.devices()[4:])
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
 
@@ -191,12 +209,13 @@ def test_kernel_layout_weights_through_the_model(params, tokens):
     x = jnp.asarray(rng.standard_normal((12, CFG.d_model)), jnp.float32)
     e = jnp.asarray(np.sort(np.stack([rng.choice(CFG.n_experts, 2, replace=False)
                                       for _ in range(12)]), -1), jnp.int32)
-    for p in (qp, kp):
-        moe_p = M.layer_params(p, 0)["moe"]
+
+    @jax.jit
+    def stages(moe_p):
         h = moe.experts_apply(moe._gate_up_local, x, e, moe_p["w_gate"], moe_p["w_up"])
-        d = moe.experts_apply(moe._down_local, h, e, moe_p["w_down"])
-        if p is qp:
-            h_ref, d_ref = h, d
+        return h, moe.experts_apply(moe._down_local, h, e, moe_p["w_down"])
+
+    (h_ref, d_ref), (h, d) = (stages(M.layer_params(p, 0)["moe"]) for p in (qp, kp))
     np.testing.assert_allclose(np.asarray(h, np.float32), np.asarray(h_ref), rtol=2e-2, atol=1e-3)
     np.testing.assert_allclose(np.asarray(d, np.float32), np.asarray(d_ref), rtol=2e-2, atol=1e-3)
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests._jaxpr import eqns as walk_eqns
+from tests._params import init_params, pack_params
 from trace_jax import attention
 from trace_jax import model as M
 from trace_jax import numerics as nx
@@ -22,7 +23,7 @@ CFG32 = dataclasses.replace(CFG, dtype="float32")
 
 @pytest.fixture(scope="module")
 def params():
-    return M.init_params(CFG, jax.random.key(0))
+    return init_params(CFG, jax.random.key(0))
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,13 @@ def tokens():
     return jax.random.randint(jax.random.key(1), (3, 12), 0, CFG.vocab_size)
 
 
+# the forward, jitted once for the module: a call with the same config, numerics, capture flags
+# and shapes reuses its program (hints and forced routing are arguments, not constants)
+_forward = jax.jit(M.forward, static_argnames=("cfg", "numerics", "capture_hints", "capture_codes"))
+
+
 def run(params, tokens, cfg, num, **kw):
-    return jax.jit(lambda p, t: M.forward(p, t, cfg=cfg, numerics=num, **kw))(params, tokens)
+    return _forward(params, tokens, cfg=cfg, numerics=num, **kw)
 
 
 def incremental(params, tokens, cfg, num, prefill=5, slots=16):
@@ -52,7 +58,7 @@ def incremental(params, tokens, cfg, num, prefill=5, slots=16):
                                       ("fp4_rollout", "mxfp4")])
 def test_prefill_then_decode_reproduces_full_forward(params, tokens, mode, fmt):
     num = nx.make_numerics(mode, CFG.n_layers, fmt=fmt)
-    p = M.pack_params(params, num, jnp.float32)
+    p = pack_params(params, num, jnp.float32)
     full, _, _ = run(p, tokens, CFG32, num)
     inc = incremental(p, tokens, CFG32, num)
     scale = float(jnp.abs(full).max())
@@ -75,20 +81,26 @@ def test_fp4_cache_is_packed_and_smaller():
     assert nb(c16) == elems * 4  # this test's cache follows CFG.dtype (float32)
 
 
+# FP4 rollout numerics with hints at every layer: the rollout forward of the two tests below
+ROLL_ALL = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
+
+
 def test_causal(params, tokens):
-    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
-    p = M.pack_params(params, num)
-    a, _, _ = run(p, tokens, CFG, num)
-    b, _, _ = run(p, tokens.at[:, 8:].set((tokens[:, 8:] + 1) % CFG.vocab_size), CFG, num)
+    # the FP4 rollout forward (capturing hints and codes) of the next test: one program for both
+    p = pack_params(params, ROLL_ALL)
+    kw = dict(capture_hints=True, capture_codes=True)
+    a, _, _ = run(p, tokens, CFG, ROLL_ALL, **kw)
+    b, _, _ = run(p, tokens.at[:, 8:].set((tokens[:, 8:] + 1) % CFG.vocab_size), CFG, ROLL_ALL,
+                  **kw)
     np.testing.assert_array_equal(np.asarray(a[:, :8]), np.asarray(b[:, :8]))
     assert not np.allclose(np.asarray(a[:, 8:]), np.asarray(b[:, 8:]))
 
 
 def test_rollout_and_qat_agree_and_hinted_codes_match_exactly(params, tokens):
-    roll = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="all")
+    roll = ROLL_ALL
     qat = roll.with_mode("fp4_qat")
     # rollout at a different batch size than the trainer: bf16 noise differs, codes may flip
-    r_logits, r_aux, _ = run(M.pack_params(params, roll), tokens, CFG, roll,
+    r_logits, r_aux, _ = run(pack_params(params, roll), tokens, CFG, roll,
                              capture_hints=True, capture_codes=True)
     noisy = jax.tree.map(lambda a: (a * (1 + 3e-3 * jax.random.normal(jax.random.key(5), a.shape))
                                     ).astype(a.dtype), params)  # emulate trainer-side drift
@@ -116,7 +128,7 @@ def test_rollout_and_qat_agree_and_hinted_codes_match_exactly(params, tokens):
 def test_hinted_sites_follow_config(params, tokens):
     num = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half",
                            hint_sites=["moe/expert_in"])
-    _, aux, _ = run(M.pack_params(params, num), tokens, CFG, num, capture_hints=True)
+    _, aux, _ = run(pack_params(params, num), tokens, CFG, num, capture_hints=True)
     assert sorted(aux.hints) == ["layers/1/moe/expert_in"]
     h = aux.hints["layers/1/moe/expert_in"]
     assert h.bits.shape == (3, 12, CFG.d_model // 8)  # [B, T, packed bits]
@@ -153,7 +165,7 @@ def test_per_layer_layout_gives_the_stacked_results(params, tokens):
     stacked params through the cache path, bit for bit; a training forward with scan_layers falls back to the loop;
     stack_layers inverts it; a layer count that does not match the config is refused."""
     num = nx.make_numerics("fp4_rollout", CFG.n_layers)
-    p = M.pack_params(params, num, jnp.float32)
+    p = pack_params(params, num, jnp.float32)
     pl = M.unstack_layers(p)
     assert isinstance(pl["layers"], tuple) and len(pl["layers"]) == CFG.n_layers
     assert pl["layers"][1]["attn"]["wq"].shape == p["layers"]["attn"]["wq"].shape[1:]
@@ -183,11 +195,11 @@ def test_scanned_layers_equal_unrolled_layers():
     """scan_layers: the training forward as lax.scans over groups of identically-quantized layers
     gives the unrolled forward's logits, routing, hints, codes and gradients."""
     cfg = dataclasses.replace(CFG, n_layers=4, dtype="float32")
-    p = M.init_params(cfg, jax.random.key(7))
+    p = init_params(cfg, jax.random.key(7))
     toks = jax.random.randint(jax.random.key(8), (2, 10), 0, cfg.vocab_size)
     roll = nx.make_numerics("fp4_rollout", 4, hint_layers="last_half")  # groups [0, 2), [2, 4)
     assert M._layer_groups(roll, {}, 4) == [(0, 2), (2, 4)]
-    _, r_aux, _ = run(M.pack_params(p, roll), toks, cfg, roll, capture_hints=True)
+    _, r_aux, _ = run(pack_params(p, roll), toks, cfg, roll, capture_hints=True)
     qat = roll.with_mode("fp4_qat")
 
     def value_and_grad(c):
@@ -297,7 +309,7 @@ def test_model_gradient_through_the_pallas_grouped_path(monkeypatch):
     from trace_jax import ops
 
     cfg = dataclasses.replace(CFG, d_expert=64, d_shared=0, n_layers=1)  # K, N multiples of 64
-    p = M.init_params(cfg, jax.random.key(5))
+    p = init_params(cfg, jax.random.key(5))
     toks = jax.random.randint(jax.random.key(6), (2, 8), 0, cfg.vocab_size)
     g = jax.random.normal(jax.random.key(7), (2, 8, cfg.vocab_size))
     num = nx.make_numerics("bf16", cfg.n_layers)

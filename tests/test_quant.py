@@ -51,8 +51,19 @@ def ref_quantize(x, fmt, axis=-1, row=False):
     return np.moveaxis(codes, -1, axis), np.moveaxis(s, -1, axis), eff
 
 
+# The quantizer jitted, as the model runs it: op by op, every primitive compiles on its own for
+# each new shape (seconds per shape and test). The eager path keeps tests of its own (hand cases,
+# zeros, non-finite inputs, errors, fake quant / STE, eager == jit == vmap).
+quantize = jax.jit(Q.quantize, static_argnames=("fmt", "axis", "global_scope", "rounding",
+                                                 "scale_rule", "checked"))
+dequantize = jax.jit(Q.dequantize, static_argnames=("dtype",))
+extract_hint = jax.jit(Q.extract_hint, static_argnames=("exact",))
+guided_quantize = jax.jit(Q.guided_quantize)
+_unpacked_codes = jax.jit(Q.unpacked_codes)
+
+
 def codes_of(q):
-    return np.asarray(Q.unpacked_codes(q))
+    return np.asarray(_unpacked_codes(q))
 
 
 # ---------------------------------------------------------------- element codec
@@ -135,7 +146,7 @@ def test_quantize_matches_reference(fmt, shape, axis, dtype):
     rng = np.random.default_rng(zlib.crc32(f"{fmt}-{shape}-{axis}".encode()))
     x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 50.0], size=shape)).astype(np.float32)
     x = jnp.asarray(x, dtype)
-    q = Q.quantize(x, fmt, axis=axis)
+    q = quantize(x, fmt, axis=axis)
     codes, scales, _ = ref_quantize(np.asarray(x.astype(jnp.float32)), fmt, axis)
     assert q.codes.shape == tuple(s // 2 if i == axis % len(shape) else s for i, s in enumerate(shape))
     np.testing.assert_array_equal(codes_of(q), codes)
@@ -146,11 +157,11 @@ def test_quantize_matches_reference(fmt, shape, axis, dtype):
 def test_per_row_global_scale_matches_reference_and_rows_are_independent():
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((6, 48)) * np.exp(rng.standard_normal((6, 1)) * 3)).astype(np.float32)
-    q = Q.quantize(x, "nvfp4", global_scope="row")
+    q = quantize(x, "nvfp4", global_scope="row")
     codes, _, _ = ref_quantize(x, "nvfp4", row=True)
     np.testing.assert_array_equal(codes_of(q), codes)
     assert q.global_scale.shape == (6, 1)
-    q2 = Q.quantize(x[2:3], "nvfp4", global_scope="row")
+    q2 = quantize(x[2:3], "nvfp4", global_scope="row")
     np.testing.assert_array_equal(codes_of(q2), codes_of(q)[2:3])
 
 
@@ -171,11 +182,11 @@ def test_explicit_global_scale_and_e4m3_clip_to_448():
 def test_dequantize_equals_codes_times_scales():
     x = jax.random.normal(jax.random.key(3), (4, 32)) * 7
     for fmt in ("nvfp4", "mxfp4"):
-        q = Q.quantize(x, fmt)
+        q = quantize(x, fmt)
         codes, _, eff = ref_quantize(np.asarray(x), fmt)
         want = (codes.view(F4).astype(np.float32).reshape(eff.shape + (-1,)) * eff[..., None]).reshape(x.shape)
-        np.testing.assert_array_equal(np.asarray(Q.dequantize(q)), want)
-        assert Q.dequantize(q, jnp.bfloat16).dtype == jnp.bfloat16
+        np.testing.assert_array_equal(np.asarray(dequantize(q)), want)
+        assert dequantize(q, jnp.bfloat16).dtype == jnp.bfloat16
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
@@ -242,7 +253,7 @@ def test_bad_inputs_raise_with_names():
 
 # ---------------------------------------------------------------- error bound (property test)
 
-@settings(max_examples=20, deadline=None)  # each new shape compiles: 40 took ~30 s of the suite
+@settings(max_examples=20, deadline=None)  # each new shape compiles (jitted: ~0.2 s a shape)
 @given(
     fmt=st.sampled_from(["nvfp4", "mxfp4"]),
     rows=st.integers(1, 4),
@@ -254,8 +265,7 @@ def test_error_at_most_half_a_code_step(fmt, rows, nblocks, log_scale, seed):
     B = Q.FORMATS[fmt].block_size
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, nblocks * B)) * np.exp(log_scale)).astype(np.float32)
-    q = Q.quantize(jnp.asarray(x), fmt)
-    d = np.asarray(Q.dequantize(q))
+    d = np.asarray(dequantize(quantize(jnp.asarray(x), fmt)))
     _, _, eff = ref_quantize(x, fmt)
     s = np.repeat(eff, B, axis=-1).reshape(x.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -289,9 +299,9 @@ def test_guided_reproduces_rollout_codes(fmt, noise):
     k1, k2 = jax.random.split(jax.random.key(7))
     x_r = jax.random.normal(k1, (64, 256)) * 2.0
     x_t = x_r * (1 + noise * jax.random.normal(k2, x_r.shape))
-    q_r = Q.quantize(x_r, fmt, global_scope="row" if fmt == "nvfp4" else "tensor")
-    h = Q.extract_hint(q_r)
-    g = codes_of(Q.guided_quantize(x_t, h))
+    q_r = quantize(x_r, fmt, global_scope="row" if fmt == "nvfp4" else "tensor")
+    h = extract_hint(q_r)
+    g = codes_of(guided_quantize(x_t, h))
     r = signed(codes_of(q_r))
     rtn, z = rtn_on_grid(x_t, h)
     # candidates on the signed ladder: the two codewords bracketing z (one if z is a codeword)
@@ -313,22 +323,22 @@ def test_guided_reproduces_rollout_codes(fmt, noise):
 
 def test_guided_with_identical_input_is_identity_and_exact_hint_returns_codes():
     x = jax.random.normal(jax.random.key(0), (8, 64))
-    q = Q.quantize(x, "nvfp4")
-    g = Q.guided_quantize(x, Q.extract_hint(q))
+    q = quantize(x, "nvfp4")
+    g = guided_quantize(x, extract_hint(q))
     np.testing.assert_array_equal(codes_of(g), codes_of(q))
-    he = Q.extract_hint(q, exact=True)
-    ge = Q.guided_quantize(x + 0.3, he)
+    he = extract_hint(q, exact=True)
+    ge = guided_quantize(x + 0.3, he)
     np.testing.assert_array_equal(codes_of(ge), codes_of(q))
 
 
 def test_hint_bytes_match_formula():
     T, D = 5, 2048
-    q = Q.quantize(jnp.ones((T, D)), "nvfp4", global_scope="row")
-    h = Q.extract_hint(q)
+    q = quantize(jnp.ones((T, D)), "nvfp4", global_scope="row")
+    h = extract_hint(q)
     assert h.bits.shape == (T, D // 8) and h.scales.shape == (T, D // 16)
     assert h.nbytes == T * (D // 8 + D // 16 + 4)
-    qm = Q.quantize(jnp.ones((T, D)), "mxfp4")
-    assert Q.extract_hint(qm).nbytes == T * (D // 8 + D // 32) + 4
+    qm = quantize(jnp.ones((T, D)), "mxfp4")
+    assert extract_hint(qm).nbytes == T * (D // 8 + D // 32) + 4
 
 
 def test_hint_in_nvfp4_tensor_layout_along_axis0():
@@ -380,8 +390,8 @@ def test_fake_quant_under_jit_vmap_grad_and_bf16():
 
 def test_stochastic_rounding_unbiased_and_on_candidates():
     x = jnp.tile(jnp.asarray([[0.3, 1.2, -2.6, 4.9, 0.0, 6.0] + [0.0] * 26]), (4000, 1))
-    q = Q.quantize(x, "mxfp4", rounding="stochastic", key=jax.random.key(0))  # scale 1 (amax 6)
-    d = np.asarray(Q.dequantize(q))
+    q = quantize(x, "mxfp4", rounding="stochastic", key=jax.random.key(0))  # scale 1 (amax 6)
+    d = np.asarray(dequantize(q))
     np.testing.assert_allclose(d.mean(0)[:6], [0.3, 1.2, -2.6, 4.9, 0.0, 6.0], atol=0.05)
     assert set(np.unique(d[:, 1])) <= {1.0, 1.5}
     assert len(np.unique(d[:, 3])) == 2
@@ -389,10 +399,10 @@ def test_stochastic_rounding_unbiased_and_on_candidates():
 
 def test_four_over_six_never_worse_per_block():
     x = jax.random.normal(jax.random.key(9), (64, 64)) * jnp.exp(jax.random.normal(jax.random.key(8), (64, 1)))
-    q6 = Q.quantize(x, "nvfp4")
-    q46 = Q.quantize(x, "nvfp4", scale_rule="four_over_six")
-    e6 = np.square(np.asarray(Q.dequantize(q6) - x)).reshape(64, 4, 16).sum(-1)
-    e46 = np.square(np.asarray(Q.dequantize(q46) - x)).reshape(64, 4, 16).sum(-1)
+    q6 = quantize(x, "nvfp4")
+    q46 = quantize(x, "nvfp4", scale_rule="four_over_six")
+    e6 = np.square(np.asarray(dequantize(q6) - x)).reshape(64, 4, 16).sum(-1)
+    e46 = np.square(np.asarray(dequantize(q46) - x)).reshape(64, 4, 16).sum(-1)
     assert np.all(e46 <= e6 + 1e-12)
     assert e46.sum() < e6.sum()  # the choice actually changes some blocks
 
