@@ -27,12 +27,12 @@ def test_trace_batch_carries_hints_and_codes_only_when_asked():
     import jax
     import jax.numpy as jnp
 
+    from tests._params import init_params
     from trace_jax import experiment as X
-    from trace_jax import model as M
 
     config = bench_train_step.load_config(str(REPO / "configs/tiny.py"), 2)
     exp = X.build(config, "trace")
-    params = M.init_params(exp.cfg, jax.random.PRNGKey(0))
+    params = init_params(exp.cfg, jax.random.PRNGKey(0))
     toks = jax.random.randint(jax.random.PRNGKey(1), (2, 8), 0, exp.cfg.vocab_size, jnp.int32)
     plain = bench_train_step.rl_batch(exp, params, toks, False, jax.random.PRNGKey(2))
     coded = bench_train_step.rl_batch(exp, params, toks, True, jax.random.PRNGKey(2))

@@ -12,11 +12,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.decode_attention import decode_attention, decode_attention_reference
+from pallas_kernels import decode_attention as DA
+from pallas_kernels.decode_attention import decode_attention
 from pallas_kernels.kv_append import append_kv, empty_cache
 from pallas_kernels import attention_triton as AT
 from pallas_kernels import kv_layout as KL
-from trace_jax.quant import QTensor, dequantize, quantize
+from trace_jax import quant as Q
+from trace_jax.quant import QTensor
+
+# Caches and references built by jitted library calls (one program per shape; op by op, every
+# primitive of the quantizer compiled on its own for each shape: seconds per test). The kernels
+# under test run as the library calls them.
+quantize = jax.jit(Q.quantize, static_argnames=("fmt", "axis", "global_scope"))
+dequantize = jax.jit(Q.dequantize, static_argnames=("dtype",))
+decode_attention_reference = jax.jit(DA.decode_attention_reference,
+                                     static_argnames=("sm_scale", "backend"))
 
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float64)
 

@@ -29,13 +29,25 @@ def _rel(out, ref):
     return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
 
 
+# Test inputs and references built by jitted library calls (one program per shape; op by op,
+# every primitive of the quantizer compiled on its own for each shape: seconds per test). The
+# kernels under test run as the library calls them.
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def _q(key, shape, fmt, scale=1.0):
     return quant.quantize(jax.random.normal(key, shape) * scale, fmt, axis=-2)
 
 
+@jax.jit
 def _ref_q(x, q):
     """Reference straight from the QTensor (independent of the kernel layout)."""
     return jnp.dot(x.astype(jnp.float32), quant.dequantize(q), precision="highest")
+
+
+_prepare = jax.jit(fm.prepare_weights, static_argnames=("layout",))
+_quantize = jax.jit(quant.quantize, static_argnames=("fmt", "axis", "global_scope"))
+_dequantize = jax.jit(quant.dequantize, static_argnames=("dtype",))
+_matmul_ref = jax.jit(fm.fp4_matmul_reference)
+_grouped_ref = jax.jit(fm.fp4_grouped_matmul_reference)
 
 
 def test_layout_bits_bijective_and_program_exact():
@@ -79,13 +91,13 @@ def test_asm_text_matches_program():
 @pytest.mark.parametrize("layout", ["kn", "nk"])
 def test_prepare_roundtrip_and_dequant(fmt, layout):
     q = _q(jax.random.key(4), (2, 256, 32), fmt, 5.0)
-    w = fm.prepare_weights(q, layout)
+    w = _prepare(q, layout)
     assert w.shape == (2, 256, 32) and w.codes.dtype == jnp.uint32
     back = fm.weights_to_qtensor(w)
     np.testing.assert_array_equal(back.codes, q.codes)
-    np.testing.assert_array_equal(quant.dequantize(back), quant.dequantize(q))
+    np.testing.assert_array_equal(_dequantize(back), _dequantize(q))
     np.testing.assert_array_equal(np.asarray(fm.dequantize_bf16(w), np.float32),
-                                  np.asarray(quant.dequantize(q, jnp.bfloat16), np.float32))
+                                  np.asarray(_dequantize(q, jnp.bfloat16), np.float32))
     stacked = jax.tree.map(lambda a: jnp.stack([a, a]), w)  # layer axis for lax.scan
     one = jax.lax.scan(lambda c, wl: (c, wl.codes.sum()), 0, stacked)[1]
     assert one.shape == (2,)
@@ -99,12 +111,12 @@ def test_prepare_roundtrip_and_dequant(fmt, layout):
 def test_dense(fmt, m, layout, cfg):
     k0, k1 = jax.random.split(jax.random.key(m))
     q = _q(k0, (512, 64), fmt, 3.0)
-    w = fm.prepare_weights(q, layout)
+    w = _prepare(q, layout)
     x = jax.random.normal(k1, (m, 512)).astype(jnp.bfloat16)
     out = mt.dense(x, w, cfg)
     assert out.shape == (m, 64) and out.dtype == jnp.bfloat16
     assert _rel(out, _ref_q(x, q)) < 4e-3  # bf16 output rounding only
-    assert _rel(out, fm.fp4_matmul_reference(x, w)) < 4e-3
+    assert _rel(out, _matmul_ref(x, w)) < 4e-3
 
 
 @pytest.mark.parametrize("tiles,steps,programs", [(4, 2, 3), (7, 32, 396), (3, 5, 40),
@@ -138,7 +150,7 @@ def test_stream_k_plan_matches_a_simulation(tiles, steps, programs):
 def test_dense_stream_k(fmt, layout, m, programs, bk):
     k0, k1 = jax.random.split(jax.random.key(m + programs))
     q = _q(k0, (1024, 64), fmt, 3.0)
-    w = fm.prepare_weights(q, layout)
+    w = _prepare(q, layout)
     x = jax.random.normal(k1, (m, 1024)).astype(jnp.bfloat16)
     cfg = mt.Config(bm=16, bn=32, bk=bk, programs=programs)
     out = mt.dense(x, w, cfg)
@@ -152,7 +164,7 @@ def test_dense_stream_k(fmt, layout, m, programs, bk):
 def test_dense_detects_wrong_permutation():
     """The test above can fail: a kernel fed unpermuted x is far off."""
     q = _q(jax.random.key(9), (256, 32), "nvfp4")
-    w = fm.prepare_weights(q)
+    w = _prepare(q)
     x = jax.random.normal(jax.random.key(10), (3, 256)).astype(jnp.bfloat16)
     orig = mt.permute_x
     try:
@@ -166,7 +178,7 @@ def test_dense_detects_wrong_permutation():
 @pytest.mark.parametrize("k", [256, 160])  # 256: the plane-major dequantize; 160: the fallback
 def test_prefill_path_exact(k):
     q = _q(jax.random.key(11), (k, 64), "nvfp4", 2.0)
-    w = fm.prepare_weights(q)
+    w = _prepare(q)
     assert mt.planes_fit(w) == (k == 256)
     x = jax.random.normal(jax.random.key(12), (fm.PREFILL_M, k)).astype(jnp.bfloat16)
     out = fm.fp4_matmul(x, w, backend="triton")  # M >= PREFILL_M: dequant + XLA dot
@@ -177,13 +189,13 @@ def test_prefill_path_exact(k):
 def test_dense_w4a4(fmt):
     k0, k1 = jax.random.split(jax.random.key(1))
     q = _q(k0, (256, 32), fmt)
-    w = fm.prepare_weights(q)
+    w = _prepare(q)
     x = jax.random.normal(k1, (7, 256)) * jnp.arange(1, 8.0)[:, None]
-    xq = quant.quantize(x, fmt, global_scope="row") if fmt == "nvfp4" else quant.quantize(x, fmt)
-    ref = fm.fp4_matmul_reference(xq, w)
+    xq = _quantize(x, fmt, global_scope="row") if fmt == "nvfp4" else _quantize(x, fmt)
+    ref = _matmul_ref(xq, w)
     out = fm.fp4_matmul(xq, w, backend="triton", cfg=CFG)
     assert _rel(out, ref) < 4e-3
-    assert _rel(fm.fp4_matmul_reference(x.astype(jnp.bfloat16), w), ref) > 1e-2
+    assert _rel(_matmul_ref(x.astype(jnp.bfloat16), w), ref) > 1e-2
 
 
 @pytest.mark.parametrize("fmt,layout,programs", [("nvfp4", "kn", 0), ("mxfp4", "nk", 0),
@@ -194,17 +206,17 @@ def test_grouped_ragged(fmt, layout, programs):
     e, k, n, m = 5, 256, 32, 45
     k0, k1 = jax.random.split(jax.random.key(2))
     q = _q(k0, (e, k, n), fmt)
-    w = fm.prepare_weights(q, layout)
+    w = _prepare(q, layout)
     gsc = jnp.array([1.0, 2.0, 0.5, 3.0, 1.5])[:, None, None]
     w = fm.FP4Weights(w.codes, w.scales, w.global_scale * gsc, w.kscale, w.fmt, w.layout)
     x = jax.random.normal(k1, (m, k)).astype(jnp.bfloat16)
     gs = jnp.array([17, 0, 3, 20, 0], jnp.int32)  # empty groups, sum 40 < 45
-    ref = fm.fp4_grouped_matmul_reference(x, w, gs)
+    ref = _grouped_ref(x, w, gs)
     cfg = dataclasses.replace(CFG, programs=programs)
     out = fm.fp4_grouped_matmul(x, w, gs, backend="triton", cfg=cfg)
     assert _rel(out, ref) < 4e-3
     assert np.all(np.asarray(out[40:]) == 0)
-    wf = quant.dequantize(q) * gsc  # independent of the kernel layout
+    wf = _dequantize(q) * gsc  # independent of the kernel layout
     ref2 = jax.lax.ragged_dot(x.astype(jnp.float32), wf, gs, precision="highest")
     assert _rel(out, ref2) < 4e-3
 
@@ -262,12 +274,12 @@ def test_grouped_persistent_multi_tile(layout, gs):
     the accumulator restarts per tile; groups summing past M are clipped; no groups -> zeros."""
     e, k, n, m = 3, 512, 64, 40
     k0, k1 = jax.random.split(jax.random.key(9))
-    w = fm.prepare_weights(_q(k0, (e, k, n), "nvfp4"), layout)
+    w = _prepare(_q(k0, (e, k, n), "nvfp4"), layout)
     x = jax.random.normal(k1, (m, k)).astype(jnp.bfloat16)
     gs = jnp.array(gs, jnp.int32)
     cfg = mt.Config(bm=16, bn=32, bk=256, programs=3)  # 2 K steps, 2 N tiles, 3 programs
     out = np.asarray(fm.fp4_grouped_matmul(x, w, gs, backend="triton", cfg=cfg), np.float32)
-    ref = np.asarray(fm.fp4_grouped_matmul_reference(x, w, gs), np.float32)
+    ref = np.asarray(_grouped_ref(x, w, gs), np.float32)
     if int(gs.sum()) == 0:
         assert np.all(out == 0) and np.all(ref == 0)
     else:
@@ -293,7 +305,7 @@ def test_grouped_wrappers_have_no_loops():
     kernel must not hold a loop (on the GPU XLA runs one as a while loop of small kernels; the
     item tables' binary searches were two per call)."""
     e, k, n, m = 128, 256, 64, 40
-    w = fm.prepare_weights(_q(jax.random.key(10), (e, k, n), "nvfp4"))
+    w = _prepare(_q(jax.random.key(10), (e, k, n), "nvfp4"))
     x = jnp.ones((m, k), jnp.bfloat16)
     gs = jnp.zeros((e,), jnp.int32).at[:5].set(8)
     cfgs = [mt.default_config(m, k, n, grouped=True), dataclasses.replace(CFG, programs=0)]
@@ -310,7 +322,7 @@ def test_grouped_wrappers_have_no_loops():
 
 
 def test_persistent_needs_split_k_1():
-    w = fm.prepare_weights(_q(jax.random.key(8), (2, 512, 32), "nvfp4"))
+    w = _prepare(_q(jax.random.key(8), (2, 512, 32), "nvfp4"))
     x = jnp.ones((4, 512), jnp.bfloat16)
     with pytest.raises(ValueError, match="split_k=1"):
         fm.fp4_grouped_matmul(x, w, jnp.array([2, 2], jnp.int32), backend="triton",
@@ -320,9 +332,9 @@ def test_persistent_needs_split_k_1():
 def test_grouped_w4a4_and_swiglu():
     e, k, n, m = 3, 256, 32, 20
     ks = jax.random.split(jax.random.key(3), 3)
-    wg = fm.prepare_weights(_q(ks[0], (e, k, n), "nvfp4"))
-    wu = fm.prepare_weights(_q(ks[1], (e, k, n), "nvfp4"))
-    xq = quant.quantize(jax.random.normal(ks[2], (m, k)), "nvfp4", global_scope="row")
+    wg = _prepare(_q(ks[0], (e, k, n), "nvfp4"))
+    wu = _prepare(_q(ks[1], (e, k, n), "nvfp4"))
+    xq = _quantize(jax.random.normal(ks[2], (m, k)), "nvfp4", global_scope="row")
     gs = jnp.array([0, 12, 8], jnp.int32)
     ref = fm.fp4_grouped_swiglu(xq, wg, wu, gs, backend="reference")
     out = fm.fp4_grouped_swiglu(xq, wg, wu, gs, backend="triton", cfg=CFG)
@@ -340,14 +352,14 @@ def test_edge_values():
     w[96:160] = 0.0
     x = jnp.asarray(rng.normal(size=(3, k)), jnp.bfloat16)
     for fmt in ["nvfp4", "mxfp4"]:
-        q = quant.quantize(jnp.asarray(w), fmt, axis=-2)
-        fw = fm.prepare_weights(q)
+        q = _quantize(jnp.asarray(w), fmt, axis=-2)
+        fw = _prepare(q)
         out = mt.dense(x, fw, CFG)
         assert _rel(out, _ref_q(x, q)) < 4e-3, fmt
     wn = w.copy()
     wn[0, 0] = np.nan
-    qn = quant.quantize(jnp.asarray(wn), "mxfp4", axis=-2)
-    out = np.asarray(mt.dense(x, fm.prepare_weights(qn), CFG), np.float32)
+    qn = _quantize(jnp.asarray(wn), "mxfp4", axis=-2)
+    out = np.asarray(mt.dense(x, _prepare(qn), CFG), np.float32)
     assert np.isnan(out[:, 0]).all() and np.isfinite(out[:, 1:]).all()
 
 
@@ -361,15 +373,15 @@ def test_decode_exact_all_codes_and_scales():
         blk = quant.get_format(fmt).block_size
         s = rng.choice(sc, (k // blk, n))
         w = np.asarray(e2m1.decode(codes)) * np.repeat(s, blk, axis=0)
-        q = quant.quantize(jnp.asarray(w, jnp.float32), fmt, axis=-2)
-        out = mt.dense(jnp.eye(k, dtype=jnp.bfloat16), fm.prepare_weights(q),
+        q = _quantize(jnp.asarray(w, jnp.float32), fmt, axis=-2)
+        out = mt.dense(jnp.eye(k, dtype=jnp.bfloat16), _prepare(q),
                        mt.Config(bm=16, bn=32, bk=256))
         np.testing.assert_array_equal(np.asarray(out, np.float32),
-                                      np.asarray(quant.dequantize(q, jnp.bfloat16), np.float32))
+                                      np.asarray(_dequantize(q, jnp.bfloat16), np.float32))
 
 
 def test_auto_is_reference_on_cpu():
-    w = fm.prepare_weights(_q(jax.random.key(5), (256, 32), "nvfp4"))
+    w = _prepare(_q(jax.random.key(5), (256, 32), "nvfp4"))
     x = jnp.ones((2, 256), jnp.bfloat16)
     np.testing.assert_array_equal(fm.fp4_matmul(x, w), fm.fp4_matmul_reference(x, w))
 
@@ -380,7 +392,7 @@ def test_dequantize_planes_is_the_exact_weight_plane_major(fmt):
     ``code * block_scale`` (dequantize_bf16 with a unit global scale) after undoing the
     plane-major row order, and ``permute_x(x) @ planes`` equals ``x @ W``."""
     q = _q(jax.random.key(21), (512, 48), fmt, 4.0)  # 2 K tiles, N = 48 -> 16-wide tiles
-    w = fm.prepare_weights(q)
+    w = _prepare(q)
     planes = mt.dequantize_planes(w)
     unit = fm.dequantize_bf16(dataclasses.replace(w, global_scale=jnp.ones_like(w.global_scale)))
     rows = np.arange(512).reshape(2, 16, 16).transpose(0, 2, 1).reshape(512)  # 16 i + p per row

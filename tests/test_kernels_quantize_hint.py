@@ -7,8 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pallas_kernels.quantize_hint import default_knobs, quantize_with_hint
+from pallas_kernels.quantize_hint import (default_knobs, quantize_with_hint,
+                                          quantize_with_hint_reference)
 from trace_jax import quant as Q
+
+# The reference (trace_jax.quant.quantize + extract_hint) jitted, as the model runs it: op by op,
+# every primitive compiled on its own for each shape (seconds per test)
+_reference = jax.jit(quantize_with_hint_reference,
+                     static_argnames=("fmt", "global_scope", "with_hint", "backend"))
 
 CASES = [("nvfp4", "row"), ("nvfp4", "tensor"), ("mxfp4", "row")]
 
@@ -29,7 +35,7 @@ def _assert_same(qk, hk, qr, hr):
 
 def _check(x, fmt, scope, **kw):
     x = jnp.asarray(x)
-    qr, hr = quantize_with_hint(x, fmt, global_scope=scope, backend="reference")
+    qr, hr = _reference(x, fmt, global_scope=scope)
     qk, hk = quantize_with_hint(x, fmt, global_scope=scope, backend="triton", **kw)
     _assert_same(qk, hk, qr, hr)
     return qk
@@ -154,7 +160,7 @@ def test_v5_default_knobs_give_each_thread_a_whole_part(k, bs):
 def test_without_hint():
     x = jax.random.normal(jax.random.PRNGKey(0), (8, 64))
     q, h = quantize_with_hint(x, "nvfp4", with_hint=False, backend="triton")
-    qr, _ = quantize_with_hint(x, "nvfp4", backend="reference")
+    qr, _ = _reference(x, "nvfp4")
     assert h is None and q.codes.shape == (8, 32)
     np.testing.assert_array_equal(np.asarray(q.codes), np.asarray(qr.codes))
 

@@ -156,17 +156,17 @@ def test_evaluate_ptq_packing_and_greedy_eval():
 
     from configs import tiny
     from experiments import evaluate as EV
+    from tests._params import init_params, pack_params
     from trace_jax import experiment as X
-    from trace_jax import model as M
     from trace_jax import quant as Q
 
     c = tiny.get_config()
     c.model.n_layers = 2
     c.rollout.update(batch_prompts=4, max_new_tokens=4)
     exp = X.build(c, "bf16")
-    params = M.init_params(exp.cfg, jax.random.key(0))
+    params = init_params(exp.cfg, jax.random.key(0))
     fp4 = exp.rollout_numerics.with_mode("fp4_rollout")
-    ref = M.pack_params(params, fp4)
+    ref = pack_params(params, fp4)  # jitted, as sync_weights runs it
     rtn = EV.pack_params_ptq(params, fp4, "max")
     # plain RTN PTQ is bit-identical to the library's packing (what sync_weights produces)
     for a, b in zip(jax.tree.leaves(ref), jax.tree.leaves(rtn)):

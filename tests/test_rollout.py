@@ -13,6 +13,8 @@ from trace_jax import model as M
 from trace_jax import numerics as nx
 from trace_jax import rollout as R
 
+from tests._params import init_params
+
 CFG = M.ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
                     n_experts=8, top_k=2, d_expert=32, max_seq_len=32, rope_theta=10_000.0,
                     dtype="float32")
@@ -23,7 +25,7 @@ LENS = jnp.asarray([6, 2, 4], jnp.int32)
 
 @pytest.fixture(scope="module")
 def params():
-    return M.init_params(CFG, jax.random.key(0))
+    return init_params(CFG, jax.random.key(0))
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from trace_jax import quant as Q
 from trace_jax import rollout as R
 from trace_jax import sharding as S
 
-from tests._params import numpy_params
+from tests._params import init_params, numpy_params
 
 CFG = M.ModelConfig(vocab_size=32, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
                     n_experts=8, top_k=2, d_expert=32, d_shared=16, max_seq_len=32,
@@ -242,7 +242,7 @@ def test_placement_and_sync_weights_agree_with_kernel_layout(variant):
     c.mesh.shape = (1, 2, 4, 1)
     exp = X.build(c, variant)
     placement = RUN.make_placement(c, exp)
-    params = M.init_params(exp.cfg, jax.random.key(0))
+    params = init_params(exp.cfg, jax.random.key(0))
     kl = RUN.rollout_kernel_layout(c)
     assert kl
     rp = R.sync_weights(params, exp.rollout_numerics, shardings=placement.rollout_params,

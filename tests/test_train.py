@@ -116,10 +116,11 @@ def test_metrics_file_has_every_field_and_tensorboard(finished_run):
         assert 0.99 <= m["code_agreement_hinted"] <= 1.0
         assert m["routing_agreement"] == 1.0  # routing replay
     assert any(f.startswith("events") for f in os.listdir(tmp_path / "tb"))
+    from tests._params import init_params
     from trace_jax import checkpoint, model as M
     c = small(tmp_path)
     p = checkpoint.load_params(str(tmp_path), c)
-    init = M.init_params(M.ModelConfig.from_config(c.model), jax.random.key(c.seed))
+    init = init_params(M.ModelConfig.from_config(c.model), jax.random.key(c.seed))  # the run's
     assert jax.tree.structure(p) == jax.tree.structure(init)
     assert not np.allclose(np.asarray(p["embed"]), np.asarray(init["embed"]))  # trained
     with pytest.raises(FileNotFoundError):
@@ -227,11 +228,11 @@ def test_config_errors_before_compute(tmp_path):
 
 
 def test_shifted_hint_batch_is_detected(tmp_path):
+    from tests._params import init_params
     from trace_jax import experiment as X
-    from trace_jax import model as M
     from trace_jax import rollout as R
     exp = X.build(small(tmp_path))
-    params = M.init_params(exp.cfg, jax.random.key(0))
+    params = init_params(exp.cfg, jax.random.key(0))
     # the RL loop's rollout (each prompt repeated per group, exact codes recorded): the program
     # the loop compiles for this config (finished_run), read back from the compilation cache
     prompts, lens = R.repeat_prompts(*X.encode_prompts(exp, exp.train_data.batch(0)),
