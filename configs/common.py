@@ -55,6 +55,9 @@ def base_config():
         # and FP4 experts packed (once per sync) for the Pallas FP4 grouped matmul (GPU; its
         # pure-JAX reference elsewhere) instead of dequantize + grouped matmul: use on GPUs
         kernel_layout=False,
+        # which FP4 grouped kernel kernel_layout packs for: "auto" (the Mosaic GPU kernel for
+        # NVFP4 experts with K, N multiples of 64, else the Triton one), "triton", "mosaic"
+        expert_kernel="auto",
     ))
 
     # Supervised warm start on the task's worked solutions, before RL.

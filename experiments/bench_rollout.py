@@ -241,23 +241,31 @@ def random_params(cfg: M.ModelConfig, numerics: nx.Numerics, key) -> dict:
     return random_tree(param_structs(cfg, numerics), key, role)
 
 
-def to_kernel_layout(params: dict, enabled: bool, per_layer: bool = True) -> dict:
-    """What ``sync_weights(kernel_layout=True)`` produces: FP4 routed experts repacked for the
-    Pallas grouped matmul and (``per_layer``) the layers as a per-layer tuple
-    (``model.unstack_layers``: no per-step copy of a stacked weight's slice before a Pallas call).
-    bf16 params only change layout. ``enabled=False``: unchanged."""
-    if not enabled:
+def to_kernel_layout(params: dict, enabled: bool | str, per_layer: bool = True) -> dict:
+    """What ``sync_weights(kernel_layout=enabled)`` produces: FP4 routed experts repacked for a
+    Pallas grouped matmul (``enabled``: True / "auto", "triton" or "mosaic") and (``per_layer``)
+    the layers as a per-layer tuple (``model.unstack_layers``: no per-step copy of a stacked
+    weight's slice before a Pallas call). bf16 params only change layout. ``enabled=False``:
+    unchanged."""
+    kernel = M.expert_kernel(enabled)
+    if kernel is None:
         return params
     moe_p = params["layers"]["moe"]
     if isinstance(moe_p["w_gate"], Q.QTensor):
-        from pallas_kernels.fp4_matmul import prepare_weights
+        from pallas_kernels.fp4_matmul import prepare_expert_weights
 
-        conv = jax.jit(jax.vmap(prepare_weights))
+        conv = jax.jit(jax.vmap(functools.partial(prepare_expert_weights, kernel=kernel)))
         moe_p = dict(moe_p, **{k: conv(moe_p[k]) for k in EXPERT_LEAVES})
         params = dict(params, layers=dict(params["layers"], moe=moe_p))
     if per_layer:
         params = jax.jit(M.unstack_layers)(params)
     return params
+
+
+def packed_expert_kernel(params: dict) -> str:
+    """"mosaic" or "triton": the FP4 grouped kernel whose layout the packed experts are in."""
+    w = M.layer_params(params, 0)["moe"]["w_gate"]
+    return "mosaic" if type(w).__name__ == "MgpuWeights" else "triton"
 
 
 def random_cache(cfg, numerics, batch, slots, key):
@@ -452,7 +460,9 @@ def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want
            "attention": attn, "experts_via": experts_via,
            "layers_layout": "stacked" if args.stacked or not args.kernel_layout else "per-layer", "fp4_weights": fp4_w, "fp4_kv": fp4_kv}
     params = to_kernel_layout(random_params(cfg_run, numerics, jax.random.fold_in(key, 1)),
-                              args.kernel_layout, not args.stacked)
+                              args.kernel_layout and args.expert_kernel, not args.stacked)
+    if experts_via == "pallas fp4":  # which grouped kernel the packed layout selects
+        row["experts_via"] = experts_via = f"pallas fp4 {packed_expert_kernel(params)}"
     cache = random_cache(cfg_run, numerics, batch, context, jax.random.fold_in(key, 2))
     row["params_bytes_run"] = tree_nbytes(params)
     row["cache_bytes_run"] = tree_nbytes(cache)
@@ -580,7 +590,7 @@ def prefill(cfg, name, length, args, key):
     mode, sites, hsites, capture, _ = ENGINES[name]
     numerics = nx.make_numerics(mode, cfg.n_layers, fmt=args.fmt, sites=sites, hint_sites=hsites)
     params = to_kernel_layout(random_params(cfg, numerics, jax.random.fold_in(key, 11)),
-                              args.kernel_layout, not args.stacked)
+                              args.kernel_layout and args.expert_kernel, not args.stacked)
     toks = jax.random.randint(jax.random.fold_in(key, 12), (1, length), 0, cfg.vocab_size, jnp.int32)
 
     @jax.jit
@@ -788,6 +798,9 @@ def main(argv=None):
                     help="trace this many steps per engine: per-kernel device time under --out/profile")
     ap.add_argument("--kernel_layout", action="store_true",
                     help="FP4 experts through the Pallas grouped matmul (sync_weights(kernel_layout))")
+    ap.add_argument("--expert_kernel", default="auto", choices=["auto", "triton", "mosaic"],
+                    help="with --kernel_layout: the FP4 grouped kernel (rollout.expert_kernel; "
+                         "auto: Mosaic GPU for nvfp4 experts with K, N multiples of 64)")
     ap.add_argument("--loop", type=int, default=None,
                     help="time calls of this many decode steps in one jitted fori_loop (the "
                          "engine's shape: no per-step dispatch); step time = call time / loop; "

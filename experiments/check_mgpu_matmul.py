@@ -3,6 +3,7 @@ against the pure-JAX reference and device time against the Pallas-Triton FP4 ker
 bf16 dot at the issue-6 decode shapes; then a (tk, pipeline steps) sweep at 8192 x 28672.
 
   python experiments/check_mgpu_matmul.py [--out DIR] [--sweep]
+  python experiments/check_mgpu_matmul.py --grouped [--sweep | --prefill]   # the MoE kernel
 
 Per row: time per call (device time of all its kernels, 5 profiled calls), bytes the FP4 kernel
 streams (codes + scales) / time as % of a copy measured the same way, relative error (Frobenius)
@@ -42,6 +43,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tk", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--chunked", action="store_true")
+    ap.add_argument("--prefill", action="store_true",
+                    help="with --grouped: prefill-sized calls (2048, 8192 tokens), a knob sweep "
+                         "for large groups; writes kernels_matmul_mgpu_grouped_prefill.*")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -121,7 +125,9 @@ def main(argv=None) -> int:
 
 GROUPED = ((2048, 768), (768, 2048))
 GROUPED_KNOBS = ((16, 256, 2), (8, 256, 2), (24, 256, 2), (16, 256, 4))  # (mp, tk, steps), --sweep
+PREFILL_KNOBS = ((16, 256, 2), (56, 256, 2), (120, 256, 2), (120, 128, 3), (240, 128, 2))
 TOKENS = (27, 111)
+PREFILL_TOKENS = (2048, 8192)  # --prefill: 16K and 64K routed rows (mean group 128 / 512)
 E, TOPK = 128, 8
 
 
@@ -136,7 +142,7 @@ def grouped(a, argv) -> int:
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
             jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
         wm, wt = jax.jit(FM.prepare_mgpu)(q), jax.jit(fm.prepare_weights)(q)
-        for t in (TOKENS[-1:] if a.sweep else TOKENS):
+        for t in (PREFILL_TOKENS if a.prefill else TOKENS[-1:] if a.sweep else TOKENS):
             gs = route(t, E, TOPK, jax.random.PRNGKey(t))
             m = t * TOPK
             x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
@@ -147,8 +153,10 @@ def grouped(a, argv) -> int:
                        max_group=int(jnp.max(gs)))
             runs = [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                 x, w, g, backend="triton")), wt, None)]
-            for mp, tk, steps in GROUPED_KNOBS if a.sweep else ((16, 256, 4),):
-                name = "mgpu" if not a.sweep else f"mgpu_mp{mp}_tk{tk}_s{steps}"
+            knobs = (PREFILL_KNOBS if a.prefill else GROUPED_KNOBS if a.sweep else
+                     (FM.default_grouped_knobs(m, E, k),))
+            for mp, tk, steps in knobs:
+                name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
                 runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
                                            FM.fp4_grouped_matmul_mgpu(x, w, g, mp=mp, tk=tk,
                                                                       steps=steps,
@@ -170,6 +178,12 @@ def grouped(a, argv) -> int:
                 row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
+            if not (a.sweep or a.prefill):  # W4A4 through the library entry point, both layouts
+                xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
+                ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)
+                for name, w in (("triton", wt), ("mgpu", wm)):
+                    row[f"{name}_w4a4_relerr"] = rel(jax.jit(fm.fp4_grouped_matmul)(xq, w, gs),
+                                                     ref4)
             rows.append(row)
             print("  " + "  ".join(f"{kk}={v:.4g}" if isinstance(v, float) else f"{kk}={v}"
                                    for kk, v in row.items()), flush=True)
@@ -186,7 +200,8 @@ def grouped(a, argv) -> int:
         lines.append("| " + " | ".join(
             (f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) if c in r else "-"
             for c in cols) + " |")
-    devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped" + ("_sweep" if a.sweep else ""),
+    suffix = "_prefill" if a.prefill else "_sweep" if a.sweep else ""
+    devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped" + suffix,
                         lines, rows, bw)
     return 0
 

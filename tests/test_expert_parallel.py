@@ -2,6 +2,8 @@
 hint-guided QAT gradient and a rollout under a mesh with an ``expert`` axis equal the
 single-device results; the expert stage really runs as a shard_map; clear errors."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -36,10 +38,10 @@ def tokens():
     return jnp.asarray(np.random.default_rng(1).integers(1, CFG.vocab_size, (8, 6)), jnp.int32)
 
 
-def _fwd(numerics, **kw):
+def _fwd(numerics, cfg=CFG, **kw):
     @jax.jit
     def f(params, tokens):
-        logits, aux, _ = M.forward(params, tokens, cfg=CFG, numerics=numerics, **kw)
+        logits, aux, _ = M.forward(params, tokens, cfg=cfg, numerics=numerics, **kw)
         return logits, aux.experts, aux.hints
     return f
 
@@ -195,19 +197,24 @@ def test_rollout_on_a_device_subset_from_trainer_on_all_devices(params, rollout_
     np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(ref.tokens))
 
 
-def test_kernel_layout_weights_through_the_model(params, tokens):
-    """FP4 experts packed once in the Pallas kernel layout (``sync_weights(kernel_layout=True)``)
+@pytest.mark.parametrize("kernel", ["auto", "mosaic"])
+def test_kernel_layout_weights_through_the_model(params, tokens, kernel):
+    """FP4 experts packed once in a Pallas kernel layout (``sync_weights(kernel_layout=...)``:
+    "auto" gives the Triton layout at d_expert 32, "mosaic" the Mosaic GPU one at d_expert 64)
     run through the model (the kernel's pure-JAX reference off the GPU), one device and expert
     parallel; the expert stages agree with the QTensor path to bf16 rounding (the kernel path
     returns bf16 and applies the global scale in f32); sharding specs cover the layout."""
-    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    cfg = CFG if kernel == "auto" else dataclasses.replace(CFG, d_expert=64)
+    params = params if kernel == "auto" else numpy_params(cfg, 0.08)
+    num = nx.make_numerics("fp4_rollout", cfg.n_layers)
     qp = R.sync_weights(params, num, dtype=jnp.float32)
-    kp = R.sync_weights(params, num, dtype=jnp.float32, kernel_layout=True)
-    assert isinstance(kp["layers"], tuple) and len(kp["layers"]) == CFG.n_layers  # per-layer
-    assert type(kp["layers"][0]["moe"]["w_gate"]).__name__ == "FP4Weights"
+    kp = R.sync_weights(params, num, dtype=jnp.float32, kernel_layout=kernel)
+    assert isinstance(kp["layers"], tuple) and len(kp["layers"]) == cfg.n_layers  # per-layer
+    layout = {"auto": "FP4Weights", "mosaic": "MgpuWeights"}[kernel]
+    assert type(kp["layers"][0]["moe"]["w_gate"]).__name__ == layout
     rng = np.random.default_rng(6)
-    x = jnp.asarray(rng.standard_normal((12, CFG.d_model)), jnp.float32)
-    e = jnp.asarray(np.sort(np.stack([rng.choice(CFG.n_experts, 2, replace=False)
+    x = jnp.asarray(rng.standard_normal((12, cfg.d_model)), jnp.float32)
+    e = jnp.asarray(np.sort(np.stack([rng.choice(cfg.n_experts, 2, replace=False)
                                       for _ in range(12)]), -1), jnp.int32)
 
     @jax.jit
@@ -216,19 +223,20 @@ def test_kernel_layout_weights_through_the_model(params, tokens):
         return h, moe.experts_apply(moe._down_local, h, e, moe_p["w_down"])
 
     (h_ref, d_ref), (h, d) = (stages(M.layer_params(p, 0)["moe"]) for p in (qp, kp))
-    np.testing.assert_allclose(np.asarray(h, np.float32), np.asarray(h_ref), rtol=2e-2, atol=1e-3)
-    np.testing.assert_allclose(np.asarray(d, np.float32), np.asarray(d_ref), rtol=2e-2, atol=1e-3)
+    # bf16 gate / up outputs: an absolute error up to ~2**-9 of their size (~1) in h
+    np.testing.assert_allclose(np.asarray(h, np.float32), np.asarray(h_ref), rtol=2e-2, atol=3e-3)
+    np.testing.assert_allclose(np.asarray(d, np.float32), np.asarray(d_ref), rtol=2e-2, atol=3e-3)
 
-    out = _fwd(num)(kp, tokens)
-    ref = _fwd(num)(qp, tokens)
+    out = _fwd(num, cfg=cfg)(kp, tokens)
+    ref = _fwd(num, cfg=cfg)(qp, tokens)
     assert np.mean(np.asarray(out[1]) == np.asarray(ref[1])) > 0.9  # routing mostly the same
     mesh = mesh_of((1, 2, 4, 1))
-    sh = S.rollout_param_shardings(CFG, mesh, S.make_rules("sampling"), num, dtype="float32",
-                                   kernel_layout=True)
-    assert len(sh["layers"]) == CFG.n_layers
+    sh = S.rollout_param_shardings(cfg, mesh, S.make_rules("sampling"), num, dtype="float32",
+                                   kernel_layout=kernel)
+    assert len(sh["layers"]) == cfg.n_layers
     assert sh["layers"][0]["moe"]["w_gate"].codes.spec == jax.sharding.PartitionSpec("expert")
     with jax.set_mesh(mesh):
-        ep = _fwd(num)(jax.device_put(kp, sh), tokens)
+        ep = _fwd(num, cfg=cfg)(jax.device_put(kp, sh), tokens)
     np.testing.assert_array_equal(np.asarray(ep[1]), np.asarray(out[1]))
     np.testing.assert_allclose(np.asarray(ep[0]), np.asarray(out[0]), rtol=1e-4, atol=1e-4)
 

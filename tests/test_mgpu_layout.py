@@ -141,6 +141,59 @@ def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
         FM.fp4_grouped_matmul_mgpu(x, w, gs[:3], backend="emulate")
 
 
+def test_prepare_expert_weights_picks_the_layout_and_both_give_the_same_product():
+    """``prepare_expert_weights``: "auto" takes the Mosaic GPU layout only where it fits (nvfp4,
+    K and N multiples of 64), "mosaic" refuses the rest by name; ``fp4_grouped_matmul`` takes
+    either layout (same codes: the same reference product, bit for bit)."""
+    from pallas_kernels import fp4_matmul as fm
+    from trace_jax.quant import quantize
+    e, k, n = 3, 128, 64
+    wf = jax.random.normal(jax.random.PRNGKey(4), (e, k, n))
+    q = quantize(wf, "nvfp4", axis=-2, global_scope="tensor")
+    assert type(fm.prepare_expert_weights(q)).__name__ == "MgpuWeights"
+    assert type(fm.prepare_expert_weights(q, "triton")).__name__ == "FP4Weights"
+    narrow = quantize(wf[..., :32], "nvfp4", axis=-2, global_scope="tensor")  # N = 32
+    assert type(fm.prepare_expert_weights(narrow)).__name__ == "FP4Weights"
+    mx = quantize(wf, "mxfp4", axis=-2)
+    assert type(fm.prepare_expert_weights(mx)).__name__ == "FP4Weights"
+    with pytest.raises(ValueError, match="Mosaic GPU FP4 kernel takes nvfp4"):
+        fm.prepare_expert_weights(mx, "mosaic")
+    with pytest.raises(ValueError, match="unknown expert kernel 'mgpu'"):
+        fm.prepare_expert_weights(q, "mgpu")
+    x = jax.random.normal(jax.random.PRNGKey(5), (10, k), jnp.bfloat16)
+    gs = jnp.array([4, 0, 5], jnp.int32)
+    a = fm.fp4_grouped_matmul(x, fm.prepare_expert_weights(q, "mosaic"), gs)
+    b = fm.fp4_grouped_matmul(x, fm.prepare_expert_weights(q, "triton"), gs)
+    np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    dense = fm.prepare_expert_weights(quantize(wf[0], "nvfp4", axis=-2), "mosaic")  # [K, N]
+    with pytest.raises(TypeError, match="fp4_matmul_mgpu"):
+        fm.fp4_matmul(x, dense)
+
+
+def test_grouped_w4a4_row_scale_equals_the_reference():
+    """An activation QTensor through the Mosaic GPU path (as ``fp4_grouped_matmul`` feeds it:
+    exact ``code * block scale`` bf16 values, the per-row global scale on the f32 result), with
+    the kernel emulated, equals the reference on the QTensor; without the row scale it is off."""
+    from pallas_kernels import fp4_matmul as fm
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from pallas_kernels import matmul_triton as mt
+    from trace_jax.quant import quantize
+    e, k, n, m = 2, 128, 64, 12
+    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(6), (e, k, n)), "nvfp4",
+                                 axis=-2, global_scope="tensor"))
+    x = jax.random.normal(jax.random.PRNGKey(7), (m, k)) * jnp.arange(1, m + 1.0)[:, None] * 9
+    xq = quantize(x, "nvfp4", global_scope="row")
+    gs = jnp.array([7, 5], jnp.int32)
+    ref = np.asarray(fm.fp4_grouped_matmul_reference(xq, w, gs), np.float32)
+    xb, g = mt.x_bf16(xq)
+    got = FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate")
+    np.testing.assert_allclose(np.asarray(got, np.float32), ref, rtol=1e-2, atol=1e-2 * m * 9)
+    plain = np.asarray(FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate"), np.float32)
+    assert np.max(np.abs(plain - ref)) > 10 * np.max(np.abs(np.asarray(got, np.float32) - ref))
+    with pytest.raises(ValueError, match=r"row_scale must be \[12, 1\]"):
+        FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g[:3], backend="emulate")
+
+
 def test_kernels_lower_to_mosaic_gpu_on_cpu():
     """Both Mosaic GPU kernels trace and lower for CUDA on a CPU machine (layouts, inline_mgpu and
     wgmma operands are checked there; only the PTX compile needs a GPU)."""

@@ -224,6 +224,11 @@ def test_config_errors_before_compute(tmp_path):
         RUN.run(small(tmp_path, **{"rollout.group_size": 1}))
     with pytest.raises(ValueError, match="unknown variant"):
         RUN.run(small(tmp_path, variant="fp4"))
+    kl = {"rollout.kernel_layout": True}
+    with pytest.raises(ValueError, match="rollout.expert_kernel='mgpu'"):
+        RUN.run(small(tmp_path, **kl, **{"rollout.expert_kernel": "mgpu"}))
+    with pytest.raises(ValueError, match="d_model=32"):  # 'mosaic' takes multiples of 64
+        RUN.run(small(tmp_path, **kl, **{"rollout.expert_kernel": "mosaic"}))
     assert not os.path.exists(tmp_path / "metrics.jsonl")
 
 

@@ -19,6 +19,7 @@ F expert dim, V vocab.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -170,20 +171,35 @@ def init_params(cfg: ModelConfig, key: jax.Array, dtype=None) -> dict:
 
 
 def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16, scale_rule="max",
-                kernel_layout: bool = False, per_layer: bool | None = None) -> dict:
+                kernel_layout: bool | str = False, per_layer: bool | None = None) -> dict:
     """Rollout params: every weight cast to ``dtype`` and, for ``fp4_rollout``, the quantized
     expert weights packed to FP4 QTensors (quantized once, the same way the QAT trainer
     fake-quantizes them, so identical masters give identical codes). ``scale_rule`` selects
     the block-scale rule (``"four_over_six"`` for that PTQ baseline). ``kernel_layout`` stores
-    the packed experts in the Pallas FP4 grouped-matmul layout (``pallas_kernels.fp4_matmul.
-    FP4Weights``: the same codes and scales, rearranged once here, not per step) and, unless
+    the packed experts in a Pallas FP4 grouped-matmul layout (the same codes and scales,
+    rearranged once here, not per step; ``True`` or a kernel name, ``"auto"`` / ``"triton"`` /
+    ``"mosaic"``: ``pallas_kernels.fp4_matmul.prepare_expert_weights``) and, unless
     ``per_layer=False``, the layers as a per-layer tuple (:func:`unstack_layers`)."""
-    out = _pack_stacked(params, numerics, dtype, scale_rule, kernel_layout)
-    per_layer = kernel_layout if per_layer is None else per_layer
+    kernel = expert_kernel(kernel_layout)
+    out = _pack_stacked(params, numerics, dtype, scale_rule, kernel)
+    per_layer = kernel is not None if per_layer is None else per_layer
     return unstack_layers(out) if per_layer else out
 
 
-def _pack_stacked(params, numerics, dtype, scale_rule, kernel_layout):
+def expert_kernel(kernel_layout: bool | str) -> str | None:
+    """The grouped-matmul kernel named by a ``kernel_layout`` argument: None (False: packed FP4
+    QTensors, dequantize + grouped matmul), ``"auto"`` (True), ``"triton"`` or ``"mosaic"``."""
+    if kernel_layout is False or kernel_layout is None:
+        return None
+    if kernel_layout is True:
+        return "auto"
+    if kernel_layout in ("auto", "triton", "mosaic"):
+        return kernel_layout
+    raise ValueError(f"kernel_layout={kernel_layout!r}: use False, True, 'auto', 'triton' or "
+                     f"'mosaic'")
+
+
+def _pack_stacked(params, numerics, dtype, scale_rule, kernel):
     out = jax.tree.map(lambda a: a.astype(dtype), params)
     if numerics.mode != "fp4_rollout":
         return out
@@ -199,10 +215,11 @@ def _pack_stacked(params, numerics, dtype, scale_rule, kernel_layout):
     for w in ("w_gate", "w_up", "w_down"):
         moe_p[w] = nx.quantize_weight(params["layers"]["moe"][w].astype(jnp.float32), numerics.fmt,
                                       scale_rule)
-        if kernel_layout:
-            from pallas_kernels.fp4_matmul import prepare_weights
+        if kernel is not None:
+            from pallas_kernels.fp4_matmul import prepare_expert_weights
 
-            moe_p[w] = jax.vmap(prepare_weights)(moe_p[w])  # over the stacked layers
+            moe_p[w] = jax.vmap(functools.partial(prepare_expert_weights, kernel=kernel))(
+                moe_p[w])  # over the stacked layers
     out["layers"] = dict(out["layers"], moe=moe_p)
     return out
 

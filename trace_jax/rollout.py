@@ -89,11 +89,12 @@ def repeat_prompts(prompts_BxP, prompt_lens_B, group_size: int):
 
 
 def sync_weights(trainer_params, numerics: nx.Numerics, shardings=None, dtype=jnp.bfloat16,
-                 kernel_layout: bool = False):
+                 kernel_layout: bool | str = False):
     """The one place where the trainer's BF16/FP32 masters become rollout weights: cast to
     ``dtype`` and, for FP4 rollout, routed-expert weights quantized and packed (``kernel_layout``:
-    in the Pallas FP4 grouped-matmul layout). ``shardings`` (a pytree of NamedShardings matching
-    the result) reshards onto the rollout mesh."""
+    in a Pallas FP4 grouped-matmul layout, True / "auto", "triton" or "mosaic": see
+    ``model.pack_params``). ``shardings`` (a pytree of NamedShardings matching the result)
+    reshards onto the rollout mesh."""
     out = _pack(trainer_params, numerics, jnp.dtype(dtype), kernel_layout)
     if shardings is not None:
         out = jax.device_put(out, shardings)

@@ -63,6 +63,14 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
         raise ValueError("sft.steps and train.steps must be >= 0")
     if tc.max_version_diff < 0:
         raise ValueError("train.max_version_diff must be >= 0")
+    if rollout_kernel_layout(config) == "mosaic" and exp.rollout_numerics.is_fp4:
+        from pallas_kernels.fp4_matmul import mosaic_fits
+
+        fmt, d, f = exp.rollout_numerics.fmt, exp.cfg.d_model, exp.cfg.d_expert
+        if not (mosaic_fits(fmt, d, f) and mosaic_fits(fmt, f, d)):
+            raise ValueError(f"rollout.expert_kernel='mosaic' takes nvfp4 experts with d_model "
+                             f"and d_expert multiples of 64; this run has {fmt}, d_model={d}, "
+                             f"d_expert={f} (use 'auto' or 'triton')")
     init_from = config.get("init_from", "")
     if init_from and not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
@@ -100,13 +108,20 @@ class Placement:
         return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
 
 
-def rollout_kernel_layout(config) -> bool:
+def rollout_kernel_layout(config) -> bool | str:
     """Whether rollout params use the Pallas kernel layout (``rollout.kernel_layout``): per-layer
     params for every rollout (so no layer's expert weights are copied out of a stacked array
     before a Pallas call; the BF16 rollout's grouped matmuls are Pallas kernels on the GPU too)
-    and, for FP4 rollouts, experts packed for the FP4 grouped matmul. The one flag both
-    ``sync_weights`` and the rollout shardings follow, so their trees match."""
-    return bool(config.rollout.kernel_layout)
+    and, for FP4 rollouts, experts packed for the FP4 grouped matmul named by
+    ``rollout.expert_kernel`` ("auto": the Mosaic GPU kernel where it fits, else the Triton one).
+    False, or the kernel name: the one value both ``sync_weights`` and the rollout shardings
+    follow, so their trees match."""
+    if not config.rollout.kernel_layout:
+        return False
+    kernel = config.rollout.get("expert_kernel", "auto")
+    if kernel not in ("auto", "triton", "mosaic"):
+        raise ValueError(f"rollout.expert_kernel={kernel!r}: use 'auto', 'triton' or 'mosaic'")
+    return kernel
 
 
 def make_placement(config, exp: X.Experiment) -> Placement | None:

@@ -247,8 +247,8 @@ def constrain(x: jax.Array, axes, mesh: Mesh, rules: Rules) -> jax.Array:
 
 
 def _sharding_for(axes, leaf, rules, mesh):
-    """A NamedSharding for an array-like leaf, or a QTensor / kernel-layout FP4Weights of
-    NamedShardings (one per field)."""
+    """A NamedSharding for an array-like leaf, or a QTensor / kernel-layout FP4Weights /
+    MgpuWeights of NamedShardings (one per field)."""
     if isinstance(leaf, Q.QTensor):
         return Q.QTensor(*(named(axes, rules, mesh, f.shape)
                            for f in (leaf.codes, leaf.scales, leaf.global_scale)),
@@ -264,6 +264,13 @@ def _sharding_for(axes, leaf, rules, mesh):
             extra = len(f.shape) - len(axes)
             return named(tuple(axes[:-2]) + (None,) * extra + kn, rules, mesh, f.shape)
         return jax.tree.map(field, leaf)
+    if type(leaf).__name__ == "MgpuWeights":  # pallas_kernels.fp4_matmul_mgpu
+        # codes [..., N, K/8], scales [..., K/64, N], global_scale [...] (per tensor / expert)
+        lead, (k_ax, n_ax) = tuple(axes[:-2]), tuple(axes[-2:])
+        return type(leaf)(codes=named(lead + (n_ax, k_ax), rules, mesh, leaf.codes.shape),
+                          scales=named(lead + (k_ax, n_ax), rules, mesh, leaf.scales.shape),
+                          global_scale=named(lead, rules, mesh, leaf.global_scale.shape),
+                          fmt=leaf.fmt)
     return named(axes, rules, mesh, np.shape(leaf))
 
 
@@ -290,7 +297,7 @@ def param_shardings(cfg, mesh: Mesh, rules: Rules, params_like=None):
 
 
 def rollout_param_shardings(cfg, mesh: Mesh, rules: Rules, numerics, dtype="bfloat16",
-                            kernel_layout: bool = False):
+                            kernel_layout: bool | str = False):
     """Shardings for ``rollout.sync_weights(params, numerics, dtype=dtype,
     kernel_layout=...)``'s result (packed FP4 expert weights for ``fp4_rollout``); computed from
     shapes, nothing is allocated."""
