@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit f160ad2+ (this commit) (session 15).
+# Ran at commit 66e2028 (session 15).
 # Session 15, one H200: the Mosaic GPU grouped FP4 matmul behind fp4_grouped_matmul
 # (rollout.kernel_layout + expert_kernel "auto" = mosaic for the 30B experts), then the 30B-shape
 # 4-layer decode step with either grouped kernel.
