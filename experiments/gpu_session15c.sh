@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 15).
+# Ran at commit a2ecfad (session 15).
 # Session 15, one H200: why the 30B-shape 4-layer FP4 decode step at 32K is not faster with the
 # Mosaic GPU grouped kernel (15b: 5.09 ms vs 4.95 ms with the Triton one, although the grouped
 # call alone is 52.7 vs 81.4 us): per-kernel device time and idle gaps of one 8-step call with
