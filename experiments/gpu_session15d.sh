@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 15).
+# Ran at commit 8b41041 (session 15).
 # Session 15, one H200: the grouped Mosaic wrapper with its per-row index / scale materialized
 # (optimization_barrier). 15c's profile of the 30B 4-layer FP4 step at 32K: the Mosaic grouped
 # kernels took 514 us per step (Triton's 689 us) but new fusions appeared, loop_add_fusion_5

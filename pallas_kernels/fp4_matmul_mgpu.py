@@ -1,5 +1,7 @@
-"""FP4 (NVFP4) dense matmul for small M on Hopper in Pallas Mosaic GPU: the weights are decoded
-straight into the registers of wgmma's A operand (prototype, session 14; not yet used by the model).
+"""FP4 (NVFP4) matmuls for small M on Hopper in Pallas Mosaic GPU: the weights are decoded
+straight into the registers of wgmma's A operand. The grouped (MoE) version is the rollout's
+expert kernel (``fp4_matmul.prepare_expert_weights`` / ``fp4_grouped_matmul``, session 15); the
+dense one is a prototype nothing calls yet.
 
   w = prepare_mgpu(qtensor_KxN)            # once, at weight sync (``mgpu_layout``)
   y = fp4_matmul_mgpu(x_MxK_bf16, w)        # [M, N] bf16; M <= 256
