@@ -406,9 +406,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
     (a multiple of 8; groups are padded to it), ``tk`` K columns per pipeline step, ``steps``
     pipeline stages; unset ones from :func:`default_grouped_knobs`. ``row_scale`` [M, 1] f32
-    multiplies the f32 result rows (an activation QTensor's global scale). ``backend``: ``"auto"`` (the
-    kernel on a GPU, the reference elsewhere), ``"mgpu"``, ``"reference"``, ``"emulate"`` (the
-    wrapper's padding with the kernel replaced by plain JAX: CPU tests)."""
+    multiplies the f32 result rows (an activation QTensor's global scale). ``backend``:
+    ``"auto"`` (the kernel on a GPU, the reference elsewhere), ``"mgpu"``, ``"reference"``,
+    ``"emulate"`` (the wrapper's padding with the kernel replaced by plain JAX: CPU tests)."""
     e, k, n = w.shape
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k)
     mp, tk, steps = mp or dmp, tk or dtk, steps or dsteps
