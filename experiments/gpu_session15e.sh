@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 15).
+# Ran at commit 23e70ae (session 15).
 # Session 15, one H200: the full-depth (48-layer) 30B-shape decode step at 32K and 128K, BF16 vs
 # FP4, as gpu_session13d.sh, now with the Mosaic GPU grouped experts (expert_kernel auto).
 # Prediction (written before the run): the 4-layer runs (15c/15d) put the Mosaic experts ~45 us
