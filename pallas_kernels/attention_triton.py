@@ -9,7 +9,8 @@ P number of KV splits (flash-decoding), C = S / P rows per split, BK rows per in
 Grid (B, H, P): one program per (sequence, kv head, split). It loads the G query heads of its
 group once, streams its C cache rows in BK-row steps, decodes every K/V element once and feeds
 all G heads from it through one MMA, keeping an online softmax in f32 (base 2). Partial
-(acc, m, l) go to HBM; :func:`combine` merges the P splits in XLA (tiny: B*H*P*Gp*D floats).
+(acc, m, l) go to HBM; :func:`combine` merges the P splits in XLA (the default v3+ kernels:
+:func:`combine_transposed_halves_pallas`, a second small Pallas kernel).
 
 FP4 decode. A code ``s e1 e0 m`` becomes the f16 bit pattern ``s<<15 | (e1 e0 m)<<9``, whose value
 is exactly ``E2M1(code) * 2**-14`` (code 1 = 0.5 lands on the f16 subnormal 2**-15, handled by
@@ -504,6 +505,58 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
     return jnp.swapaxes(out, 2, 3).reshape(b, h, gq, 2 * d2)
 
 
+# The v3+ split combine as a Pallas kernel (True) or in XLA (combine_transposed_halves). Session
+# 15 profile (30B 4-layer step, B=111 x 32K): XLA's reduction read the 58 MB of partials per
+# layer at 1.8 TB/s (32 us beside a 726 us attention kernel). The default of
+# ``decode_attention_triton(combine=None)``, read at trace time.
+COMBINE_KERNEL = True
+_COMBINE_TD = 16  # D2 columns per combine program
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def combine_kernel_fits(p: int, d2: int, gq: int) -> bool:
+    """Whether :func:`combine_transposed_halves_pallas` tiles these partials (Triton blocks are
+    powers of two)."""
+    return _pow2(p) and _pow2(gq) and d2 % _COMBINE_TD == 0
+
+
+def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref):
+    m = m_ref[...]  # [P, Gq]
+    w = jnp.exp2(m - jnp.max(m, axis=0, keepdims=True))
+    den = jnp.sum(l_ref[...] * w, axis=0)  # [Gq]
+    for half, a_ref in enumerate((acc_e_ref, acc_o_ref)):
+        num = jnp.sum(a_ref[...] * w[:, None, :], axis=0)  # [TD, Gq]
+        o_ref[:, :, half] = (num / den[None, :]).T  # [Gq, TD]: columns 2 c + half
+
+
+def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, interpret=False):
+    """:func:`combine_transposed_halves` as one Pallas kernel: a program per (b, h, 16 of the D2
+    columns) reads its [P, 16, Gq] partials of both halves once and writes the interleaved
+    [Gq, 32] output columns (no separate interleave pass). Same f32 arithmetic, in another
+    summation order."""
+    b, h, p, d2, gq = acc_e.shape
+    if not combine_kernel_fits(p, d2, gq):
+        raise ValueError(f"combine kernel: P={p} and Gq={gq} must be powers of two and D2={d2} a "
+                         f"multiple of {_COMBINE_TD}")
+    td = _COMBINE_TD
+    a_spec = pl.BlockSpec((None, None, p, td, gq), lambda i, j, c: (i, j, 0, c, 0))
+    ml_spec = pl.BlockSpec((None, None, p, gq), lambda i, j, c: (i, j, 0, 0))
+    out = pl.pallas_call(
+        _combine_kernel,
+        grid=(b, h, d2 // td),
+        in_specs=[a_spec, a_spec, ml_spec, ml_spec],
+        out_specs=pl.BlockSpec((None, None, gq, td, 2), lambda i, j, c: (i, j, 0, c, 0)),
+        out_shape=jax.ShapeDtypeStruct((b, h, gq, d2, 2), jnp.float32),
+        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+        interpret=interpret,
+        name="decode_attention_combine",
+    )(acc_e, acc_o, m, l)
+    return out.reshape(b, h, gq, 2 * d2)
+
+
 def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
     """Default (block_k, num_warps, num_stages) of a cache format ("bf16", "nvfp4", "mxfp4") and
     FP4 kernel version: the best configs measured on the H200 (NOTES_attention.md; v3: run 3's
@@ -521,11 +574,12 @@ def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
-                     "num_stages", "precision", "decode", "chains", "out_dtype", "interpret"))
+                     "num_stages", "precision", "decode", "chains", "out_dtype", "combine",
+                     "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=None,
                             precision="f32", decode=None, chains=None,
-                            out_dtype=jnp.bfloat16, interpret=False):
+                            out_dtype=jnp.bfloat16, combine=None, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
@@ -543,7 +597,13 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     for side-by-side measurement. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None; default
-    8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency."""
+    8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency.
+    ``combine`` (v3+): how the split partials merge, ``"kernel"`` (a Pallas kernel where the
+    shapes tile, :func:`combine_transposed_halves_pallas`) or ``"xla"``; None = the module
+    default ``COMBINE_KERNEL``."""
+    if combine not in (None, "kernel", "xla"):
+        raise ValueError(f"combine must be 'kernel', 'xla' or None, got {combine!r}")
+    combine = combine or ("kernel" if COMBINE_KERNEL else "xla")
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
     fp4 = isinstance(k_cache, QTensor)
@@ -694,7 +754,9 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             interpret=interpret,
             name=f"decode_attention_{fmt}_{decode}",
         )(*args)
-        if v3:
+        if v3 and combine == "kernel" and combine_kernel_fits(p, d2, gp):
+            out = combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=interpret)
+        elif v3:
             out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)
         else:
             acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)

@@ -266,6 +266,37 @@ def test_f32_p_precision_beats_bf16_p(fmt):
     assert err["bf16"] > 5 * err["f32"], err
 
 
+def test_split_combine_kernel_equals_the_xla_combine():
+    """The Pallas split combine (interpret mode) equals the XLA one on random partials with
+    fully masked splits (running max -1e30, sum 0, as a split past the sequence's length
+    leaves them) and interleaves the even / odd halves; through the wrapper the two combines
+    agree, and shapes the kernel cannot tile take the XLA one."""
+    ks = jax.random.split(jax.random.key(31), 4)
+    b, h, p, d2, gq = 2, 3, 8, 32, 8
+    acc_e, acc_o = (jax.random.normal(k, (b, h, p, d2, gq)) for k in ks[:2])
+    m = jax.random.normal(ks[2], (b, h, p, gq)) * 4
+    l = jax.random.uniform(ks[3], (b, h, p, gq)) + 0.5
+    m, l = m.at[0, 1, 5:].set(AT._NEG), l.at[0, 1, 5:].set(0.0)  # splits 5.. empty
+    ref = np.asarray(AT.combine_transposed_halves(acc_e, acc_o, m, l))
+    got = np.asarray(AT.combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=True))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got[..., 0::2], got[..., 1::2])  # the halves stay apart
+    assert AT.combine_kernel_fits(8, 64, 8) and not AT.combine_kernel_fits(3, 64, 8)
+    with pytest.raises(ValueError, match="powers of two"):
+        AT.combine_transposed_halves_pallas(acc_e[:, :, :3], acc_o[:, :, :3], m[:, :, :3],
+                                            l[:, :, :3])
+    bq, hq, hk, s, d = 2, 8, 2, 128, 64
+    q, k, v = _inputs(32, bq, hq, hk, s, d)
+    kc, vc = (KL.to_kv_words(_cache(a, "nvfp4")) for a in (k, v))
+    lengths = jnp.asarray([128, 20], jnp.int32)
+    outs = [AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=16,
+                                       num_splits=4, out_dtype=jnp.float32, combine=c,
+                                       interpret=True) for c in ("kernel", "xla")]
+    np.testing.assert_allclose(np.asarray(outs[0]), np.asarray(outs[1]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="combine must be"):
+        AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=1.0, combine="fused")
+
+
 _V3_SHAPES = [
     (32, 4, 128, 96, 16, 3, 1),    # G = 8 (the N = 8 MMA shape), partial blocks, 3 splits
     (8, 2, 128, 96, 32, None, 2),  # G = 4 padded to 8, two chains per iteration
@@ -339,9 +370,9 @@ def test_unpack_words_is_the_byte_order_of_the_cache():
 
 
 def test_split_combine_barrier_keeps_the_result(monkeypatch):
-    """COMBINE_BARRIER only changes how XLA fuses the v3/v4 split combine, not what it computes:
-    with and without it the kernel (interpret mode, 4 splits, ragged lengths) gives the same
-    output, and both match the float64 attention."""
+    """COMBINE_BARRIER only changes how XLA fuses the v3/v4 split combine (``combine="xla"``),
+    not what it computes: with and without it the kernel (interpret mode, 4 splits, ragged
+    lengths) gives the same output, and both match the float64 attention."""
     q, k, v = _inputs(11, 3, 8, 2, 128, 64)
     kc, vc = _cache(k, "nvfp4"), _cache(v, "nvfp4")
     lengths = jnp.array([128, 37, 1], jnp.int32)
@@ -351,7 +382,7 @@ def test_split_combine_barrier_keeps_the_result(monkeypatch):
         jax.clear_caches()
         f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
             q, kc, vc, n, sm_scale=0.125, block_k=16, num_splits=4, decode="v4",
-            interpret=True, out_dtype=jnp.float32)
+            interpret=True, out_dtype=jnp.float32, combine="xla")
         hlo = jax.jit(f).lower(q, kc, vc, lengths).as_text()
         assert ("optimization_barrier" in hlo) == barrier  # the flag is what the program holds
         outs.append(np.asarray(f(q, kc, vc, lengths)))
