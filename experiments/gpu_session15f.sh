@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 15).
+# Ran at commit 6613c99 (session 15).
 # Session 15, one H200: the FP4-KV attention's split combine as a Pallas kernel
 # (attention_triton.combine_transposed_halves_pallas, now the default) against XLA's reduction
 # (15d profile: 32 us per layer at B=111 x 32K, 58 MB of partials read at 1.8 TB/s).
