@@ -476,6 +476,9 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     return num / den[..., None]
 
 
+merge_splits = combine  # (decode_attention_triton's ``combine`` argument shadows the name)
+
+
 # Programs (B * H * splits) the split count aims for when neither ``num_splits`` nor
 # ``split_target`` is given; None = 8192 // num_warps (at least 2048). A module default so that a
 # benchmark can change it for a whole model step (``bench_rollout.py --attn_split_target``); read
@@ -701,7 +704,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             interpret=interpret,
             name="decode_attention_bf16",
         )(lengths, qg, k_cache.astype(jnp.bfloat16), v_cache.astype(jnp.bfloat16))
-        out = combine(acc, m, l)
+        out = merge_splits(acc, m, l)
     else:
         qe, qo = qg[..., 0::2], qg[..., 1::2]
         nb = k_cache.scales.shape[-1]
@@ -760,7 +763,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)
         else:
             acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
-            out = combine(acc, m, l)
+            out = merge_splits(acc, m, l)
     return out[:, :, :g, :].reshape(b, hq, d).astype(out_dtype)
 
 
