@@ -305,10 +305,11 @@ _V3_SHAPES = [
 ]
 
 
-# every shape for NVFP4; MXFP4 (the same kernel, another scale decode) on the first two
+# every shape for NVFP4; MXFP4 (the same kernels, another scale decode) on the first (G = 8,
+# partial blocks, 3 splits: v3, v4, v6 against the reference)
 @pytest.mark.parametrize("fmt,hq,h,d,s,block_k,splits,chains",
                          [("nvfp4", *c) for c in _V3_SHAPES]
-                         + [("mxfp4", *c) for c in _V3_SHAPES[:2]])
+                         + [("mxfp4", *c) for c in _V3_SHAPES[:1]])
 def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
     """decode="v3" (transposed MMAs, N = G query heads, ``chains`` independent row chunks):
     same f32 output as v2 up to MMA summation order, and the reference within the usual bound.

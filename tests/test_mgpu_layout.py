@@ -124,15 +124,15 @@ def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     e, k, n = len(sizes), 128, 64
-    wq = quantize(jax.random.normal(jax.random.PRNGKey(2), (e, k, n)) *
-                  jnp.arange(1, e + 1, dtype=jnp.float32)[:, None, None],  # distinct scales
-                  "nvfp4", axis=-2, global_scope="tensor")
-    w = FM.prepare_mgpu(wq)
+    w = jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2, global_scope="tensor")))(
+        jax.random.normal(jax.random.PRNGKey(2), (e, k, n)) *
+        jnp.arange(1, e + 1, dtype=jnp.float32)[:, None, None])  # distinct scales
     assert w.shape == (e, k, n)
     x = jax.random.normal(jax.random.PRNGKey(3), (m, k), jnp.bfloat16)
     gs = jnp.asarray(sizes, jnp.int32)
-    ref = FM.fp4_grouped_matmul_mgpu_reference(x, w, gs)
-    got = FM.fp4_grouped_matmul_mgpu(x, w, gs, mp=mp, backend="emulate")
+    ref = jax.jit(FM.fp4_grouped_matmul_mgpu_reference)(x, w, gs)
+    got = jax.jit(lambda x, w, gs: FM.fp4_grouped_matmul_mgpu(x, w, gs, mp=mp,
+                                                              backend="emulate"))(x, w, gs)
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32),
                                rtol=1e-2, atol=1e-2)  # bf16 outputs; summation order differs
     if sum(sizes) < m:
@@ -145,29 +145,38 @@ def test_prepare_expert_weights_picks_the_layout_and_both_give_the_same_product(
     """``prepare_expert_weights``: "auto" takes the Mosaic GPU layout only where it fits (nvfp4,
     K and N multiples of 64), "mosaic" refuses the rest by name; ``fp4_grouped_matmul`` takes
     either layout (same codes: the same reference product, bit for bit)."""
+    import functools
+
     from pallas_kernels import fp4_matmul as fm
     from trace_jax.quant import quantize
     e, k, n = 3, 128, 64
     wf = jax.random.normal(jax.random.PRNGKey(4), (e, k, n))
-    q = quantize(wf, "nvfp4", axis=-2, global_scope="tensor")
-    assert type(fm.prepare_expert_weights(q)).__name__ == "MgpuWeights"
-    assert type(fm.prepare_expert_weights(q, "triton")).__name__ == "FP4Weights"
-    narrow = quantize(wf[..., :32], "nvfp4", axis=-2, global_scope="tensor")  # N = 32
-    assert type(fm.prepare_expert_weights(narrow)).__name__ == "FP4Weights"
-    mx = quantize(wf, "mxfp4", axis=-2)
-    assert type(fm.prepare_expert_weights(mx)).__name__ == "FP4Weights"
+    # the layout choice and its errors from shapes alone (eval_shape: nothing computed)
+    qs = lambda w, fmt="nvfp4": jax.eval_shape(  # noqa: E731
+        functools.partial(quantize, fmt=fmt, axis=-2), w)
+    kind = lambda q, kernel="auto": type(jax.eval_shape(  # noqa: E731
+        functools.partial(fm.prepare_expert_weights, kernel=kernel), q)).__name__
+    assert kind(qs(wf)) == "MgpuWeights" and kind(qs(wf), "triton") == "FP4Weights"
+    assert kind(qs(wf[..., :32])) == "FP4Weights"  # N = 32
+    assert kind(qs(wf, "mxfp4")) == "FP4Weights"
     with pytest.raises(ValueError, match="Mosaic GPU FP4 kernel takes nvfp4"):
-        fm.prepare_expert_weights(mx, "mosaic")
+        kind(qs(wf, "mxfp4"), "mosaic")
     with pytest.raises(ValueError, match="unknown expert kernel 'mgpu'"):
-        fm.prepare_expert_weights(q, "mgpu")
+        kind(qs(wf), "mgpu")
+    with pytest.raises(TypeError, match="fp4_matmul_mgpu"):
+        jax.eval_shape(lambda x, w: fm.fp4_matmul(x, fm.prepare_expert_weights(w, "mosaic")),
+                       jax.ShapeDtypeStruct((10, k), jnp.bfloat16), qs(wf[0]))  # [K, N]
+
+    @functools.partial(jax.jit, static_argnames="kernel")
+    def product(x, w, gs, kernel):
+        q = quantize(w, "nvfp4", axis=-2, global_scope="tensor")
+        return fm.fp4_grouped_matmul(x, fm.prepare_expert_weights(q, kernel), gs)
+
     x = jax.random.normal(jax.random.PRNGKey(5), (10, k), jnp.bfloat16)
     gs = jnp.array([4, 0, 5], jnp.int32)
-    a = fm.fp4_grouped_matmul(x, fm.prepare_expert_weights(q, "mosaic"), gs)
-    b = fm.fp4_grouped_matmul(x, fm.prepare_expert_weights(q, "triton"), gs)
-    np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
-    dense = fm.prepare_expert_weights(quantize(wf[0], "nvfp4", axis=-2), "mosaic")  # [K, N]
-    with pytest.raises(TypeError, match="fp4_matmul_mgpu"):
-        fm.fp4_matmul(x, dense)
+    a, b = (np.asarray(product(x, wf, gs, kernel), np.float32) for kernel in ("mosaic", "triton"))
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(a[:9]).min() > 0 and np.all(a[9:] == 0)  # rows past the groups' sum: zeros
 
 
 def test_grouped_w4a4_row_scale_equals_the_reference():
@@ -179,19 +188,27 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
     from pallas_kernels import matmul_triton as mt
     from trace_jax.quant import quantize
     e, k, n, m = 2, 128, 64, 12
-    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(6), (e, k, n)), "nvfp4",
-                                 axis=-2, global_scope="tensor"))
+
+    @jax.jit
+    def run(w, x, gs):
+        w = FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor"))
+        xq = quantize(x, "nvfp4", global_scope="row")
+        xb, g = mt.x_bf16(xq)
+        return (fm.fp4_grouped_matmul_reference(xq, w, gs),
+                FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate"),
+                FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate"))
+
+    w = jax.random.normal(jax.random.PRNGKey(6), (e, k, n))
     x = jax.random.normal(jax.random.PRNGKey(7), (m, k)) * jnp.arange(1, m + 1.0)[:, None] * 9
-    xq = quantize(x, "nvfp4", global_scope="row")
     gs = jnp.array([7, 5], jnp.int32)
-    ref = np.asarray(fm.fp4_grouped_matmul_reference(xq, w, gs), np.float32)
-    xb, g = mt.x_bf16(xq)
-    got = FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate")
-    np.testing.assert_allclose(np.asarray(got, np.float32), ref, rtol=1e-2, atol=1e-2 * m * 9)
-    plain = np.asarray(FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate"), np.float32)
-    assert np.max(np.abs(plain - ref)) > 10 * np.max(np.abs(np.asarray(got, np.float32) - ref))
+    ref, got, plain = (np.asarray(a, np.float32) for a in run(w, x, gs))
+    np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * m * 9)
+    assert np.max(np.abs(plain - ref)) > 10 * np.max(np.abs(got - ref))
+    wq = jax.eval_shape(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2)), w)
     with pytest.raises(ValueError, match=r"row_scale must be \[12, 1\]"):
-        FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g[:3], backend="emulate")
+        jax.eval_shape(lambda xb, wq: FM.fp4_grouped_matmul_mgpu(
+            xb, wq, gs, row_scale=jnp.ones((3, 1)), backend="emulate"),
+            jax.ShapeDtypeStruct((m, k), jnp.bfloat16), wq)
 
 
 def test_kernels_lower_to_mosaic_gpu_on_cpu():
