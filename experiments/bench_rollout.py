@@ -265,7 +265,9 @@ def to_kernel_layout(params: dict, enabled: bool | str, per_layer: bool = True) 
 def packed_expert_kernel(params: dict) -> str:
     """"mosaic" or "triton": the FP4 grouped kernel whose layout the packed experts are in."""
     w = M.layer_params(params, 0)["moe"]["w_gate"]
-    return "mosaic" if type(w).__name__ == "MgpuWeights" else "triton"
+    from pallas_kernels.fp4_matmul_mgpu import MgpuWeights
+
+    return "mosaic" if isinstance(w, MgpuWeights) else "triton"
 
 
 def random_cache(cfg, numerics, batch, slots, key):

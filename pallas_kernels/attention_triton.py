@@ -603,10 +603,12 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency.
     ``combine`` (v3+): how the split partials merge, ``"kernel"`` (a Pallas kernel where the
     shapes tile, :func:`combine_transposed_halves_pallas`) or ``"xla"``; None = the module
-    default ``COMBINE_KERNEL``."""
+    default ``COMBINE_KERNEL`` on the GPU, ``"xla"`` in interpret mode (the CPU tests: a second
+    interpreted kernel per call costs seconds; ``tests/test_kernels_attention.py`` checks the
+    kernel against the XLA combine explicitly)."""
     if combine not in (None, "kernel", "xla"):
         raise ValueError(f"combine must be 'kernel', 'xla' or None, got {combine!r}")
-    combine = combine or ("kernel" if COMBINE_KERNEL else "xla")
+    combine = combine or ("kernel" if COMBINE_KERNEL and not interpret else "xla")
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
     fp4 = isinstance(k_cache, QTensor)

@@ -43,6 +43,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from pallas_kernels.fp4_matmul_mgpu import MgpuWeights
 from trace_jax import quant
 from trace_jax.quant import QTensor
 
@@ -144,7 +145,7 @@ def prepare_expert_weights(w: QTensor, kernel: ExpertKernel = "auto"):
     """Expert weights ``QTensor[E, K, N]`` (or [K, N]) in the layout of a grouped-matmul kernel,
     once per weight sync: ``"triton"`` -> :class:`FP4Weights` (the Pallas-Triton kernel, any
     format), ``"mosaic"`` -> ``fp4_matmul_mgpu.MgpuWeights`` (the Pallas Mosaic GPU kernel,
-    1.26-1.45x the Triton one at the 30B decode shapes on an H200, session 15; NVFP4 with K, N
+    1.54-1.65x the Triton one at the 30B decode shapes on an H200, session 15; NVFP4 with K, N
     multiples of 64), ``"auto"``: mosaic where it fits (:func:`mosaic_fits`), else triton.
     :func:`fp4_grouped_matmul` takes either."""
     if kernel not in ("auto", "triton", "mosaic"):
@@ -162,7 +163,7 @@ def prepare_expert_weights(w: QTensor, kernel: ExpertKernel = "auto"):
 
 
 def _is_mosaic(w) -> bool:
-    return type(w).__name__ == "MgpuWeights"
+    return isinstance(w, MgpuWeights)
 
 
 def weights_to_qtensor(w: FP4Weights) -> QTensor:

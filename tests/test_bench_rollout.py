@@ -47,8 +47,16 @@ def test_kernel_layout_routes_expert_matmuls_to_the_pallas_kernels(tmp_path, mon
 
     monkeypatch.setattr(FM, "bf16_grouped_matmul", bf16)
     monkeypatch.setattr(FM, "fp4_grouped_matmul", fp4)
+    # one run also checks --loop (steps per timed call) and --profile_steps (the kernel table)
     res = bench_rollout.main(["--smoke", "--kernel_layout", "--engines", "bf16,bf16_xla,fp4",
-                              "--prefill_len", "0", "--breakdown", "never", "--out", str(tmp_path)])
+                              "--prefill_len", "0", "--breakdown", "never", "--loop", "2",
+                              "--profile_steps", "2", "--out", str(tmp_path)])
+    for row in res["rows"]:
+        assert row["steps_per_call"] == 2 and row["tokens_per_s"] > 0, row
+    prof = res["rows"][-1]["profile"]
+    assert prof["busy_ms"] > 0 and prof["launches"] >= 1 and prof["top"]
+    md = (tmp_path / "profile" / "fp4_64.md").read_text()
+    assert md.startswith("fp4 @ 64: device busy") and "| kernel | hlo op |" in md
     via = {r["engine"]: r["experts_via"] for r in res["rows"]}
     # tiny.py experts (64 x 64, nvfp4) take the Mosaic GPU layout under the default "auto"
     assert via == {"bf16": "pallas bf16", "bf16_xla": "ragged_dot", "fp4": "pallas fp4 mosaic"}
@@ -72,7 +80,7 @@ def test_batch_sizing_same_budget():
     assert 60e9 < sb["weights_bytes"] < 63e9  # ~61 GB of bf16 weights
 
 
-def test_loop_runs_the_same_steps_as_per_call_timing(tmp_path):
+def test_loop_runs_the_same_steps_as_per_call_timing():
     """--loop N: one jitted fori_loop of N decode steps ends where N single-step calls end."""
     import jax
     import jax.numpy as jnp
@@ -95,7 +103,4 @@ def test_loop_runs_the_same_steps_as_per_call_timing(tmp_path):
     np.testing.assert_array_equal(np.asarray(t2), np.asarray(t))
     np.testing.assert_array_equal(np.asarray(ex2), np.asarray(ex))
     assert jax.tree.structure(hints2) == jax.tree.structure(hints) and hints
-    res = bench_rollout.main(["--smoke", "--engines", "fp4", "--loop", "2", "--breakdown", "never",
-                              "--out", str(tmp_path)])
-    row = res["rows"][0]
-    assert row["steps_per_call"] == 2 and row["tokens_per_s"] > 0, row
+    # bench_rollout --loop 2 end to end: test_kernel_layout_routes_expert_matmuls_to_the_pallas_kernels

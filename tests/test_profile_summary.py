@@ -46,16 +46,8 @@ def test_latest_xplane_names_the_missing_trace(tmp_path):
         PS.latest_xplane(str(tmp_path))
 
 
-def test_bench_rollout_profile_steps_writes_the_kernel_table(tmp_path):
-    sys.path.insert(0, str(REPO / "experiments"))
-    import bench_rollout
-
-    res = bench_rollout.main(["--smoke", "--engines", "fp4", "--profile_steps", "2",
-                              "--breakdown", "never", "--out", str(tmp_path)])
-    prof = res["rows"][0]["profile"]
-    assert prof["busy_ms"] > 0 and prof["launches"] >= 1 and prof["top"]
-    md = (tmp_path / "profile" / "fp4_64.md").read_text()
-    assert md.startswith("fp4 @ 64: device busy") and "| kernel | hlo op |" in md
+# bench_rollout --profile_steps end to end: tests/test_bench_rollout.py::
+# test_kernel_layout_routes_expert_matmuls_to_the_pallas_kernels
 
 
 def test_idle_gaps_merge_overlapping_streams():

@@ -186,6 +186,9 @@ def pack_params(params: dict, numerics: nx.Numerics, dtype=jnp.bfloat16, scale_r
     return unstack_layers(out) if per_layer else out
 
 
+EXPERT_KERNELS = ("auto", "triton", "mosaic")  # pallas_kernels.fp4_matmul.prepare_expert_weights
+
+
 def expert_kernel(kernel_layout: bool | str) -> str | None:
     """The grouped-matmul kernel named by a ``kernel_layout`` argument: None (False: packed FP4
     QTensors, dequantize + grouped matmul), ``"auto"`` (True), ``"triton"`` or ``"mosaic"``."""
@@ -193,7 +196,7 @@ def expert_kernel(kernel_layout: bool | str) -> str | None:
         return None
     if kernel_layout is True:
         return "auto"
-    if kernel_layout in ("auto", "triton", "mosaic"):
+    if kernel_layout in EXPERT_KERNELS:
         return kernel_layout
     raise ValueError(f"kernel_layout={kernel_layout!r}: use False, True, 'auto', 'triton' or "
                      f"'mosaic'")

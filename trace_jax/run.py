@@ -119,7 +119,7 @@ def rollout_kernel_layout(config) -> bool | str:
     if not config.rollout.kernel_layout:
         return False
     kernel = config.rollout.get("expert_kernel", "auto")
-    if kernel not in ("auto", "triton", "mosaic"):
+    if kernel not in M.EXPERT_KERNELS:
         raise ValueError(f"rollout.expert_kernel={kernel!r}: use 'auto', 'triton' or 'mosaic'")
     return kernel
 

@@ -264,10 +264,12 @@ def _sharding_for(axes, leaf, rules, mesh):
             extra = len(f.shape) - len(axes)
             return named(tuple(axes[:-2]) + (None,) * extra + kn, rules, mesh, f.shape)
         return jax.tree.map(field, leaf)
-    if type(leaf).__name__ == "MgpuWeights":  # pallas_kernels.fp4_matmul_mgpu
+    from pallas_kernels.fp4_matmul_mgpu import MgpuWeights
+
+    if isinstance(leaf, MgpuWeights):
         # codes [..., N, K/8], scales [..., K/64, N], global_scale [...] (per tensor / expert)
         lead, (k_ax, n_ax) = tuple(axes[:-2]), tuple(axes[-2:])
-        return type(leaf)(codes=named(lead + (n_ax, k_ax), rules, mesh, leaf.codes.shape),
+        return MgpuWeights(codes=named(lead + (n_ax, k_ax), rules, mesh, leaf.codes.shape),
                           scales=named(lead + (k_ax, n_ax), rules, mesh, leaf.scales.shape),
                           global_scale=named(lead, rules, mesh, leaf.global_scale.shape),
                           fmt=leaf.fmt)
