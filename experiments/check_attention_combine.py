@@ -43,7 +43,7 @@ def main(argv=None) -> int:
         row, outs = dict(batch=b, context=s), {}
         for comb in ("xla", "kernel"):
             f = jax.jit(lambda q, k, v, L, c=comb: decode_attention_triton(
-                q, k, v, L, sm_scale=D ** -0.5, out_dtype=jnp.float32, combine=c))
+                q, k, v, L, sm_scale=D ** -0.5, out_dtype=jnp.float32, split_combine=c))
             outs[comb] = f(q, kw, vw, lengths)
             with tempfile.TemporaryDirectory(prefix="devtime_") as tmp:
                 summ = PS.profile_calls(lambda: f(q, kw, vw, lengths), 5, tmp)

@@ -476,9 +476,6 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     return num / den[..., None]
 
 
-merge_splits = combine  # (decode_attention_triton's ``combine`` argument shadows the name)
-
-
 # Programs (B * H * splits) the split count aims for when neither ``num_splits`` nor
 # ``split_target`` is given; None = 8192 // num_warps (at least 2048). A module default so that a
 # benchmark can change it for a whole model step (``bench_rollout.py --attn_split_target``); read
@@ -511,7 +508,7 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
 # The v3+ split combine as a Pallas kernel (True) or in XLA (combine_transposed_halves). Session
 # 15 profile (30B 4-layer step, B=111 x 32K): XLA's reduction read the 58 MB of partials per
 # layer at 1.8 TB/s (32 us beside a 726 us attention kernel). The default of
-# ``decode_attention_triton(combine=None)``, read at trace time.
+# ``decode_attention_triton(split_combine=None)``, read at trace time.
 COMBINE_KERNEL = True
 _COMBINE_TD = 16  # D2 columns per combine program
 
@@ -577,12 +574,12 @@ def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
-                     "num_stages", "precision", "decode", "chains", "out_dtype", "combine",
+                     "num_stages", "precision", "decode", "chains", "out_dtype", "split_combine",
                      "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=None,
                             precision="f32", decode=None, chains=None,
-                            out_dtype=jnp.bfloat16, combine=None, interpret=False):
+                            out_dtype=jnp.bfloat16, split_combine=None, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
@@ -601,14 +598,14 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None; default
     8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency.
-    ``combine`` (v3+): how the split partials merge, ``"kernel"`` (a Pallas kernel where the
+    ``split_combine`` (v3+): how the split partials merge, ``"kernel"`` (a Pallas kernel where the
     shapes tile, :func:`combine_transposed_halves_pallas`) or ``"xla"``; None = the module
     default ``COMBINE_KERNEL`` on the GPU, ``"xla"`` in interpret mode (the CPU tests: a second
     interpreted kernel per call costs seconds; ``tests/test_kernels_attention.py`` checks the
     kernel against the XLA combine explicitly)."""
-    if combine not in (None, "kernel", "xla"):
-        raise ValueError(f"combine must be 'kernel', 'xla' or None, got {combine!r}")
-    combine = combine or ("kernel" if COMBINE_KERNEL and not interpret else "xla")
+    if split_combine not in (None, "kernel", "xla"):
+        raise ValueError(f"split_combine must be 'kernel', 'xla' or None, got {split_combine!r}")
+    split_combine = split_combine or ("kernel" if COMBINE_KERNEL and not interpret else "xla")
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
     fp4 = isinstance(k_cache, QTensor)
@@ -706,7 +703,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             interpret=interpret,
             name="decode_attention_bf16",
         )(lengths, qg, k_cache.astype(jnp.bfloat16), v_cache.astype(jnp.bfloat16))
-        out = merge_splits(acc, m, l)
+        out = combine(acc, m, l)
     else:
         qe, qo = qg[..., 0::2], qg[..., 1::2]
         nb = k_cache.scales.shape[-1]
@@ -759,13 +756,13 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             interpret=interpret,
             name=f"decode_attention_{fmt}_{decode}",
         )(*args)
-        if v3 and combine == "kernel" and combine_kernel_fits(p, d2, gp):
+        if v3 and split_combine == "kernel" and combine_kernel_fits(p, d2, gp):
             out = combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=interpret)
         elif v3:
             out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)
         else:
             acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
-            out = merge_splits(acc, m, l)
+            out = combine(acc, m, l)
     return out[:, :, :g, :].reshape(b, hq, d).astype(out_dtype)
 
 

@@ -286,6 +286,8 @@ def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "aut
         from pallas_kernels import fp4_matmul_mgpu as MGPU
 
         xb, g = matmul_triton.x_bf16(x)  # W4A4: exact code * block scale, global scale per row
+        if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
+            raise TypeError(f"Mosaic GPU weights take cfg=(mp, tk, steps) or None, got {cfg!r}")
         mp, tk, steps = cfg or (None, None, None)
         return MGPU.fp4_grouped_matmul_mgpu(xb, w, group_sizes, mp=mp, tk=tk, steps=steps,
                                             row_scale=g if isinstance(x, QTensor) else None,

@@ -411,7 +411,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``"emulate"`` (the wrapper's padding with the kernel replaced by plain JAX: CPU tests)."""
     e, k, n = w.shape
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k)
-    mp, tk, steps = mp or dmp, tk or dtk, steps or dsteps
+    mp = dmp if mp is None else mp
+    tk = dtk if tk is None else tk
+    steps = dsteps if steps is None else steps
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {x.shape}")
     if group_sizes.shape != (e,):

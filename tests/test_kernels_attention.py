@@ -290,11 +290,11 @@ def test_split_combine_kernel_equals_the_xla_combine():
     kc, vc = (KL.to_kv_words(_cache(a, "nvfp4")) for a in (k, v))
     lengths = jnp.asarray([128, 20], jnp.int32)
     outs = [AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=16,
-                                       num_splits=4, out_dtype=jnp.float32, combine=c,
+                                       num_splits=4, out_dtype=jnp.float32, split_combine=c,
                                        interpret=True) for c in ("kernel", "xla")]
     np.testing.assert_allclose(np.asarray(outs[0]), np.asarray(outs[1]), rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="combine must be"):
-        AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=1.0, combine="fused")
+    with pytest.raises(ValueError, match="split_combine must be"):
+        AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=1.0, split_combine="fused")
 
 
 _V3_SHAPES = [
@@ -371,7 +371,7 @@ def test_unpack_words_is_the_byte_order_of_the_cache():
 
 
 def test_split_combine_barrier_keeps_the_result(monkeypatch):
-    """COMBINE_BARRIER only changes how XLA fuses the v3/v4 split combine (``combine="xla"``),
+    """COMBINE_BARRIER only changes how XLA fuses the v3/v4 split combine (``split_combine="xla"``),
     not what it computes: with and without it the kernel (interpret mode, 4 splits, ragged
     lengths) gives the same output, and both match the float64 attention."""
     q, k, v = _inputs(11, 3, 8, 2, 128, 64)
@@ -383,7 +383,7 @@ def test_split_combine_barrier_keeps_the_result(monkeypatch):
         jax.clear_caches()
         f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
             q, kc, vc, n, sm_scale=0.125, block_k=16, num_splits=4, decode="v4",
-            interpret=True, out_dtype=jnp.float32, combine="xla")
+            interpret=True, out_dtype=jnp.float32, split_combine="xla")
         hlo = jax.jit(f).lower(q, kc, vc, lengths).as_text()
         assert ("optimization_barrier" in hlo) == barrier  # the flag is what the program holds
         outs.append(np.asarray(f(q, kc, vc, lengths)))
