@@ -735,7 +735,7 @@ def attention_kernel_version() -> str:
 
     tiling = ("default tiling" if attention_triton.SPLIT_TARGET is None
               else f"default tiling, split target {attention_triton.SPLIT_TARGET}")
-    tiling += ", split combine " + ("kernel" if attention_triton.COMBINE_KERNEL else "xla")
+    tiling += ", split combine " + attention_triton.SPLIT_COMBINE
     return f"decode_attention_triton(decode={default!r}, {tiling})"
 
 
@@ -814,9 +814,10 @@ def main(argv=None):
     ap.add_argument("--attn_split_target", type=int, default=0,
                     help="the Pallas decode attention's split target (programs B*H*splits it "
                          "aims for; 0 = the kernel's default, max(2048, 8192 // num_warps))")
-    ap.add_argument("--attn_combine", default="kernel", choices=["kernel", "xla"],
-                    help="the FP4 decode attention's split combine: a Pallas kernel (default "
-                         "since session 15) or XLA's reduction")
+    ap.add_argument("--attn_combine", default=None, choices=["fused", "kernel", "xla"],
+                    help="the FP4 decode attention's split combine: fused into the attention "
+                         "kernel, a second Pallas kernel or XLA's reduction (default: "
+                         "attention_triton.SPLIT_COMBINE)")
     ap.add_argument("--kv_cache_layout", default="kv_words", choices=["kv_words", "natural"],
                     help="the FP4 KV caches' code layout: kv_words (attention.init_cache's "
                          "default, read by decode v6) or natural (decode v4)")
@@ -826,7 +827,8 @@ def main(argv=None):
         raise SystemExit(f"--attn_split_target must be >= 0, got {args.attn_split_target}")
     from pallas_kernels import attention_triton
 
-    attention_triton.COMBINE_KERNEL = args.attn_combine == "kernel"
+    if args.attn_combine:
+        attention_triton.SPLIT_COMBINE = args.attn_combine
     if args.attn_split_target:
         attention_triton.SPLIT_TARGET = args.attn_split_target
     if args.loop is None:

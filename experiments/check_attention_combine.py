@@ -1,13 +1,14 @@
-"""The FP4-KV decode attention's split combine: the Pallas kernel
-(``attention_triton.combine_transposed_halves_pallas``) against XLA's reduction, on one GPU.
+"""The FP4-KV decode attention's split combine three ways, on one GPU: fused into the attention
+kernel (the last split of each head merges), a second Pallas kernel
+(``attention_triton.combine_transposed_halves_pallas``) and XLA's reduction.
 
-  python experiments/check_attention_combine.py [--out DIR]
+  python experiments/check_attention_combine.py [--out DIR] [--combines fused,kernel,xla]
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches in the kv_words layout, every
-sequence at full context): device time of the whole v6 call and of its combine alone
-(``devtime``, 5 profiled calls), the call's % of a device-time copy over the KV bytes, and the
-largest difference between the two outputs (f32; summation order only). Writes
-``kernels_attention_combine.{md,json}``.
+sequence at full context; MXFP4 at one shape): device time of the whole v6 call and of what it runs besides the
+attention kernel (``devtime``, 5 profiled calls; for "fused" that is only the counter's zeroing),
+the call's % of a device-time copy over the KV bytes, and the largest difference of each
+output from XLA's (f32; summation order only). Writes ``kernels_attention_combine.{md,json}``.
 """
 
 from __future__ import annotations
@@ -27,43 +28,49 @@ from pallas_kernels import devtime  # noqa: E402
 from pallas_kernels.attention_triton import decode_attention_triton, kv_bytes  # noqa: E402
 from pallas_kernels.bench_attention_v5 import D, H, HQ, _caches  # noqa: E402
 
-SHAPES = ((111, 32768), (27, 131072), (128, 32768), (32, 32768))
+SHAPES = (("nvfp4", 111, 32768), ("nvfp4", 27, 131072), ("nvfp4", 128, 32768),
+          ("nvfp4", 32, 32768), ("mxfp4", 111, 32768))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
+    ap.add_argument("--combines", default="xla,kernel,fused",
+                    help="comma-separated split_combine values; the first is the reference")
     a = ap.parse_args(argv)
+    combines = a.combines.split(",")
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
-    for b, s in SHAPES:
-        kw, vw = _caches("nvfp4", b, s, jax.random.PRNGKey(2))
+    for fmt, b, s in SHAPES:
+        kw, vw = _caches(fmt, b, s, jax.random.PRNGKey(2))
         q = jax.random.normal(jax.random.PRNGKey(b), (b, HQ, D), jnp.bfloat16)
         lengths = jnp.full((b,), s, jnp.int32)
-        row, outs = dict(batch=b, context=s), {}
-        for comb in ("xla", "kernel"):
+        row, outs = dict(fmt=fmt, batch=b, context=s), {}
+        for comb in combines:
             f = jax.jit(lambda q, k, v, L, c=comb: decode_attention_triton(
                 q, k, v, L, sm_scale=D ** -0.5, out_dtype=jnp.float32, split_combine=c))
             outs[comb] = f(q, kw, vw, lengths)
             with tempfile.TemporaryDirectory(prefix="devtime_") as tmp:
                 summ = PS.profile_calls(lambda: f(q, kw, vw, lengths), 5, tmp)
             t = devtime.selected_seconds(summ)
-            tk = devtime.selected_seconds(summ, "decode_attention_nvfp4")
+            tk = devtime.selected_seconds(summ, f"decode_attention_{fmt}")
             row[f"{comb}_us"] = 1e6 * t
             row[f"{comb}_combine_us"] = 1e6 * (t - tk)  # everything but the attention kernel
-            row[f"{comb}_pct_copy"] = 100 * kv_bytes(b, H, s, D, "nvfp4") / t / bw
-        row["max_abs_diff"] = float(jnp.max(jnp.abs(outs["kernel"] - outs["xla"])))
-        row["max_abs_out"] = float(jnp.max(jnp.abs(outs["xla"])))
+            row[f"{comb}_pct_copy"] = 100 * kv_bytes(b, H, s, D, fmt) / t / bw
+        for comb in combines[1:]:
+            row[f"{comb}_max_abs_diff"] = float(jnp.max(jnp.abs(outs[comb] - outs[combines[0]])))
+        row["max_abs_out"] = float(jnp.max(jnp.abs(outs[combines[0]])))
         rows.append(row)
         print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in row.items()), flush=True)
         del kw, vw
     cols = list(rows[0])
-    lines = [f"# FP4-KV decode attention split combine: Pallas kernel vs XLA, "
+    lines = [f"# FP4-KV decode attention split combine ({', '.join(combines)}), "
              f"{jax.devices()[0].device_kind} (jax {jax.__version__})", "",
              f"command: `python experiments/check_attention_combine.py "
              f"{' '.join(argv or sys.argv[1:])}`", "",
-             f"NVFP4 v6, default splits; device time per call; combine = call - attention kernel; "
+             f"v6 kernels, default splits; device time per call; combine = call - attention kernel; "
+             f"max_abs_diff against {combines[0]}; "
              f"% copy = KV bytes / call time against a device-time copy of {bw / 1e12:.2f} TB/s.",
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:

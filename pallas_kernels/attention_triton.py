@@ -354,10 +354,50 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
             jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
     acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
-    oe_ref[...] = acc_e * unit
-    oo_ref[...] = acc_o * unit
-    m_ref[...] = m
-    l_ref[...] = l
+    if not merge_chunk:
+        oe_ref[...] = acc_e * unit
+        oo_ref[...] = acc_o * unit
+        m_ref[...] = m
+        l_ref[...] = l
+        return
+    # The partial refs hold all P splits of this (sequence, kv head): write this split's row,
+    # count it in, and the split that arrives last merges all P. The count is one thread's
+    # acq_rel atomic at GPU scope (SASS: MEMBAR.GPU before, L1 invalidate after); the barrier
+    # before it orders every thread's partial stores ahead of that release.
+    split = pl.program_id(2)
+    oe_ref[split] = acc_e * unit
+    oo_ref[split] = acc_o * unit
+    m_ref[split] = m
+    l_ref[split] = l
+    if not interpret:  # (no interpret-mode rule; sequential there anyway)
+        plgpu.debug_barrier()
+    arrived = plgpu.atomic_add(cnt_ref, (jnp.int32(0),), jnp.int32(1))
+
+    @pl.when(arrived == pl.num_programs(2) - 1)
+    def _merge():
+        _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, merge_chunk)
+
+
+def _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, cp):
+    """out [Gq, D2, 2] = the P partials [P, D2, Gq] (even / odd halves) merged with base-2
+    weights exp2(m_p - max m), divided by the merged sum; ``cp`` splits per load (a power of two
+    dividing P: several loads in flight per iteration, not one L2 round trip per split)."""
+    p, d2, gq = oe_ref.shape
+    mx = jnp.max(m_ref[...], axis=0)  # [Gq]
+
+    def body(c, carry):
+        num_e, num_o, den = carry
+        sl = pl.ds(pl.multiple_of(c * cp, cp), cp)
+        w = jnp.exp2(m_ref[sl] - mx[None, :])  # [cp, Gq]
+        num_e = num_e + jnp.sum(oe_ref[sl] * w[:, None, :], axis=0)
+        num_o = num_o + jnp.sum(oo_ref[sl] * w[:, None, :], axis=0)
+        return num_e, num_o, den + jnp.sum(l_ref[sl] * w, axis=0)
+
+    zero = jnp.zeros((d2, gq), jnp.float32)
+    num_e, num_o, den = jax.lax.fori_loop(0, p // cp, body,
+                                          (zero, zero, jnp.zeros((gq,), jnp.float32)))
+    for half, num in enumerate((num_e, num_o)):
+        out_ref[:, :, half] = (num / den[None, :]).T.astype(out_ref.dtype)  # columns 2 c + half
 
 
 # --- v3: transposed MMAs (K rows on the MMA's M side, the G query heads on N = 8) ---------------
@@ -379,7 +419,9 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                    fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False,
-                   v_words=False):
+                   v_words=False, merge_chunk=0):
+    if merge_chunk:  # fused split combine: refs (..., count, partials, out, count alias)
+        rest, out_ref, cnt_ref = rest[:-7] + rest[-6:-2], rest[-2], rest[-1]
     kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
     step = block_k * chains
     nblk = (n + step - 1) // step
@@ -457,10 +499,50 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         acc_o = acc_o * w0[None, :] + ao * w1[None, :]
         l = l * w0 + lc * w1
         m = mx
-    oe_ref[...] = acc_e * unit
-    oo_ref[...] = acc_o * unit
-    m_ref[...] = m
-    l_ref[...] = l
+    if not merge_chunk:
+        oe_ref[...] = acc_e * unit
+        oo_ref[...] = acc_o * unit
+        m_ref[...] = m
+        l_ref[...] = l
+        return
+    # The partial refs hold all P splits of this (sequence, kv head): write this split's row,
+    # count it in, and the split that arrives last merges all P. The count is one thread's
+    # acq_rel atomic at GPU scope (SASS: MEMBAR.GPU before, L1 invalidate after); the barrier
+    # before it orders every thread's partial stores ahead of that release.
+    split = pl.program_id(2)
+    oe_ref[split] = acc_e * unit
+    oo_ref[split] = acc_o * unit
+    m_ref[split] = m
+    l_ref[split] = l
+    if not interpret:  # (no interpret-mode rule; sequential there anyway)
+        plgpu.debug_barrier()
+    arrived = plgpu.atomic_add(cnt_ref, (jnp.int32(0),), jnp.int32(1))
+
+    @pl.when(arrived == pl.num_programs(2) - 1)
+    def _merge():
+        _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, merge_chunk)
+
+
+def _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, cp):
+    """out [Gq, D2, 2] = the P partials [P, D2, Gq] (even / odd halves) merged with base-2
+    weights exp2(m_p - max m), divided by the merged sum; ``cp`` splits per load (a power of two
+    dividing P: several loads in flight per iteration, not one L2 round trip per split)."""
+    p, d2, gq = oe_ref.shape
+    mx = jnp.max(m_ref[...], axis=0)  # [Gq]
+
+    def body(c, carry):
+        num_e, num_o, den = carry
+        sl = pl.ds(pl.multiple_of(c * cp, cp), cp)
+        w = jnp.exp2(m_ref[sl] - mx[None, :])  # [cp, Gq]
+        num_e = num_e + jnp.sum(oe_ref[sl] * w[:, None, :], axis=0)
+        num_o = num_o + jnp.sum(oo_ref[sl] * w[:, None, :], axis=0)
+        return num_e, num_o, den + jnp.sum(l_ref[sl] * w, axis=0)
+
+    zero = jnp.zeros((d2, gq), jnp.float32)
+    num_e, num_o, den = jax.lax.fori_loop(0, p // cp, body,
+                                          (zero, zero, jnp.zeros((gq,), jnp.float32)))
+    for half, num in enumerate((num_e, num_o)):
+        out_ref[:, :, half] = (num / den[None, :]).T.astype(out_ref.dtype)  # columns 2 c + half
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,16 +587,26 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
     return jnp.swapaxes(out, 2, 3).reshape(b, h, gq, 2 * d2)
 
 
-# The v3+ split combine as a Pallas kernel (True) or in XLA (combine_transposed_halves). Session
-# 15 profile (30B 4-layer step, B=111 x 32K): XLA's reduction read the 58 MB of partials per
-# layer at 1.8 TB/s (32 us beside a 726 us attention kernel). The default of
-# ``decode_attention_triton(split_combine=None)``, read at trace time.
-COMBINE_KERNEL = True
+# How the v3+ split partials merge by default (``decode_attention_triton(split_combine=None)``,
+# read at trace time): "fused" (the last split of each (sequence, kv head) merges them inside
+# the attention kernel), "kernel" (a second Pallas kernel, combine_transposed_halves_pallas) or
+# "xla" (combine_transposed_halves). Session 15 profile (30B 4-layer step, B=111 x 32K): XLA's
+# reduction read the 58 MB of partials per layer at 1.8 TB/s (32 us beside a 726 us attention
+# kernel); the Pallas combine took 21 us.
+SPLIT_COMBINE = "kernel"
+SPLIT_COMBINES = ("fused", "kernel", "xla")
 _COMBINE_TD = 16  # D2 columns per combine program
+_MERGE_CHUNK = 2  # splits per load in the fused merge
 
 
 def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
+
+
+def fused_merge_fits(p: int, d2: int, gq: int) -> bool:
+    """Whether the fused split merge tiles these partials (its [splits, D2, Gq] loads are Triton
+    blocks: powers of two)."""
+    return _pow2(p) and _pow2(d2) and _pow2(gq)
 
 
 def combine_kernel_fits(p: int, d2: int, gq: int) -> bool:
@@ -598,14 +690,18 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None; default
     8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency.
-    ``split_combine`` (v3+): how the split partials merge, ``"kernel"`` (a Pallas kernel where the
-    shapes tile, :func:`combine_transposed_halves_pallas`) or ``"xla"``; None = the module
-    default ``COMBINE_KERNEL`` on the GPU, ``"xla"`` in interpret mode (the CPU tests: a second
-    interpreted kernel per call costs seconds; ``tests/test_kernels_attention.py`` checks the
-    kernel against the XLA combine explicitly)."""
-    if split_combine not in (None, "kernel", "xla"):
-        raise ValueError(f"split_combine must be 'kernel', 'xla' or None, got {split_combine!r}")
-    split_combine = split_combine or ("kernel" if COMBINE_KERNEL and not interpret else "xla")
+    ``split_combine`` (v3+): how the split partials merge, ``"fused"`` (the last split of each
+    (sequence, kv head) to finish merges all of them inside the attention kernel: no second
+    kernel; counted with an atomic per head), ``"kernel"`` (a second Pallas kernel,
+    :func:`combine_transposed_halves_pallas`) or ``"xla"``; the Pallas ones where the shapes
+    tile (powers of two), else the next one down. None = the module default ``SPLIT_COMBINE``
+    on the GPU, ``"xla"`` in interpret mode (the CPU tests: an interpreted merge costs seconds;
+    ``tests/test_kernels_attention.py`` checks the Pallas ones against XLA explicitly)."""
+    if split_combine not in (None, *SPLIT_COMBINES):
+        raise ValueError(f"split_combine must be one of {SPLIT_COMBINES} or None, got "
+                         f"{split_combine!r}")
+    if split_combine is None:
+        split_combine = "xla" if interpret else SPLIT_COMBINE
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
     fp4 = isinstance(k_cache, QTensor)
@@ -746,17 +842,38 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             o_block = (gp, d2)
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
         o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), jnp.float32)
-        acc_e, acc_o, m, l = pl.pallas_call(
+        out_specs = [o_spec, o_spec, ml_spec, ml_spec]
+        out_shape = [o_shape, o_shape, ml_shape, ml_shape]
+        fused = v3 and split_combine == "fused" and fused_merge_fits(p, d2, gp)
+        aliases = {}
+        if fused:  # every split sees its head's P partials; + the merged output and a counter
+            kernel = functools.partial(kernel, merge_chunk=min(_MERGE_CHUNK, p))
+            all_p = lambda *blk: pl.BlockSpec((None, None, p, *blk),  # noqa: E731
+                                              lambda i, j, k: (i, j) + (0,) * (1 + len(blk)))
+            cnt_spec = pl.BlockSpec((None, None, 1), lambda i, j, k: (i, j, 0))
+            out_specs = [all_p(*o_block), all_p(*o_block), all_p(gp), all_p(gp),
+                         pl.BlockSpec((None, None, gp, d2, 2), lambda i, j, k: (i, j, 0, 0, 0)),
+                         cnt_spec]
+            out_shape += [jax.ShapeDtypeStruct((b, h, gp, d2, 2), out_dtype),
+                          jax.ShapeDtypeStruct((b, h, 1), jnp.int32)]
+            in_specs.append(cnt_spec)
+            args.append(jnp.zeros((b, h, 1), jnp.int32))
+            aliases = {len(args) - 1: len(out_shape) - 1}
+        res = pl.pallas_call(
             kernel,
             grid=grid,
             in_specs=in_specs,
-            out_specs=[o_spec, o_spec, ml_spec, ml_spec],
-            out_shape=[o_shape, o_shape, ml_shape, ml_shape],
+            out_specs=out_specs,
+            out_shape=out_shape,
+            input_output_aliases=aliases,
             compiler_params=params,
             interpret=interpret,
             name=f"decode_attention_{fmt}_{decode}",
         )(*args)
-        if v3 and split_combine == "kernel" and combine_kernel_fits(p, d2, gp):
+        acc_e, acc_o, m, l = res[:4]
+        if fused:
+            out = res[4].reshape(b, h, gp, d)
+        elif v3 and split_combine != "xla" and combine_kernel_fits(p, d2, gp):
             out = combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=interpret)
         elif v3:
             out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)

@@ -289,12 +289,34 @@ def test_split_combine_kernel_equals_the_xla_combine():
     q, k, v = _inputs(32, bq, hq, hk, s, d)
     kc, vc = (KL.to_kv_words(_cache(a, "nvfp4")) for a in (k, v))
     lengths = jnp.asarray([128, 20], jnp.int32)
-    outs = [AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=16,
-                                       num_splits=4, out_dtype=jnp.float32, split_combine=c,
-                                       interpret=True) for c in ("kernel", "xla")]
-    np.testing.assert_allclose(np.asarray(outs[0]), np.asarray(outs[1]), rtol=1e-5, atol=1e-6)
+    outs = {c: AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=16,
+                                          num_splits=4, out_dtype=jnp.float32, split_combine=c,
+                                          interpret=True) for c in ("kernel", "xla")}
+    np.testing.assert_allclose(np.asarray(outs["kernel"]), np.asarray(outs["xla"]), rtol=1e-5,
+                               atol=1e-6)
     with pytest.raises(ValueError, match="split_combine must be"):
-        AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=1.0, split_combine="fused")
+        AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=1.0, split_combine="last")
+
+
+def test_fused_split_merge_equals_the_xla_combine():
+    """split_combine="fused": every split writes its partials, an atomic counts them in, and the
+    split that arrives last merges the P partials in the attention kernel itself and writes the
+    output in its final dtype (interpret mode runs the splits in order, so the last one merges).
+    Equal to XLA's combine, a sequence with empty splits included, NVFP4 and MXFP4; shapes the
+    merge cannot tile (a split count that is not a power of two) fall back."""
+    bq, hq, hk, s, d = 2, 8, 2, 128, 64
+    q, k, v = _inputs(33, bq, hq, hk, s, d)
+    lengths = jnp.asarray([128, 20], jnp.int32)  # sequence 1: splits 2.. of 8 are empty
+    for fmt, out_dtype in (("nvfp4", jnp.float32), ("mxfp4", jnp.bfloat16)):
+        kc, vc = (KL.to_kv_words(_cache(a, fmt)) for a in (k, v))
+        got, ref = (np.asarray(AT.decode_attention_triton(
+            q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=16, num_splits=8,
+            out_dtype=out_dtype, split_combine=c, interpret=True), np.float32)
+            for c in ("fused", "xla"))
+        tol = 1e-6 if out_dtype == jnp.float32 else 1e-2
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    assert AT.fused_merge_fits(8, 32, 8) and not AT.fused_merge_fits(6, 32, 8)
+    assert not AT.fused_merge_fits(8, 48, 8)
 
 
 _V3_SHAPES = [
