@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 16).
+# Ran at commit d65c17a (session 16).
 # Session 16, one H200: the FP4-KV attention's split combine fused into the attention kernel
 # (split_combine="fused": each split writes its partials, an acq_rel atomic counts them in, the
 # last split of each (sequence, kv head) merges all P and writes the bf16 output).
