@@ -2,7 +2,11 @@
 kernel (the last split of each head merges), a second Pallas kernel
 (``attention_triton.combine_transposed_halves_pallas``) and XLA's reduction.
 
-  python experiments/check_attention_combine.py [--out DIR] [--combines fused,kernel,xla]
+  python experiments/check_attention_combine.py [--out DIR] [--combines xla,kernel,fused]
+
+A combine may carry the launch order and the split target of the call:
+``kernel:inner:4096`` = ``split_combine="kernel", split_order="inner", split_target=4096``
+(unset parts: the wrapper's defaults).
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches in the kv_words layout, every
 sequence at full context; MXFP4 at one shape): device time of the whole v6 call and of what it runs besides the
@@ -36,19 +40,26 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--combines", default="xla,kernel,fused",
-                    help="comma-separated split_combine values; the first is the reference")
+                    help="comma-separated split_combine[:split_order[:split_target]] values; "
+                         "the first is the reference")
+    ap.add_argument("--shapes", default=None,
+                    help="comma-separated fmt:batch:context (default: the module's SHAPES)")
     a = ap.parse_args(argv)
     combines = a.combines.split(",")
+    shapes = SHAPES if a.shapes is None else [
+        (f, int(b), int(s)) for f, b, s in (x.split(":") for x in a.shapes.split(","))]
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
-    for fmt, b, s in SHAPES:
+    for fmt, b, s in shapes:
         kw, vw = _caches(fmt, b, s, jax.random.PRNGKey(2))
         q = jax.random.normal(jax.random.PRNGKey(b), (b, HQ, D), jnp.bfloat16)
         lengths = jnp.full((b,), s, jnp.int32)
         row, outs = dict(fmt=fmt, batch=b, context=s), {}
         for comb in combines:
-            f = jax.jit(lambda q, k, v, L, c=comb: decode_attention_triton(
-                q, k, v, L, sm_scale=D ** -0.5, out_dtype=jnp.float32, split_combine=c))
+            c, order, target = (comb.split(":") + [None, None])[:3]
+            f = jax.jit(lambda q, k, v, L, c=c, o=order, t=target: decode_attention_triton(
+                q, k, v, L, sm_scale=D ** -0.5, out_dtype=jnp.float32, split_combine=c,
+                split_order=o or None, split_target=int(t) if t else None))
             outs[comb] = f(q, kw, vw, lengths)
             with tempfile.TemporaryDirectory(prefix="devtime_") as tmp:
                 summ = PS.profile_calls(lambda: f(q, kw, vw, lengths), 5, tmp)

@@ -118,12 +118,12 @@ def _scale_rows(s_u8, fmt, d2):
     return jnp.broadcast_to(sf[:, :, None], (bk, nb, rep)).reshape(bk, d2)
 
 
-def _fp4_refs_and_rows(rest, fmt, len_ref, chunk):
+def _fp4_refs_and_rows(rest, fmt, len_ref, chunk, split_axis=2):
     """The FP4 kernels' trailing refs (NVFP4 adds the K/V per-row global scales; None for MXFP4)
-    and the number of valid cache rows in this program's split."""
+    and the number of valid cache rows in this program's split (grid axis ``split_axis``)."""
     kg_ref, vg_ref = (rest[0], rest[1]) if fmt == "nvfp4" else (None, None)
     oe_ref, oo_ref, m_ref, l_ref = rest[-4:]
-    n = jnp.clip(len_ref[0] - pl.program_id(2) * chunk, 0, chunk)
+    n = jnp.clip(len_ref[0] - pl.program_id(split_axis) * chunk, 0, chunk)
     return kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n
 
 
@@ -354,50 +354,10 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
             jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
     acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
-    if not merge_chunk:
-        oe_ref[...] = acc_e * unit
-        oo_ref[...] = acc_o * unit
-        m_ref[...] = m
-        l_ref[...] = l
-        return
-    # The partial refs hold all P splits of this (sequence, kv head): write this split's row,
-    # count it in, and the split that arrives last merges all P. The count is one thread's
-    # acq_rel atomic at GPU scope (SASS: MEMBAR.GPU before, L1 invalidate after); the barrier
-    # before it orders every thread's partial stores ahead of that release.
-    split = pl.program_id(2)
-    oe_ref[split] = acc_e * unit
-    oo_ref[split] = acc_o * unit
-    m_ref[split] = m
-    l_ref[split] = l
-    if not interpret:  # (no interpret-mode rule; sequential there anyway)
-        plgpu.debug_barrier()
-    arrived = plgpu.atomic_add(cnt_ref, (jnp.int32(0),), jnp.int32(1))
-
-    @pl.when(arrived == pl.num_programs(2) - 1)
-    def _merge():
-        _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, merge_chunk)
-
-
-def _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, cp):
-    """out [Gq, D2, 2] = the P partials [P, D2, Gq] (even / odd halves) merged with base-2
-    weights exp2(m_p - max m), divided by the merged sum; ``cp`` splits per load (a power of two
-    dividing P: several loads in flight per iteration, not one L2 round trip per split)."""
-    p, d2, gq = oe_ref.shape
-    mx = jnp.max(m_ref[...], axis=0)  # [Gq]
-
-    def body(c, carry):
-        num_e, num_o, den = carry
-        sl = pl.ds(pl.multiple_of(c * cp, cp), cp)
-        w = jnp.exp2(m_ref[sl] - mx[None, :])  # [cp, Gq]
-        num_e = num_e + jnp.sum(oe_ref[sl] * w[:, None, :], axis=0)
-        num_o = num_o + jnp.sum(oo_ref[sl] * w[:, None, :], axis=0)
-        return num_e, num_o, den + jnp.sum(l_ref[sl] * w, axis=0)
-
-    zero = jnp.zeros((d2, gq), jnp.float32)
-    num_e, num_o, den = jax.lax.fori_loop(0, p // cp, body,
-                                          (zero, zero, jnp.zeros((gq,), jnp.float32)))
-    for half, num in enumerate((num_e, num_o)):
-        out_ref[:, :, half] = (num / den[None, :]).T.astype(out_ref.dtype)  # columns 2 c + half
+    oe_ref[...] = acc_e * unit
+    oo_ref[...] = acc_o * unit
+    m_ref[...] = m
+    l_ref[...] = l
 
 
 # --- v3: transposed MMAs (K rows on the MMA's M side, the G query heads on N = 8) ---------------
@@ -419,10 +379,11 @@ def _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, cp):
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                    fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False,
-                   v_words=False, merge_chunk=0):
+                   v_words=False, merge_chunk=0, split_axis=2):
     if merge_chunk:  # fused split combine: refs (..., count, partials, out, count alias)
         rest, out_ref, cnt_ref = rest[:-7] + rest[-6:-2], rest[-2], rest[-1]
-    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
+    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk,
+                                                                         split_axis)
     step = block_k * chains
     nblk = (n + step - 1) // step
     qe = qe_ref[...]  # [D2, Gq] bf16
@@ -509,7 +470,7 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     # count it in, and the split that arrives last merges all P. The count is one thread's
     # acq_rel atomic at GPU scope (SASS: MEMBAR.GPU before, L1 invalidate after); the barrier
     # before it orders every thread's partial stores ahead of that release.
-    split = pl.program_id(2)
+    split = pl.program_id(split_axis)
     oe_ref[split] = acc_e * unit
     oo_ref[split] = acc_o * unit
     m_ref[split] = m
@@ -518,7 +479,7 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         plgpu.debug_barrier()
     arrived = plgpu.atomic_add(cnt_ref, (jnp.int32(0),), jnp.int32(1))
 
-    @pl.when(arrived == pl.num_programs(2) - 1)
+    @pl.when(arrived == pl.num_programs(split_axis) - 1)
     def _merge():
         _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, merge_chunk)
 
@@ -667,11 +628,12 @@ def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
                      "num_stages", "precision", "decode", "chains", "out_dtype", "split_combine",
-                     "interpret"))
+                     "split_order", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=None,
                             precision="f32", decode=None, chains=None,
-                            out_dtype=jnp.bfloat16, split_combine=None, interpret=False):
+                            out_dtype=jnp.bfloat16, split_combine=None, split_order=None,
+                            interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
@@ -696,7 +658,11 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     :func:`combine_transposed_halves_pallas`) or ``"xla"``; the Pallas ones where the shapes
     tile (powers of two), else the next one down. None = the module default ``SPLIT_COMBINE``
     on the GPU, ``"xla"`` in interpret mode (the CPU tests: an interpreted merge costs seconds;
-    ``tests/test_kernels_attention.py`` checks the Pallas ones against XLA explicitly)."""
+    ``tests/test_kernels_attention.py`` checks the Pallas ones against XLA explicitly).
+    ``split_order`` (v3+): the launch order of the programs, ``"outer"`` (grid (B, H, P): the
+    first split of every head, then the second, ...) or ``"inner"`` (grid (P, H, B): the P
+    splits of a head launch together, so with ``"fused"`` its merge happens while other heads
+    still run, not all at the end); None = inner for "fused", else outer."""
     if split_combine not in (None, *SPLIT_COMBINES):
         raise ValueError(f"split_combine must be one of {SPLIT_COMBINES} or None, got "
                          f"{split_combine!r}")
@@ -704,6 +670,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         split_combine = "xla" if interpret else SPLIT_COMBINE
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
+    if split_order not in (None, "outer", "inner"):
+        raise ValueError(f"split_order must be 'outer', 'inner' or None, got {split_order!r}")
     fp4 = isinstance(k_cache, QTensor)
     layouts = (k_cache.layout, v_cache.layout) if fp4 else None
     if decode is None:
@@ -859,6 +827,15 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             in_specs.append(cnt_spec)
             args.append(jnp.zeros((b, h, 1), jnp.int32))
             aliases = {len(args) - 1: len(out_shape) - 1}
+        split_order = split_order or ("inner" if fused else "outer")
+        if split_order == "inner" and v3:  # grid (P, H, B): a head's splits launch together
+
+            def inner(spec):
+                return pl.BlockSpec(spec.block_shape, lambda k, j, i, f=spec.index_map: f(i, j, k))
+
+            grid, in_specs, out_specs = (p, h, b), [inner(x) for x in in_specs], [
+                inner(x) for x in out_specs]
+            kernel = functools.partial(kernel, split_axis=0)
         res = pl.pallas_call(
             kernel,
             grid=grid,

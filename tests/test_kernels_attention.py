@@ -4,6 +4,7 @@ a long-context check of the reference and the kernel against a float64 numpy com
 v2 decode's bit manipulation (inline PTX on the GPU) emulated word by word in numpy against the
 E2M1 table; the f32-P precision option against float64."""
 
+import functools
 import time
 import zlib
 
@@ -309,12 +310,17 @@ def test_fused_split_merge_equals_the_xla_combine():
     lengths = jnp.asarray([128, 20], jnp.int32)  # sequence 1: splits 2.. of 8 are empty
     for fmt, out_dtype in (("nvfp4", jnp.float32), ("mxfp4", jnp.bfloat16)):
         kc, vc = (KL.to_kv_words(_cache(a, fmt)) for a in (k, v))
-        got, ref = (np.asarray(AT.decode_attention_triton(
-            q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=16, num_splits=8,
-            out_dtype=out_dtype, split_combine=c, interpret=True), np.float32)
-            for c in ("fused", "xla"))
+        run = functools.partial(AT.decode_attention_triton, q, kc, vc, lengths,
+                                sm_scale=d ** -0.5, block_k=16, num_splits=8,
+                                out_dtype=out_dtype, interpret=True)
+        # fused: grid (P, H, B) by default; outer order with the XLA combine as the reference
+        got, ref = (np.asarray(run(split_combine=c, split_order=o), np.float32)
+                    for c, o in (("fused", None), ("xla", "outer")))
         tol = 1e-6 if out_dtype == jnp.float32 else 1e-2
         np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+        if fmt == "nvfp4":  # the inner grid order alone (separate combine) changes nothing
+            np.testing.assert_array_equal(
+                np.asarray(run(split_combine="xla", split_order="inner")), ref)
     assert AT.fused_merge_fits(8, 32, 8) and not AT.fused_merge_fits(6, 32, 8)
     assert not AT.fused_merge_fits(8, 48, 8)
 
