@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 16).
+# Ran at commit c5fd6b0 (session 16).
 # Session 16, one H200: 16a found the fused split merge (last split of a head merges) no faster
 # than the separate combine kernel (111 x 32K 757 vs 753 us; 27 x 128K 793 vs 734): with grid
 # (B, H, P) every head's last split runs in the last wave, so all merges queue at the end. Now
