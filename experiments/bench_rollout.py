@@ -814,10 +814,9 @@ def main(argv=None):
     ap.add_argument("--attn_split_target", type=int, default=0,
                     help="the Pallas decode attention's split target (programs B*H*splits it "
                          "aims for; 0 = the kernel's default, max(2048, 8192 // num_warps))")
-    ap.add_argument("--attn_combine", default=None, choices=["fused", "kernel", "xla"],
-                    help="the FP4 decode attention's split combine: fused into the attention "
-                         "kernel, a second Pallas kernel or XLA's reduction (default: "
-                         "attention_triton.SPLIT_COMBINE)")
+    ap.add_argument("--attn_combine", default=None, choices=["kernel", "xla"],
+                    help="the FP4 decode attention's split combine: a second Pallas kernel or "
+                         "XLA's reduction (default: attention_triton.SPLIT_COMBINE)")
     ap.add_argument("--kv_cache_layout", default="kv_words", choices=["kv_words", "natural"],
                     help="the FP4 KV caches' code layout: kv_words (attention.init_cache's "
                          "default, read by decode v6) or natural (decode v4)")

@@ -1,18 +1,18 @@
-"""The FP4-KV decode attention's split combine three ways, on one GPU: fused into the attention
-kernel (the last split of each head merges), a second Pallas kernel
-(``attention_triton.combine_transposed_halves_pallas``) and XLA's reduction.
+"""The FP4-KV decode attention's split combine and launch order, on one GPU: the Pallas combine
+kernel (``attention_triton.combine_transposed_halves_pallas``) against XLA's reduction, and
+variants of the call.
 
-  python experiments/check_attention_combine.py [--out DIR] [--combines xla,kernel,fused]
+  python experiments/check_attention_combine.py [--out DIR] [--combines xla,kernel] [--shapes ..]
 
 A combine may carry the launch order and the split target of the call:
 ``kernel:inner:4096`` = ``split_combine="kernel", split_order="inner", split_target=4096``
 (unset parts: the wrapper's defaults).
 
-Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches in the kv_words layout, every
-sequence at full context; MXFP4 at one shape): device time of the whole v6 call and of what it runs besides the
-attention kernel (``devtime``, 5 profiled calls; for "fused" that is only the counter's zeroing),
-the call's % of a device-time copy over the KV bytes, and the largest difference of each
-output from XLA's (f32; summation order only). Writes ``kernels_attention_combine.{md,json}``.
+Per shape (GQA 32 q / 4 kv heads, head_dim 128, FP4 caches in the kv_words layout, every
+sequence at full context; NVFP4, and MXFP4 at one shape): device time of the whole v6 call and
+of what it runs besides the attention kernel (``devtime``, 5 profiled calls), the call's % of a
+device-time copy over the KV bytes, and each output's largest difference from the first
+combine's (f32; summation order only). Writes ``kernels_attention_combine.{md,json}``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ SHAPES = (("nvfp4", 111, 32768), ("nvfp4", 27, 131072), ("nvfp4", 128, 32768),
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
-    ap.add_argument("--combines", default="xla,kernel,fused",
+    ap.add_argument("--combines", default="xla,kernel",
                     help="comma-separated split_combine[:split_order[:split_target]] values; "
                          "the first is the reference")
     ap.add_argument("--shapes", default=None,

@@ -6,7 +6,8 @@ the MMA's N side: see ``_fp4_kernel_v3``),
 S max cache length, D head_dim, D2 = D / 2 packed FP4 bytes, NB = D / block FP4 scales per row,
 P number of KV splits (flash-decoding), C = S / P rows per split, BK rows per inner step.
 
-Grid (B, H, P): one program per (sequence, kv head, split). It loads the G query heads of its
+Grid (B, H, P) (the v3+ kernels launch it as (P, H, B): a head's splits together): one program
+per (sequence, kv head, split). It loads the G query heads of its
 group once, streams its C cache rows in BK-row steps, decodes every K/V element once and feeds
 all G heads from it through one MMA, keeping an online softmax in f32 (base 2). Partial
 (acc, m, l) go to HBM; :func:`combine` merges the P splits in XLA (the default v3+ kernels:
@@ -379,9 +380,7 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                    fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False,
-                   v_words=False, merge_chunk=0, split_axis=2):
-    if merge_chunk:  # fused split combine: refs (..., count, partials, out, count alias)
-        rest, out_ref, cnt_ref = rest[:-7] + rest[-6:-2], rest[-2], rest[-1]
+                   v_words=False, split_axis=2):
     kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk,
                                                                          split_axis)
     step = block_k * chains
@@ -460,50 +459,10 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         acc_o = acc_o * w0[None, :] + ao * w1[None, :]
         l = l * w0 + lc * w1
         m = mx
-    if not merge_chunk:
-        oe_ref[...] = acc_e * unit
-        oo_ref[...] = acc_o * unit
-        m_ref[...] = m
-        l_ref[...] = l
-        return
-    # The partial refs hold all P splits of this (sequence, kv head): write this split's row,
-    # count it in, and the split that arrives last merges all P. The count is one thread's
-    # acq_rel atomic at GPU scope (SASS: MEMBAR.GPU before, L1 invalidate after); the barrier
-    # before it orders every thread's partial stores ahead of that release.
-    split = pl.program_id(split_axis)
-    oe_ref[split] = acc_e * unit
-    oo_ref[split] = acc_o * unit
-    m_ref[split] = m
-    l_ref[split] = l
-    if not interpret:  # (no interpret-mode rule; sequential there anyway)
-        plgpu.debug_barrier()
-    arrived = plgpu.atomic_add(cnt_ref, (jnp.int32(0),), jnp.int32(1))
-
-    @pl.when(arrived == pl.num_programs(split_axis) - 1)
-    def _merge():
-        _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, merge_chunk)
-
-
-def _merge_splits(oe_ref, oo_ref, m_ref, l_ref, out_ref, cp):
-    """out [Gq, D2, 2] = the P partials [P, D2, Gq] (even / odd halves) merged with base-2
-    weights exp2(m_p - max m), divided by the merged sum; ``cp`` splits per load (a power of two
-    dividing P: several loads in flight per iteration, not one L2 round trip per split)."""
-    p, d2, gq = oe_ref.shape
-    mx = jnp.max(m_ref[...], axis=0)  # [Gq]
-
-    def body(c, carry):
-        num_e, num_o, den = carry
-        sl = pl.ds(pl.multiple_of(c * cp, cp), cp)
-        w = jnp.exp2(m_ref[sl] - mx[None, :])  # [cp, Gq]
-        num_e = num_e + jnp.sum(oe_ref[sl] * w[:, None, :], axis=0)
-        num_o = num_o + jnp.sum(oo_ref[sl] * w[:, None, :], axis=0)
-        return num_e, num_o, den + jnp.sum(l_ref[sl] * w, axis=0)
-
-    zero = jnp.zeros((d2, gq), jnp.float32)
-    num_e, num_o, den = jax.lax.fori_loop(0, p // cp, body,
-                                          (zero, zero, jnp.zeros((gq,), jnp.float32)))
-    for half, num in enumerate((num_e, num_o)):
-        out_ref[:, :, half] = (num / den[None, :]).T.astype(out_ref.dtype)  # columns 2 c + half
+    oe_ref[...] = acc_e * unit
+    oo_ref[...] = acc_o * unit
+    m_ref[...] = m
+    l_ref[...] = l
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,25 +508,19 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
 
 
 # How the v3+ split partials merge by default (``decode_attention_triton(split_combine=None)``,
-# read at trace time): "fused" (the last split of each (sequence, kv head) merges them inside
-# the attention kernel), "kernel" (a second Pallas kernel, combine_transposed_halves_pallas) or
+# read at trace time): "kernel" (a second Pallas kernel, combine_transposed_halves_pallas) or
 # "xla" (combine_transposed_halves). Session 15 profile (30B 4-layer step, B=111 x 32K): XLA's
 # reduction read the 58 MB of partials per layer at 1.8 TB/s (32 us beside a 726 us attention
-# kernel); the Pallas combine took 21 us.
+# kernel); the Pallas combine took 21 us. (Session 16 measured a third way, the last split of
+# each head merging inside the attention kernel, 0.6-4% slower at the rollout shapes: removed,
+# NOTES_attention.)
 SPLIT_COMBINE = "kernel"
-SPLIT_COMBINES = ("fused", "kernel", "xla")
+SPLIT_COMBINES = ("kernel", "xla")
 _COMBINE_TD = 16  # D2 columns per combine program
-_MERGE_CHUNK = 2  # splits per load in the fused merge
 
 
 def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
-
-
-def fused_merge_fits(p: int, d2: int, gq: int) -> bool:
-    """Whether the fused split merge tiles these partials (its [splits, D2, Gq] loads are Triton
-    blocks: powers of two)."""
-    return _pow2(p) and _pow2(d2) and _pow2(gq)
 
 
 def combine_kernel_fits(p: int, d2: int, gq: int) -> bool:
@@ -652,17 +605,15 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None; default
     8192 // num_warps (at least 2048): small programs need many warps per SM to hide latency.
-    ``split_combine`` (v3+): how the split partials merge, ``"fused"`` (the last split of each
-    (sequence, kv head) to finish merges all of them inside the attention kernel: no second
-    kernel; counted with an atomic per head), ``"kernel"`` (a second Pallas kernel,
-    :func:`combine_transposed_halves_pallas`) or ``"xla"``; the Pallas ones where the shapes
-    tile (powers of two), else the next one down. None = the module default ``SPLIT_COMBINE``
-    on the GPU, ``"xla"`` in interpret mode (the CPU tests: an interpreted merge costs seconds;
-    ``tests/test_kernels_attention.py`` checks the Pallas ones against XLA explicitly).
-    ``split_order`` (v3+): the launch order of the programs, ``"outer"`` (grid (B, H, P): the
-    first split of every head, then the second, ...) or ``"inner"`` (grid (P, H, B): the P
-    splits of a head launch together, so with ``"fused"`` its merge happens while other heads
-    still run, not all at the end); None = inner for "fused", else outer."""
+    ``split_combine`` (v3+): how the split partials merge, ``"kernel"`` (a second Pallas
+    kernel, :func:`combine_transposed_halves_pallas`, where the shapes tile: powers of two; else
+    XLA's) or ``"xla"``; None = the module default ``SPLIT_COMBINE`` on the GPU, ``"xla"`` in
+    interpret mode (the CPU tests: a second interpreted kernel per call costs seconds;
+    ``tests/test_kernels_attention.py`` checks the kernel against the XLA combine explicitly).
+    ``split_order`` (v3+): the launch order of the programs, ``"inner"`` (default: grid
+    (P, H, B), the P splits of a head launch together and read one contiguous stretch of its
+    cache; 0.5-1.0% faster on the H200, bit-identical) or ``"outer"`` (grid (B, H, P), the
+    first split of every head, then the second, ...)."""
     if split_combine not in (None, *SPLIT_COMBINES):
         raise ValueError(f"split_combine must be one of {SPLIT_COMBINES} or None, got "
                          f"{split_combine!r}")
@@ -812,23 +763,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), jnp.float32)
         out_specs = [o_spec, o_spec, ml_spec, ml_spec]
         out_shape = [o_shape, o_shape, ml_shape, ml_shape]
-        fused = v3 and split_combine == "fused" and fused_merge_fits(p, d2, gp)
-        aliases = {}
-        if fused:  # every split sees its head's P partials; + the merged output and a counter
-            kernel = functools.partial(kernel, merge_chunk=min(_MERGE_CHUNK, p))
-            all_p = lambda *blk: pl.BlockSpec((None, None, p, *blk),  # noqa: E731
-                                              lambda i, j, k: (i, j) + (0,) * (1 + len(blk)))
-            cnt_spec = pl.BlockSpec((None, None, 1), lambda i, j, k: (i, j, 0))
-            out_specs = [all_p(*o_block), all_p(*o_block), all_p(gp), all_p(gp),
-                         pl.BlockSpec((None, None, gp, d2, 2), lambda i, j, k: (i, j, 0, 0, 0)),
-                         cnt_spec]
-            out_shape += [jax.ShapeDtypeStruct((b, h, gp, d2, 2), out_dtype),
-                          jax.ShapeDtypeStruct((b, h, 1), jnp.int32)]
-            in_specs.append(cnt_spec)
-            args.append(jnp.zeros((b, h, 1), jnp.int32))
-            aliases = {len(args) - 1: len(out_shape) - 1}
-        split_order = split_order or ("inner" if fused else "outer")
-        if split_order == "inner" and v3:  # grid (P, H, B): a head's splits launch together
+        if (split_order or "inner") == "inner" and v3:  # grid (P, H, B)
 
             def inner(spec):
                 return pl.BlockSpec(spec.block_shape, lambda k, j, i, f=spec.index_map: f(i, j, k))
@@ -836,21 +771,17 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             grid, in_specs, out_specs = (p, h, b), [inner(x) for x in in_specs], [
                 inner(x) for x in out_specs]
             kernel = functools.partial(kernel, split_axis=0)
-        res = pl.pallas_call(
+        acc_e, acc_o, m, l = pl.pallas_call(
             kernel,
             grid=grid,
             in_specs=in_specs,
             out_specs=out_specs,
             out_shape=out_shape,
-            input_output_aliases=aliases,
             compiler_params=params,
             interpret=interpret,
             name=f"decode_attention_{fmt}_{decode}",
         )(*args)
-        acc_e, acc_o, m, l = res[:4]
-        if fused:
-            out = res[4].reshape(b, h, gp, d)
-        elif v3 and split_combine != "xla" and combine_kernel_fits(p, d2, gp):
+        if v3 and split_combine == "kernel" and combine_kernel_fits(p, d2, gp):
             out = combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=interpret)
         elif v3:
             out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)

@@ -299,30 +299,22 @@ def test_split_combine_kernel_equals_the_xla_combine():
         AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=1.0, split_combine="last")
 
 
-def test_fused_split_merge_equals_the_xla_combine():
-    """split_combine="fused": every split writes its partials, an atomic counts them in, and the
-    split that arrives last merges the P partials in the attention kernel itself and writes the
-    output in its final dtype (interpret mode runs the splits in order, so the last one merges).
-    Equal to XLA's combine, a sequence with empty splits included, NVFP4 and MXFP4; shapes the
-    merge cannot tile (a split count that is not a power of two) fall back."""
+def test_split_order_changes_only_the_launch_order():
+    """split_order="inner" (grid (P, H, B), the default) and "outer" (grid (B, H, P)) give
+    bit-identical results, a sequence with empty splits included; a bad order is an error."""
     bq, hq, hk, s, d = 2, 8, 2, 128, 64
     q, k, v = _inputs(33, bq, hq, hk, s, d)
     lengths = jnp.asarray([128, 20], jnp.int32)  # sequence 1: splits 2.. of 8 are empty
-    for fmt, out_dtype in (("nvfp4", jnp.float32), ("mxfp4", jnp.bfloat16)):
-        kc, vc = (KL.to_kv_words(_cache(a, fmt)) for a in (k, v))
-        run = functools.partial(AT.decode_attention_triton, q, kc, vc, lengths,
-                                sm_scale=d ** -0.5, block_k=16, num_splits=8,
-                                out_dtype=out_dtype, interpret=True)
-        # fused: grid (P, H, B) by default; outer order with the XLA combine as the reference
-        got, ref = (np.asarray(run(split_combine=c, split_order=o), np.float32)
-                    for c, o in (("fused", None), ("xla", "outer")))
-        tol = 1e-6 if out_dtype == jnp.float32 else 1e-2
-        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
-        if fmt == "nvfp4":  # the inner grid order alone (separate combine) changes nothing
-            np.testing.assert_array_equal(
-                np.asarray(run(split_combine="xla", split_order="inner")), ref)
-    assert AT.fused_merge_fits(8, 32, 8) and not AT.fused_merge_fits(6, 32, 8)
-    assert not AT.fused_merge_fits(8, 48, 8)
+    kn, vn = _cache(k, "nvfp4"), _cache(v, "nvfp4")
+    run = functools.partial(AT.decode_attention_triton, q, KL.to_kv_words(kn), KL.to_kv_words(vn),
+                            lengths, sm_scale=d ** -0.5, block_k=16, num_splits=8,
+                            out_dtype=jnp.float32, interpret=True)
+    inner, outer = (np.asarray(run(split_order=o)) for o in ("inner", "outer"))
+    np.testing.assert_array_equal(inner, outer)
+    want = _np_attention(q, dequantize(kn), dequantize(vn), np.asarray(lengths), d ** -0.5)
+    assert _rel(inner, want) < 2e-5
+    with pytest.raises(ValueError, match="split_order must be"):
+        run(split_order="reversed")
 
 
 _V3_SHAPES = [
@@ -444,23 +436,3 @@ def test_split_target_default_sets_the_split_count(monkeypatch):
     np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=1e-5)  # summation order only
     ref = _np_attention(q, dequantize(kc), dequantize(vc), lengths, 0.125)
     assert max(_rel(o, ref) for o in outs) < 1e-5
-
-
-def test_bench_attention_combine_runs_on_cpu(monkeypatch, tmp_path):
-    """pallas_kernels.bench_attention_combine's two modes (interpret mode, tiny shape): the
-    combine variants agree with each other and the sweep rows carry a device time."""
-    import functools
-
-    from pallas_kernels import bench_attention_combine as C
-
-    monkeypatch.setattr(AT, "decode_attention_triton",
-                        functools.partial(AT.decode_attention_triton, interpret=True))
-    res = C.run([(2, 128)], C.VARIANTS[:2], reps=1, bw=1e9)  # (the default copy is 4 GiB)
-    assert [r["variant"] for r in res["rows"]] == [v[0] for v in C.VARIANTS[:2]]
-    assert res["rows"][1]["rel_err_vs_first"] < 1e-5 and res["rows"][0]["us"] > 0
-    sw = C.sweep([(2, 128)], [(32, 1, 3, None), (16, 1, 2, 4096)], reps=1, profile=str(tmp_path),
-                 bw=1e9)
-    assert all("device_us" in r and r["device_us"] > 0 for r in sw["sweep"]), sw["sweep"]
-    assert sw["sweep"][1]["rel_err_vs_first"] < 1e-3  # other splits: another summation order
-    assert "| 2 | 128 | 32* | 1 | 3 | default |" in C.sweep_markdown(sw)
-    assert AT.COMBINE_BARRIER is True  # run() restores the flag
