@@ -736,6 +736,7 @@ def attention_kernel_version() -> str:
     tiling = ("default tiling" if attention_triton.SPLIT_TARGET is None
               else f"default tiling, split target {attention_triton.SPLIT_TARGET}")
     tiling += ", split combine " + attention_triton.SPLIT_COMBINE
+    tiling += ", activation quantizer " + nx.ACTIVATION_QUANTIZER
     return f"decode_attention_triton(decode={default!r}, {tiling})"
 
 
@@ -817,6 +818,10 @@ def main(argv=None):
     ap.add_argument("--attn_combine", default=None, choices=["kernel", "xla"],
                     help="the FP4 decode attention's split combine: a second Pallas kernel or "
                          "XLA's reduction (default: attention_triton.SPLIT_COMBINE)")
+    ap.add_argument("--activation_quantizer", default="auto",
+                    choices=list(nx.ACTIVATION_QUANTIZERS),
+                    help="the FP4 rollout's activation-site quantizer (numerics."
+                         "ACTIVATION_QUANTIZER): auto = the fused Pallas kernel on one GPU, xla")
     ap.add_argument("--kv_cache_layout", default="kv_words", choices=["kv_words", "natural"],
                     help="the FP4 KV caches' code layout: kv_words (attention.init_cache's "
                          "default, read by decode v6) or natural (decode v4)")
@@ -828,6 +833,7 @@ def main(argv=None):
 
     if args.attn_combine:
         attention_triton.SPLIT_COMBINE = args.attn_combine
+    nx.ACTIVATION_QUANTIZER = args.activation_quantizer
     if args.attn_split_target:
         attention_triton.SPLIT_TARGET = args.attn_split_target
     if args.loop is None:

@@ -19,6 +19,10 @@ _reference = jax.jit(quantize_with_hint_reference,
 CASES = [("nvfp4", "row"), ("nvfp4", "tensor"), ("mxfp4", "row")]
 
 
+def _bits(a):  # any dtype, as its bytes
+    return np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))
+
+
 def _u8(a):
     return np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))
 
@@ -205,3 +209,38 @@ def test_round_code_magic_add_equals_compare_chain():
     assert not np.asarray(_round_code(zj, 0 * ones, 0 * ones)).any()
     nan = jnp.full((4,), jnp.nan, jnp.float32)
     assert not np.asarray(_round_code(nan, 0 * ones[:4], 0 * ones[:4])).any()
+
+
+@pytest.mark.parametrize("fmt,shapes", [
+    ("nvfp4", [(3, 1, 256), (3, 1, 2, 768), (2, 1, 2, 4, 128)]), ("mxfp4", [(2, 1, 2, 4, 128)])])
+def test_rollout_sites_through_the_kernel_equal_xla(monkeypatch, fmt, shapes):
+    """``numerics.ACTIVATION_QUANTIZER="kernel"`` (what the GPU rollout runs, here in interpret
+    mode): the three activation sites' shapes, and ``SiteIO.activation`` with hint capture, give
+    the XLA path's QTensor and Hint bit for bit (same pytree structure, shapes and dtypes), a
+    NaN row included; a typo in the switch is an error."""
+    from trace_jax import numerics as N
+
+    scope = "row" if Q.get_format(fmt).has_global_scale else "tensor"
+    nm = N.make_numerics("fp4_rollout", 1, fmt=fmt, hint_layers="all")
+
+    def run(mode, x):
+        monkeypatch.setattr(N, "ACTIVATION_QUANTIZER", mode)
+        direct = jax.jit(lambda a: N.rollout_quantize(a, fmt, scope, True))(x)
+        def site(a):
+            sio = N.SiteIO(nm, capture_hints=True)
+            y, q = sio.activation("layers/0/moe/expert_in", a)
+            return y, q, sio.hints_out["layers/0/moe/expert_in"]
+
+        return direct, jax.jit(site)(x)
+
+    for i, shape in enumerate(shapes):
+        x = jax.random.normal(jax.random.key(i), shape, jnp.bfloat16) * 3
+        x = x.at[1, 0, ..., 7].set(jnp.nan)
+        want, got = run("xla", x), run("kernel", x)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            np.testing.assert_array_equal(_bits(a), _bits(b))
+    monkeypatch.setattr(N, "ACTIVATION_QUANTIZER", "kernal")
+    with pytest.raises(ValueError, match="ACTIVATION_QUANTIZER"):
+        N.rollout_quantize(x, fmt, scope, True)

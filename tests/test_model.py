@@ -335,6 +335,21 @@ def test_model_gradient_through_the_pallas_grouped_path(monkeypatch):
         assert float(jnp.linalg.norm(b)) > 0 and rel < 2e-2, (name, rel)
 
 
+def test_stable_order_is_a_stable_argsort_and_its_inverse(monkeypatch):
+    """moe.stable_order: the rank count (decode sizes) and the sort (above RANK_SORT_MAX) both
+    give argsort(key, stable=True) and its inverse permutation, ties in index order."""
+    from trace_jax import moe
+
+    key = jnp.asarray(np.random.default_rng(3).integers(0, 9, 300), jnp.int32)  # many ties
+    want = np.argsort(np.asarray(key), kind="stable")
+    for limit in (4096, 0):
+        monkeypatch.setattr(moe, "RANK_SORT_MAX", limit)
+        order, inverse = jax.jit(moe.stable_order)(key)
+        np.testing.assert_array_equal(np.asarray(order), want)
+        np.testing.assert_array_equal(np.asarray(inverse)[want], np.arange(300))
+        assert order.dtype == inverse.dtype == jnp.int32
+
+
 def test_moe_stage_gradients_are_gathers_not_scatters():
     """The expert stages' row gathers have gather backwards (XLA's own gradient of ``x[idx]``
     is a scatter-add: GPU atomics, even for a permutation) and give autodiff's gradients."""

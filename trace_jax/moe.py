@@ -115,14 +115,37 @@ def _n_experts(w) -> int:
     return w.shape[0]
 
 
+# Up to this many (token, slot) pairs (decode batches), the routing order is a loop-free rank
+# count (one [n, n] comparison sum) instead of a GPU sort: session 15's profile of the 30B decode
+# step (888 pairs) spent 8.6 us per layer in the argsort and 3.4 us in the argsort of its inverse.
+RANK_SORT_MAX = 4096
+
+
+def stable_order(key_N: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(order, inverse)``: ``order = argsort(key, stable=True)`` and its inverse permutation
+    (``inverse[order[i]] = i``), int32. Small ``N`` (<= :data:`RANK_SORT_MAX`): each element's
+    rank is the number of smaller keys plus equal keys before it; larger: a sort. The inverse is
+    a scatter either way (not a second sort)."""
+    n = key_N.shape[0]
+    idx = jnp.arange(n, dtype=jnp.int32)
+    if n > RANK_SORT_MAX:
+        order = jnp.argsort(key_N, stable=True).astype(jnp.int32)
+        inverse = jnp.zeros(n, jnp.int32).at[order].set(idx, unique_indices=True)
+        return order, inverse
+    k_row, k_col = key_N[:, None], key_N[None, :]
+    before = (k_col < k_row) | ((k_col == k_row) & (idx[None, :] < idx[:, None]))
+    inverse = jnp.sum(before, axis=1, dtype=jnp.int32)
+    order = jnp.zeros(n, jnp.int32).at[inverse].set(idx, unique_indices=True)
+    return order, inverse
+
+
 def _local_slots(experts_NxK, e0, n_local: int):
     """(token, slot) pairs routed to experts e0..e0+n_local-1: mask, sort order, its inverse and
     the local group sizes. Pairs of other experts sort last, past the groups' sum."""
     flat = experts_NxK.reshape(-1).astype(jnp.int32) - e0
     local = (flat >= 0) & (flat < n_local)
     key = jnp.where(local, flat, n_local)
-    order = jnp.argsort(key, stable=True)
-    inverse = jnp.argsort(order)
+    order, inverse = stable_order(key)
     sizes = jnp.bincount(key, length=n_local).astype(jnp.int32)  # drops key == n_local
     return local, order, inverse, sizes
 

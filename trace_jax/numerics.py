@@ -184,6 +184,47 @@ def numerics_from_config(cfg, mode: str, n_layers: int) -> Numerics:
 # --------------------------------------------------------------------------------------------
 # Applying the policy at a site
 
+# How fp4_rollout quantizes its activation sites: "auto" = the fused Pallas kernel
+# (pallas_kernels.quantize_hint: codes, scales and the mantissa hint in one pass, bit-identical to
+# quant.quantize + extract_hint) on a GPU without a multi-device mesh, XLA's ops otherwise (a
+# pallas_call left to GSPMD would run replicated); "kernel" = the kernel wherever it runs (Pallas
+# interpret mode on the CPU: tests); "xla". Session 15's profile of the 30B decode step put XLA's
+# quantization of the three sites at ~26 us per layer in ~25 small fusions. Read at trace time.
+ACTIVATION_QUANTIZER = "auto"
+ACTIVATION_QUANTIZERS = ("auto", "kernel", "xla")
+
+
+def _use_quantize_kernel() -> bool:
+    if ACTIVATION_QUANTIZER not in ACTIVATION_QUANTIZERS:
+        raise ValueError(f"numerics.ACTIVATION_QUANTIZER must be one of {ACTIVATION_QUANTIZERS}, "
+                         f"got {ACTIVATION_QUANTIZER!r}")
+    if ACTIVATION_QUANTIZER != "auto":
+        return ACTIVATION_QUANTIZER == "kernel"
+    mesh = jax.sharding.get_abstract_mesh()
+    return jax.default_backend() == "gpu" and (mesh.empty or mesh.size == 1)
+
+
+def rollout_quantize(x, fmt: str, scope: str, with_hint: bool):
+    """``x`` quantized along its last axis, and its mantissa hint (None unless ``with_hint``):
+    ``(quant.quantize(x, fmt, axis=-1, global_scope=scope), extract_hint(q) or None)``, through
+    the fused kernel where :data:`ACTIVATION_QUANTIZER` picks it (same bits either way)."""
+    if not _use_quantize_kernel():
+        q = Q.quantize(x, fmt, axis=-1, global_scope=scope)
+        return q, (Q.extract_hint(q) if with_hint else None)
+    from pallas_kernels.quantize_hint import quantize_with_hint
+
+    lead, k = x.shape[:-1], x.shape[-1]
+    q2, h2 = quantize_with_hint(x.reshape(-1, k), fmt, global_scope=scope, with_hint=with_hint,
+                                backend="triton")
+    rows = lambda a: a.reshape(lead + a.shape[-1:])  # noqa: E731
+    g_shape = lead + (1,) if Q.get_format(fmt).has_global_scale else (1,) * x.ndim
+    q = dataclasses.replace(q2, codes=rows(q2.codes), scales=rows(q2.scales),
+                            global_scale=q2.global_scale.reshape(g_shape))
+    h = None if h2 is None else dataclasses.replace(
+        h2, bits=rows(h2.bits), scales=q.scales, global_scale=q.global_scale)
+    return q, h
+
+
 
 class SiteIO:
     """Trace-time bookkeeping for one forward pass: hints coming in (keyed by site name) and
@@ -225,7 +266,11 @@ class SiteIO:
         xs = to_site(x)
         scope = "row" if Q.get_format(nm.fmt).has_global_scale else "tensor"
         hint = self.hints_in.get(name)
-        if nm.mode == "fp4_rollout" or hint is None:
+        hint_out = None  # the mantissa hint, when the rollout's quantizer made it
+        if nm.mode == "fp4_rollout":
+            want = self.capture_hints and nm.hints(name) and nm.hint_kind == "mantissa"
+            q, hint_out = rollout_quantize(jax.lax.stop_gradient(xs), nm.fmt, scope, want)
+        elif hint is None:
             q = Q.quantize(jax.lax.stop_gradient(xs), nm.fmt, axis=-1, global_scope=scope)
         else:
             q = Q.guided_quantize(jax.lax.stop_gradient(xs), hint)
@@ -239,7 +284,8 @@ class SiteIO:
                 m = hint_rows[..., None]
                 q = jax.tree.map(lambda a, b: jnp.where(m, a, b), q, rtn)
         if self.capture_hints and nm.hints(name):
-            self.hints_out[name] = Q.extract_hint(q, exact=nm.hint_kind == "exact")
+            self.hints_out[name] = (hint_out if hint_out is not None else
+                                    Q.extract_hint(q, exact=nm.hint_kind == "exact"))
         if self.capture_codes:
             self.codes_out[name] = Q.extract_hint(q, exact=True)
         if nm.mode == "fp4_rollout":
