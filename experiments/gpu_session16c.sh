@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 16).
+# Ran at commit 3c4c9a3 (session 16).
 # Session 16, one H200: the FP4 decode step's small XLA ops (session 15d profile, mapped to source
 # lines from its compiled HLO: ~165 us per layer besides attention and the expert kernels).
 # Changes: (a) the rollout's activation sites (expert_in, expert_hidden, attn/kv) quantized by the
