@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 16).
+# Ran at commit d148689 (session 16).
 # Session 16, one H200: (1) the compiled 4-layer FP4 decode step (the program 16c profiled) with
 # every profiled kernel attributed to its Python source lines (dump_step_hlo.py --by_source
 # on 16c's profile): what the remaining ~570 us of small kernels per step compute; (2) how much
