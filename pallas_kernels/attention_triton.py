@@ -535,14 +535,15 @@ def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref):
     den = jnp.sum(l_ref[...] * w, axis=0)  # [Gq]
     for half, a_ref in enumerate((acc_e_ref, acc_o_ref)):
         num = jnp.sum(a_ref[...] * w[:, None, :], axis=0)  # [TD, Gq]
-        o_ref[:, :, half] = (num / den[None, :]).T  # [Gq, TD]: columns 2 c + half
+        o_ref[:, :, half] = (num / den[None, :]).T.astype(o_ref.dtype)  # [Gq, TD]: 2 c + half
 
 
-def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, interpret=False):
+def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, out_dtype=jnp.float32,
+                                     interpret=False):
     """:func:`combine_transposed_halves` as one Pallas kernel: a program per (b, h, 16 of the D2
     columns) reads its [P, 16, Gq] partials of both halves once and writes the interleaved
-    [Gq, 32] output columns (no separate interleave pass). Same f32 arithmetic, in another
-    summation order."""
+    [Gq, 32] output columns (no separate interleave pass) in ``out_dtype`` (one rounding of the
+    f32 result: no separate convert pass). Same f32 arithmetic, in another summation order."""
     b, h, p, d2, gq = acc_e.shape
     if not combine_kernel_fits(p, d2, gq):
         raise ValueError(f"combine kernel: P={p} and Gq={gq} must be powers of two and D2={d2} a "
@@ -555,7 +556,7 @@ def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, interpret=False):
         grid=(b, h, d2 // td),
         in_specs=[a_spec, a_spec, ml_spec, ml_spec],
         out_specs=pl.BlockSpec((None, None, gq, td, 2), lambda i, j, c: (i, j, 0, c, 0)),
-        out_shape=jax.ShapeDtypeStruct((b, h, gq, d2, 2), jnp.float32),
+        out_shape=jax.ShapeDtypeStruct((b, h, gq, d2, 2), out_dtype),
         compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
         interpret=interpret,
         name="decode_attention_combine",
@@ -782,7 +783,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             name=f"decode_attention_{fmt}_{decode}",
         )(*args)
         if v3 and split_combine == "kernel" and combine_kernel_fits(p, d2, gp):
-            out = combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=interpret)
+            out = combine_transposed_halves_pallas(acc_e, acc_o, m, l, out_dtype=out_dtype,
+                                                   interpret=interpret)
         elif v3:
             out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)
         else:

@@ -282,6 +282,10 @@ def test_split_combine_kernel_equals_the_xla_combine():
     got = np.asarray(AT.combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=True))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert not np.allclose(got[..., 0::2], got[..., 1::2])  # the halves stay apart
+    got16 = AT.combine_transposed_halves_pallas(acc_e, acc_o, m, l, out_dtype=jnp.bfloat16,
+                                                interpret=True)  # one rounding of the same f32
+    assert got16.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got16), np.asarray(jnp.asarray(got, jnp.bfloat16)))
     assert AT.combine_kernel_fits(8, 64, 8) and not AT.combine_kernel_fits(3, 64, 8)
     with pytest.raises(ValueError, match="powers of two"):
         AT.combine_transposed_halves_pallas(acc_e[:, :, :3], acc_o[:, :, :3], m[:, :, :3],
