@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 16).
+# Ran at commit 7e40967 (session 16).
 # Session 16, one H200: the session's FP4 decode-step changes at full depth. Since 15e (48
 # layers, 2.77x at 32K / 2.55x at 128K): the split combine as a Pallas kernel (15g), the
 # attention launch order grid (P, H, B) (16b), the activation sites through the fused quantize
