@@ -735,8 +735,11 @@ def attention_kernel_version() -> str:
 
     tiling = ("default tiling" if attention_triton.SPLIT_TARGET is None
               else f"default tiling, split target {attention_triton.SPLIT_TARGET}")
-    tiling += ", split combine " + attention_triton.SPLIT_COMBINE
-    tiling += ", activation quantizer " + nx.ACTIVATION_QUANTIZER
+    tiling += ", split combine " + attention_triton.SPLIT_COMBINE + ", launch order (P, H, B)"
+    quantizer = nx.ACTIVATION_QUANTIZER
+    if quantizer == "auto":
+        quantizer = "auto: " + ("kernel" if nx._use_quantize_kernel() else "xla")
+    tiling += ", activation quantizer " + quantizer
     return f"decode_attention_triton(decode={default!r}, {tiling})"
 
 

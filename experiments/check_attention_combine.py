@@ -80,8 +80,8 @@ def main(argv=None) -> int:
              f"{jax.devices()[0].device_kind} (jax {jax.__version__})", "",
              f"command: `python experiments/check_attention_combine.py "
              f"{' '.join(argv or sys.argv[1:])}`", "",
-             f"v6 kernels, default splits; device time per call; combine = call - attention kernel; "
-             f"max_abs_diff against {combines[0]}; "
+             "v6 kernels, default splits; device time per call; combine = call - attention "
+             f"kernel; max_abs_diff against {combines[0]}; "
              f"% copy = KV bytes / call time against a device-time copy of {bw / 1e12:.2f} TB/s.",
              "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:

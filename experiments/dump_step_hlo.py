@@ -70,7 +70,8 @@ def fusion_report(hlo: str, names: list[str], body_lines: int = 25) -> str:
 
 
 def _frames(hlo: str) -> dict[int, tuple[str, int]]:
-    """The HLO module's stack frames: id -> ("file:function:line", parent id)."""
+    """The HLO module's stack frames: id -> ("file:function:line", parent id; 0 = none). The
+    dump prints ``parent_frame_id`` as the parent's id + 1 (0: no parent)."""
     sec, files, funcs, locs, frames = None, {}, {}, {}, {}
     for ln in hlo.splitlines()[:100000]:
         t = ln.strip()
@@ -92,7 +93,7 @@ def _frames(hlo: str) -> dict[int, tuple[str, int]]:
             if sec == "FileLocations":
                 locs[i] = f"{files[d['file_name_id']]}:{funcs[d['function_name_id']]}:{d['line']}"
             else:
-                frames[i] = (locs[d["file_location_id"]], d.get("parent_frame_id", i))
+                frames[i] = (locs[d["file_location_id"]], d.get("parent_frame_id", 0) - 1)
     return frames
 
 
@@ -106,12 +107,11 @@ def source_report(hlo: str, profile: dict, depth: int = 2,
 
     def chain(fid):
         out, seen = [], set()
-        while fid in frames and fid not in seen:
+        while fid > 0 and fid in frames and fid not in seen:  # innermost frame first
             seen.add(fid)
-            loc, parent = frames[fid]
+            loc, fid = frames[fid]
             if not loc.startswith(skip):
                 out.append(loc)
-            fid = parent
         return out[:depth]
 
     defs = {}

@@ -6,8 +6,8 @@ the MMA's N side: see ``_fp4_kernel_v3``),
 S max cache length, D head_dim, D2 = D / 2 packed FP4 bytes, NB = D / block FP4 scales per row,
 P number of KV splits (flash-decoding), C = S / P rows per split, BK rows per inner step.
 
-Grid (B, H, P) (the v3+ kernels launch it as (P, H, B): a head's splits together): one program
-per (sequence, kv head, split). It loads the G query heads of its
+Grid (B, H, P) (the v3+ kernels launch it as (P, H, B) by default, ``split_order="inner"``: a
+head's splits together): one program per (sequence, kv head, split). It loads the G query heads of its
 group once, streams its C cache rows in BK-row steps, decodes every K/V element once and feeds
 all G heads from it through one MMA, keeping an online softmax in f32 (base 2). Partial
 (acc, m, l) go to HBM; :func:`combine` merges the P splits in XLA (the default v3+ kernels:
@@ -512,8 +512,8 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
 # "xla" (combine_transposed_halves). Session 15 profile (30B 4-layer step, B=111 x 32K): XLA's
 # reduction read the 58 MB of partials per layer at 1.8 TB/s (32 us beside a 726 us attention
 # kernel); the Pallas combine took 21 us. (Session 16 measured a third way, the last split of
-# each head merging inside the attention kernel, 0.6-4% slower at the rollout shapes: removed,
-# NOTES_attention.)
+# each head merging inside the attention kernel: 2-9% slower at three of four shapes, 0.5%
+# faster at 128 x 32K; removed, NOTES_attention.)
 SPLIT_COMBINE = "kernel"
 SPLIT_COMBINES = ("kernel", "xla")
 _COMBINE_TD = 16  # D2 columns per combine program
@@ -613,7 +613,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     ``tests/test_kernels_attention.py`` checks the kernel against the XLA combine explicitly).
     ``split_order`` (v3+): the launch order of the programs, ``"inner"`` (default: grid
     (P, H, B), the P splits of a head launch together and read one contiguous stretch of its
-    cache; 0.5-1.0% faster on the H200, bit-identical) or ``"outer"`` (grid (B, H, P), the
+    cache; 0.2-1.0% faster on the H200, bit-identical) or ``"outer"`` (grid (B, H, P), the
     first split of every head, then the second, ...)."""
     if split_combine not in (None, *SPLIT_COMBINES):
         raise ValueError(f"split_combine must be one of {SPLIT_COMBINES} or None, got "
@@ -767,7 +767,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         if (split_order or "inner") == "inner" and v3:  # grid (P, H, B)
 
             def inner(spec):
-                return pl.BlockSpec(spec.block_shape, lambda k, j, i, f=spec.index_map: f(i, j, k))
+                return dataclasses.replace(
+                    spec, index_map=lambda k, j, i, f=spec.index_map: f(i, j, k))
 
             grid, in_specs, out_specs = (p, h, b), [inner(x) for x in in_specs], [
                 inner(x) for x in out_specs]

@@ -5,6 +5,7 @@ v2 decode's bit manipulation (inline PTX on the GPU) emulated word by word in nu
 E2M1 table; the f32-P precision option against float64."""
 
 import functools
+import re
 import time
 import zlib
 
@@ -315,6 +316,11 @@ def test_split_order_changes_only_the_launch_order():
                             out_dtype=jnp.float32, interpret=True)
     inner, outer = (np.asarray(run(split_order=o)) for o in ("inner", "outer"))
     np.testing.assert_array_equal(inner, outer)
+    args = (q, KL.to_kv_words(kn), KL.to_kv_words(vn), lengths)
+    grids = {o: re.findall(r"grid=\(([0-9, ]*)\)", str(jax.make_jaxpr(functools.partial(
+        AT.decode_attention_triton, sm_scale=1.0, block_k=16, num_splits=8, interpret=True,
+        split_order=o))(*args))) for o in ("inner", "outer")}
+    assert grids == {"inner": ["8, 2, 2"], "outer": ["2, 2, 8"]}, grids  # (P, H, B) / (B, H, P)
     want = _np_attention(q, dequantize(kn), dequantize(vn), np.asarray(lengths), d ** -0.5)
     assert _rel(inner, want) < 2e-5
     with pytest.raises(ValueError, match="split_order must be"):

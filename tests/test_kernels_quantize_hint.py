@@ -19,10 +19,6 @@ _reference = jax.jit(quantize_with_hint_reference,
 CASES = [("nvfp4", "row"), ("nvfp4", "tensor"), ("mxfp4", "row")]
 
 
-def _bits(a):  # any dtype, as its bytes
-    return np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))
-
-
 def _u8(a):
     return np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8))
 
@@ -240,7 +236,16 @@ def test_rollout_sites_through_the_kernel_equal_xla(monkeypatch, fmt, shapes):
         assert jax.tree.structure(got) == jax.tree.structure(want)
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             assert a.shape == b.shape and a.dtype == b.dtype
-            np.testing.assert_array_equal(_bits(a), _bits(b))
+            np.testing.assert_array_equal(_u8(a), _u8(b))
+        kernel_ran = "pallas_call" in str(jax.make_jaxpr(lambda a: N.rollout_quantize(
+            a, fmt, scope, True))(x))
+        assert kernel_ran  # (the switch is still "kernel" here)
+    if fmt == "nvfp4":  # per-tensor global scale: shapes as the XLA path's
+        q_t, _ = N.rollout_quantize(x, fmt, "tensor", False)
+        assert q_t.global_scale.shape == (1,) * x.ndim
+    monkeypatch.setattr(N, "ACTIVATION_QUANTIZER", "xla")
+    assert "pallas_call" not in str(jax.make_jaxpr(
+        lambda a: N.rollout_quantize(a, fmt, scope, True))(x))
     monkeypatch.setattr(N, "ACTIVATION_QUANTIZER", "kernal")
     with pytest.raises(ValueError, match="ACTIVATION_QUANTIZER"):
         N.rollout_quantize(x, fmt, scope, True)

@@ -122,7 +122,7 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
     if cache is not None:
         start = positions_BxT[:, 0]
         if q_kv is not None:
-            if q_kv.layout != cache["k"].layout:  # K and V in one permutation (not one each)
+            if q_kv.layout != cache["k"].layout == cache["v"].layout:  # one permutation, not two
                 from pallas_kernels.kv_layout import to_kv_words
 
                 q_kv = to_kv_words(q_kv)

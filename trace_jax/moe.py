@@ -122,10 +122,11 @@ RANK_SORT_MAX = 4096
 
 
 def stable_order(key_N: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """``(order, inverse)``: ``order = argsort(key, stable=True)`` and its inverse permutation
-    (``inverse[order[i]] = i``), int32. Small ``N`` (<= :data:`RANK_SORT_MAX`): each element's
-    rank is the number of smaller keys plus equal keys before it; larger: a sort. The inverse is
-    a scatter either way (not a second sort)."""
+    """``(order, inverse)`` of integer keys: ``order = argsort(key, stable=True)`` and its
+    inverse permutation (``inverse[order[i]] = i``), int32. Small ``N`` (<=
+    :data:`RANK_SORT_MAX`): ``inverse`` is each element's rank (smaller keys plus equal keys
+    before it) and ``order`` its scatter; larger: a sort, and the inverse by a scatter (not a
+    second sort)."""
     n = key_N.shape[0]
     idx = jnp.arange(n, dtype=jnp.int32)
     if n > RANK_SORT_MAX:

@@ -200,8 +200,10 @@ def _use_quantize_kernel() -> bool:
                          f"got {ACTIVATION_QUANTIZER!r}")
     if ACTIVATION_QUANTIZER != "auto":
         return ACTIVATION_QUANTIZER == "kernel"
-    mesh = jax.sharding.get_abstract_mesh()
-    return jax.default_backend() == "gpu" and (mesh.empty or mesh.size == 1)
+    from trace_jax.sharding import context_mesh
+
+    mesh = context_mesh()
+    return jax.default_backend() == "gpu" and (mesh is None or mesh.size == 1)
 
 
 def rollout_quantize(x, fmt: str, scope: str, with_hint: bool):
@@ -217,7 +219,8 @@ def rollout_quantize(x, fmt: str, scope: str, with_hint: bool):
     q2, h2 = quantize_with_hint(x.reshape(-1, k), fmt, global_scope=scope, with_hint=with_hint,
                                 backend="triton")
     rows = lambda a: a.reshape(lead + a.shape[-1:])  # noqa: E731
-    g_shape = lead + (1,) if Q.get_format(fmt).has_global_scale else (1,) * x.ndim
+    per_row = Q.get_format(fmt).has_global_scale and scope == "row"
+    g_shape = lead + (1,) if per_row else (1,) * x.ndim
     q = dataclasses.replace(q2, codes=rows(q2.codes), scales=rows(q2.scales),
                             global_scale=q2.global_scale.reshape(g_shape))
     h = None if h2 is None else dataclasses.replace(
