@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 16).
+# Ran at commit 235c63a (session 16).
 # Session 16, one H200: the FP4 decode step's K/V rows written by one Pallas launch for all six
 # buffers of both caches (kv_append.append_rows_pallas, attention.KV_APPEND="auto"), not six XLA
 # scatters (16d's by_source: scatters + slices ~16 us per layer at 32K).
