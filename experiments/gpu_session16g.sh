@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit COMMIT (session 16).
+# Ran at commit 0db47aa (session 16).
 # Session 16, one H200: 16f could not resolve the K/V append kernel in step time (4.40 / 4.49 ms
 # with it, 4.43 without: the same step varies +-2% within a run). Device-time profiles of the
 # 4-layer FP4 step at 32K with --kv_append auto and xla, side by side.
