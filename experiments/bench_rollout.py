@@ -739,7 +739,7 @@ def attention_kernel_version() -> str:
     quantizer = nx.ACTIVATION_QUANTIZER
     if quantizer == "auto":
         quantizer = "auto: " + ("kernel" if nx._use_quantize_kernel() else "xla")
-    tiling += ", activation quantizer " + quantizer + ", KV append " + attention.KV_APPEND
+    tiling += ", activation quantizer " + quantizer
     return f"decode_attention_triton(decode={default!r}, {tiling})"
 
 
@@ -825,9 +825,6 @@ def main(argv=None):
                     choices=list(nx.ACTIVATION_QUANTIZERS),
                     help="the FP4 rollout's activation-site quantizer (numerics."
                          "ACTIVATION_QUANTIZER): auto = the fused Pallas kernel on one GPU, xla")
-    ap.add_argument("--kv_append", default="auto", choices=["auto", "kernel", "xla"],
-                    help="how FP4 decode steps write their K/V rows (attention.KV_APPEND): auto "
-                         "= one Pallas launch on one GPU, xla = a scatter per buffer")
     ap.add_argument("--kv_cache_layout", default="kv_words", choices=["kv_words", "natural"],
                     help="the FP4 KV caches' code layout: kv_words (attention.init_cache's "
                          "default, read by decode v6) or natural (decode v4)")
@@ -840,7 +837,6 @@ def main(argv=None):
     if args.attn_combine:
         attention_triton.SPLIT_COMBINE = args.attn_combine
     nx.ACTIVATION_QUANTIZER = args.activation_quantizer
-    attention.KV_APPEND = args.kv_append
     if args.attn_split_target:
         attention_triton.SPLIT_TARGET = args.attn_split_target
     if args.loop is None:

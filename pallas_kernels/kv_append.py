@@ -11,22 +11,17 @@ supported (``dynamic_update_slice`` clamps the start so the T rows fit: keep
 
 Implementation: one vmapped ``lax.dynamic_update_slice`` per buffer (XLA). Under ``jit`` with the
 cache donated, XLA updates the buffers in place: the cost is the new rows only, not a copy of the
-cache (measured in bench_attention.py). In the decode step that is one small scatter kernel per
-buffer, six for NVFP4 K and V: :func:`append_rows_pallas` writes already-quantized rows into all
-of them in one launch (session 16; the model's FP4 decode path on one GPU).
+cache (measured in bench_attention.py; a Pallas kernel would only add a launch).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 
-from trace_jax.quant import QTensor, get_format, quantize
+from trace_jax.quant import QTensor, quantize
 
 
 def _update_rows(buf_BHSX, upd_BHTX, pos_B):
@@ -54,71 +49,6 @@ def append_kv_reference(cache, new, positions):
             gs = _update_rows(gs, qn.global_scale, positions)
         return QTensor(codes, scales, gs, cache.fmt, cache.axis, cache.layout)
     return _update_rows(cache, new, positions)
-
-
-def _per_row_scale(q: QTensor) -> bool:  # NVFP4 caches: a global scale per row
-    return get_format(q.fmt).has_global_scale
-
-
-def _buffers(q: QTensor):
-    """A cache QTensor's per-row buffers as (codes, scale bytes[, per-row global scales])."""
-    out = [q.codes, jax.lax.bitcast_convert_type(q.scales, jnp.uint8)]
-    return out + [q.global_scale] if _per_row_scale(q) else out
-
-
-def _rows_kernel(pos_ref, *refs, n, s_max):
-    new_refs, out_refs = refs[:n], refs[2 * n:]  # (refs[n:2n]: the aliased cache inputs)
-    row = pl.ds(jnp.clip(pos_ref[0], 0, s_max - 1), 1)  # dynamic_update_slice's clamp
-    for src, dst in zip(new_refs, out_refs):
-        dst[row, :] = src[...]
-
-
-def append_rows_pallas(caches, news, positions, *, interpret=False):
-    """One decode token per sequence into several FP4 caches at once: every buffer of every
-    ``caches[i]`` (QTensor [B, H, S, X], codes / scales / per-row global scales) gets row
-    ``positions[b]`` of sequence ``b`` from ``news[i]`` ([B, H, 1, X], same format and layout),
-    in place (the caches are aliased to the outputs: donate them under jit). One Pallas (Triton)
-    launch with a program per (sequence, head) for all of them, where the XLA path
-    (:func:`append_kv_reference`) runs one scatter per buffer (six for NVFP4 K and V). Returns
-    the updated caches; equal to ``append_kv_reference`` with the new rows already quantized."""
-    bufs, new_bufs = [], []
-    for c, q in zip(caches, news):
-        if (c.fmt, c.layout) != (q.fmt, q.layout) or q.codes.shape[2] != 1:
-            raise ValueError(f"new rows must be one token in the cache's format and layout: "
-                             f"cache {(c.fmt, c.layout)}, new {(q.fmt, q.layout)} "
-                             f"{q.codes.shape}")
-        bufs += _buffers(c)
-        new_bufs += _buffers(q)
-    b, h, s_max, _ = caches[0].codes.shape
-    n = len(bufs)
-    spec = lambda a, rows: pl.BlockSpec((None, None, rows, a.shape[-1]),  # noqa: E731
-                                        lambda i, j: (i, j, 0, 0))
-    out = pl.pallas_call(
-        functools.partial(_rows_kernel, n=n, s_max=s_max),
-        grid=(b, h),
-        in_specs=[pl.BlockSpec((1,), lambda i, j: (i,))] + [spec(a, 1) for a in new_bufs]
-        + [spec(a, s_max) for a in bufs],
-        out_specs=[spec(a, s_max) for a in bufs],
-        out_shape=[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in bufs],
-        input_output_aliases={1 + n + i: i for i in range(n)},
-        compiler_params=plgpu.CompilerParams(num_warps=1),
-        interpret=interpret,
-        name="append_kv_rows",
-    )(positions.astype(jnp.int32), *new_bufs, *bufs)
-    res, k = [], 0
-    for c in caches:
-        m = len(_buffers(c))
-        codes, sbytes, *gs = out[k:k + m]
-        k += m
-        scales = jax.lax.bitcast_convert_type(sbytes, c.scales.dtype)
-        res.append(dataclasses.replace(c, codes=codes, scales=scales,
-                                       global_scale=gs[0] if gs else c.global_scale))
-    return tuple(res)
-
-
-def rows_kernel_fits(q: QTensor) -> bool:
-    """Whether :func:`append_rows_pallas` tiles this cache (Triton rows: powers of two)."""
-    return all(a.shape[-1] & (a.shape[-1] - 1) == 0 for a in _buffers(q))
 
 
 def append_kv(cache, new, positions, *, backend="auto"):

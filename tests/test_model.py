@@ -69,37 +69,6 @@ def test_prefill_then_decode_reproduces_full_forward(params, tokens, mode, fmt):
         np.testing.assert_allclose(np.asarray(inc), np.asarray(full), atol=1e-5 * scale)
 
 
-def test_decode_append_kernel_writes_the_xla_rows(monkeypatch, params, tokens):
-    """attention.KV_APPEND="kernel" (one Pallas launch for K's and V's buffers; interpret mode
-    here) gives the XLA scatters' NVFP4 caches bit for bit and the same logits over two decode
-    steps; a typo in the switch is an error. (MXFP4's rows: test_kv_layout.)"""
-    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
-    p = pack_params(params, num, jnp.float32)
-    B = tokens.shape[0]
-
-    def steps(mode):
-        monkeypatch.setattr(attention, "KV_APPEND", mode)
-        step = jax.jit(lambda p, t, pos, c: M.forward(p, t, cfg=CFG32, numerics=num, cache=c,
-                                                      positions_BxT=pos))
-        cache, outs = attention.init_cache(CFG32, num, B, 16), []
-        for t in (0, 1):
-            lg, _, cache = step(p, tokens[:, t:t + 1], jnp.full((B, 1), t), cache)
-            outs.append(lg)
-        return outs, cache, str(jax.make_jaxpr(step)(p, tokens[:, 2:3], jnp.full((B, 1), 2),
-                                                     cache))
-
-    (lk, ck, jk), (lx, cx, jx) = steps("kernel"), steps("xla")
-    assert "append_kv_rows" in jk and "append_kv_rows" not in jx
-    for a, b in zip(lk, lx):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert jax.tree.structure(ck) == jax.tree.structure(cx)
-    for a, b in zip(jax.tree.leaves(ck), jax.tree.leaves(cx)):
-        np.testing.assert_array_equal(np.asarray(jax.lax.bitcast_convert_type(a, jnp.uint8)),
-                                      np.asarray(jax.lax.bitcast_convert_type(b, jnp.uint8)))
-    with pytest.raises(ValueError, match="KV_APPEND"):
-        steps("kernal")
-
-
 def test_fp4_cache_is_packed_and_smaller():
     num = nx.make_numerics("fp4_rollout", CFG.n_layers)
     c4 = attention.init_cache(CFG, num, 2, 64)

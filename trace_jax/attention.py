@@ -102,31 +102,6 @@ def write_cache(cache_x, new_BxTxKxX, start_B):
     return put(cache_x, new_BxTxKxX)
 
 
-# How an FP4 decode step writes its new K / V rows: "auto" = one Pallas launch for every buffer
-# of both caches (pallas_kernels.kv_append.append_rows_pallas) on one GPU, XLA's per-buffer
-# scatters elsewhere (session 16's profile of the 30B decode step: six scatters and two slices,
-# ~16 us per layer); "kernel" = the kernel wherever it runs (interpret mode on the CPU: tests);
-# "xla". Read at trace time.
-KV_APPEND = "auto"
-
-
-def _append_kernel(cache, new_k, new_v) -> bool:
-    if KV_APPEND not in ("auto", "kernel", "xla"):
-        raise ValueError(f"attention.KV_APPEND must be 'auto', 'kernel' or 'xla', got "
-                         f"{KV_APPEND!r}")
-    if KV_APPEND == "xla" or not isinstance(cache["k"], Q.QTensor):
-        return False
-    from pallas_kernels.kv_append import rows_kernel_fits
-
-    same = all(c.layout == n.layout for c, n in ((cache["k"], new_k), (cache["v"], new_v)))
-    if not (same and new_k.codes.shape[1] == 1 and rows_kernel_fits(cache["k"])):
-        return False
-    if KV_APPEND == "kernel":
-        return True
-    mesh = jax.sharding.get_abstract_mesh()  # GSPMD would replicate a pallas_call
-    return jax.default_backend() == "gpu" and (mesh.empty or mesh.size == 1)
-
-
 def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
     """Self-attention sublayer (without the residual). With ``cache`` and T == 1 this is a decode
     step: the token is appended at slot positions[b] and attends over the cache; with ``cache`` and
@@ -155,16 +130,8 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
             new_v = jax.tree.map(lambda a: a[:, :, 1], q_kv)
         else:
             new_k, new_v = k, v
-        if q_kv is not None and _append_kernel(cache, new_k, new_v):  # one token, one launch
-            from pallas_kernels.kv_append import append_rows_pallas
-
-            kc, vc = append_rows_pallas(
-                (cache["k"], cache["v"]), tuple(jax.tree.map(_to_bhsd, a) for a in (new_k, new_v)),
-                start, interpret=jax.default_backend() != "gpu")
-            new_cache = {"k": kc, "v": vc}
-        else:
-            new_cache = {"k": write_cache(cache["k"], new_k, start),
-                         "v": write_cache(cache["v"], new_v, start)}
+        new_cache = {"k": write_cache(cache["k"], new_k, start),
+                     "v": write_cache(cache["v"], new_v, start)}
     if cache is not None and T == 1:
         o = ops.decode_attention(q[:, 0], new_cache["k"], new_cache["v"], start + 1)[:, None]
     else:
