@@ -29,3 +29,25 @@ ncu_source_profile() {
   "$NCU" --import "$dir/prof.ncu-rep" --page details > "$dir/details.txt" 2>&1
   python3 "$REPO/experiments/ncu_source_summary.py" "$dir" > "$dir/summary.txt" 2>&1
 }
+
+# rollout_4l NAME TIMEOUT ENGINES CONTEXTS [ARGS...]: the 4-layer 30B decode step
+# (bench_rollout.py --layers 4 --prefill_len 0 --kernel_layout --loop 8 --breakdown never, then
+# ARGS, e.g. --steps 12) into $R/NAME/ and $R/NAME.txt; run from the repository root.
+rollout_4l() {
+  local name=$1 limit=$2 engines=$3 ctx=$4; shift 4
+  timeout "$limit" python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py \
+    --layers 4 --prefill_len 0 --kernel_layout --loop 8 --contexts "$ctx" --engines "$engines" \
+    --breakdown never --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
+  echo "$name rc=$?"
+}
+
+# rollout_48l NAME TIMEOUT: the full-depth (48-layer) step, bf16 + fp4 at 32K and 128K (as
+# gpu_session15e.sh), with a time budget TIMEOUT - 30 s, into $R/NAME/ and $R/NAME.txt.
+rollout_48l() {
+  local name=$1 limit=$2
+  timeout "$limit" python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py \
+    --kernel_layout --prefill_len 0 --loop 8 --steps 16 --breakdown never --copy_gb 1 \
+    --contexts 32768,131072 --engines bf16,fp4 --time_budget_s $((limit - 30)) --out "$R/$name" \
+    > "$R/$name.txt" 2>&1
+  echo "$name rc=$?"
+}

@@ -22,17 +22,11 @@ timeout 200 python3 experiments/check_attention_combine.py --out "$R/combine" \
   --shapes nvfp4:111:32768,nvfp4:27:131072,nvfp4:128:32768,nvfp4:32:32768 \
   --combines kernel,kernel:inner,fused,kernel::4096,fused::4096 > "$R/combine.txt" 2>&1
 echo "combine rc=$?"
-roll() {  # NAME ENGINES ARGS...
-  local name=$1 engines=$2; shift 2
-  timeout 130 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
-    --prefill_len 0 --kernel_layout --loop 8 --contexts 32768,131072 --engines "$engines" \
-    --breakdown never --steps 12 --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
-  echo "$name rc=$?"
-}
-roll roll_kernel bf16,fp4 --attn_combine kernel
-roll roll_fused fp4 --attn_combine fused
-roll roll_kernel4096 fp4 --attn_combine kernel --attn_split_target 4096
-roll roll_fused4096 fp4 --attn_combine fused --attn_split_target 4096
+C=32768,131072  # (as run: a local roll() with these arguments, now gpu_prelude's rollout_4l)
+rollout_4l roll_kernel 130 bf16,fp4 $C --steps 12 --attn_combine kernel
+rollout_4l roll_fused 130 fp4 $C --steps 12 --attn_combine fused
+rollout_4l roll_kernel4096 130 fp4 $C --steps 12 --attn_combine kernel --attn_split_target 4096
+rollout_4l roll_fused4096 130 fp4 $C --steps 12 --attn_combine fused --attn_split_target 4096
 cp -r "$R"/* "$OUT/" 2>/dev/null
 grep -E "^  fmt|Error|error" "$R/combine.txt" | cut -c1-600
 for n in roll_kernel roll_fused roll_kernel4096 roll_fused4096; do

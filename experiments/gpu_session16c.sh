@@ -16,16 +16,10 @@
 source "$(dirname "$0")/gpu_prelude.sh" r16c
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-roll() {  # NAME ENGINES CONTEXTS ARGS...
-  local name=$1 engines=$2 ctx=$3; shift 3
-  timeout 150 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
-    --prefill_len 0 --kernel_layout --loop 8 --contexts "$ctx" --engines "$engines" \
-    --breakdown never --steps 12 --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
-  echo "$name rc=$?"
-}
-roll roll bf16,fp4 32768,131072
-roll roll_xlaq fp4 32768,131072 --activation_quantizer xla
-roll prof fp4 32768 --steps 8 --profile_steps 8
+# (as run: a local roll() with these arguments, now gpu_prelude's rollout_4l)
+rollout_4l roll 150 bf16,fp4 32768,131072 --steps 12
+rollout_4l roll_xlaq 150 fp4 32768,131072 --steps 12 --activation_quantizer xla
+rollout_4l prof 150 fp4 32768 --steps 8 --profile_steps 8
 tar -C "$R" -czf "$OUT/r16c.tar.gz" . && cp "$R"/*.txt "$OUT/" 2>/dev/null
 for n in roll roll_xlaq prof; do
   grep -E "^\| (fp4|bf16) |Error|error" "$R/$n/rollout_throughput.md" "$R/$n.txt" 2>/dev/null \

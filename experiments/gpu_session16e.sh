@@ -14,15 +14,9 @@
 source "$(dirname "$0")/gpu_prelude.sh" r16e
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-timeout 120 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
-  --prefill_len 0 --kernel_layout --loop 8 --contexts 32768,131072 --engines bf16,fp4 \
-  --breakdown never --steps 12 --out "$R/roll" > "$R/roll.txt" 2>&1
-echo "rollout rc=$?"
-timeout 450 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py \
-  --kernel_layout --prefill_len 0 --loop 8 --steps 16 --breakdown never --copy_gb 1 \
-  --contexts 32768,131072 --engines bf16,fp4 --time_budget_s 420 --out "$R/full" \
-  > "$R/full.txt" 2>&1
-echo "full rc=$?"
+# (as run: the same two commands written out, now gpu_prelude's helpers)
+rollout_4l roll 120 bf16,fp4 32768,131072 --steps 12
+rollout_48l full 450
 tar -C "$R" -czf "$OUT/r16e.tar.gz" . && cp "$R"/*.txt "$OUT/" 2>/dev/null
 grep -E "^\| (fp4|bf16) " "$R/roll/rollout_throughput.md" | sed "s/^/4L /" | cut -c1-120
 grep -E "^\| (fp4|bf16) " "$R/full/rollout_throughput.md" | sed "s/^/48L /" | cut -c1-160

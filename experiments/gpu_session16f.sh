@@ -11,22 +11,12 @@
 source "$(dirname "$0")/gpu_prelude.sh" r16f
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-roll() {  # NAME ENGINES ARGS...
-  local name=$1 engines=$2; shift 2
-  timeout 120 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py --layers 4 \
-    --prefill_len 0 --kernel_layout --loop 8 --contexts 32768,131072 --engines "$engines" \
-    --breakdown never --steps 16 --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
-  echo "$name rc=$?"
-}
-roll roll bf16,fp4
-roll roll_xla_append fp4 --kv_append xla
-roll roll_again fp4
+C=32768,131072  # (as run: a local roll() and the 48-layer command, now gpu_prelude's helpers)
+rollout_4l roll 120 bf16,fp4 $C --steps 16
+rollout_4l roll_xla_append 120 fp4 $C --steps 16 --kv_append xla
+rollout_4l roll_again 120 fp4 $C --steps 16
 if grep -qE "^\| fp4 " "$R/roll/rollout_throughput.md" 2>/dev/null; then
-  timeout 400 python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py \
-    --kernel_layout --prefill_len 0 --loop 8 --steps 16 --breakdown never --copy_gb 1 \
-    --contexts 32768,131072 --engines bf16,fp4 --time_budget_s 380 --out "$R/full" \
-    > "$R/full.txt" 2>&1
-  echo "full rc=$?"
+  rollout_48l full 410  # (as run: timeout 400, --time_budget_s 380)
 fi
 tar -C "$R" -czf "$OUT/r16f.tar.gz" . && cp "$R"/*.txt "$OUT/" 2>/dev/null
 for n in roll roll_xla_append roll_again full; do
