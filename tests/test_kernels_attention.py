@@ -356,16 +356,18 @@ def test_v3_matches_reference_and_v2(fmt, hq, h, d, s, block_k, splits, chains):
     assert _rel(o3, o2) < 1e-5  # f32 outputs, different MMA summation order
     ref = decode_attention_reference(q, kc, vc, lengths)
     assert _rel(o3.astype(jnp.bfloat16), ref) < 6e-3
-    out = decode_attention(q, kc, vc, lengths, backend="triton", decode="v3", block_k=block_k)
-    assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3
     o4 = AT.decode_attention_triton(q, kc, vc, lengths, decode="v4", chains=chains, **kw)
     np.testing.assert_array_equal(np.asarray(o4), np.asarray(o3))
-    for prec in ("f32", "bf16"):  # default (tuned) block_k and splits, both P precisions
-        od = AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, decode="v4",
-                                        precision=prec, out_dtype=jnp.float32, interpret=True)
-        assert _rel(od, ref) < 6e-3
-    out = decode_attention(q, kc, vc, lengths, backend="triton", decode="v4", block_k=block_k)
-    assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3
+    if (fmt, hq, d, s) == ("nvfp4", 32, 128, 96):  # the public wrapper, default knobs: one shape
+        for dec in ("v3", "v4"):
+            out = decode_attention(q, kc, vc, lengths, backend="triton", decode=dec,
+                                   block_k=block_k)
+            assert out.dtype == jnp.bfloat16 and _rel(out, ref) < 6e-3
+        for prec in ("f32", "bf16"):  # default (tuned) block_k and splits, both P precisions
+            od = AT.decode_attention_triton(q, kc, vc, lengths, sm_scale=d ** -0.5, decode="v4",
+                                            precision=prec, out_dtype=jnp.float32,
+                                            interpret=True)
+            assert _rel(od, ref) < 6e-3
     # v5 / v6: v4 with the K / K and V caches in the kv_layout words (the default for such
     # caches): the same decoded values, so v5 gives the same output bit for bit and v6 (whose
     # V^T is a transpose of the decoded tile, so the CPU dot may sum in another order) within
