@@ -7,9 +7,9 @@ S max cache length, D head_dim, D2 = D / 2 packed FP4 bytes, NB = D / block FP4 
 P number of KV splits (flash-decoding), C = S / P rows per split, BK rows per inner step.
 
 Grid (B, H, P) (the v3+ kernels launch it as (P, H, B) by default, ``split_order="inner"``: a
-head's splits together): one program per (sequence, kv head, split). It loads the G query heads of its
-group once, streams its C cache rows in BK-row steps, decodes every K/V element once and feeds
-all G heads from it through one MMA, keeping an online softmax in f32 (base 2). Partial
+head's splits together): one program per (sequence, kv head, split). It loads the G query heads
+of its group once, streams its C cache rows in BK-row steps, decodes every K/V element once and
+feeds all G heads from it through one MMA, keeping an online softmax in f32 (base 2). Partial
 (acc, m, l) go to HBM; :func:`combine` merges the P splits in XLA (the default v3+ kernels:
 :func:`combine_transposed_halves_pallas`, a second small Pallas kernel).
 
