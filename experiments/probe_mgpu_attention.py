@@ -52,7 +52,8 @@ def main() -> int:
         scratch_types=[plgpu.SMEM((ROWS, D), jnp.bfloat16, transforms=tiles),
                        plgpu.SMEM((G, D), jnp.bfloat16, transforms=tiles),
                        plgpu.SMEM((ROWS, G), jnp.float32), plgpu.Barrier(num_arrivals=2)])
-    args = (jax.ShapeDtypeStruct((ROWS, D), jnp.bfloat16), jax.ShapeDtypeStruct((G, D), jnp.bfloat16))
+    args = (jax.ShapeDtypeStruct((ROWS, D), jnp.bfloat16),
+            jax.ShapeDtypeStruct((G, D), jnp.bfloat16))
     try:
         jax.jit(kernel).trace(*args).lower(lowering_platforms=("cuda",))
     except Exception as e:  # noqa: BLE001  (the point is to print what does not lower)
