@@ -738,7 +738,7 @@ def attention_kernel_version() -> str:
     tiling += ", split combine " + attention_triton.SPLIT_COMBINE + ", launch order (P, H, B)"
     quantizer = nx.ACTIVATION_QUANTIZER
     if quantizer == "auto":
-        quantizer = "auto: " + ("kernel" if nx._use_quantize_kernel() else "xla")
+        quantizer = "auto: " + ("kernel" if nx.quantize_kernel_active() else "xla")
     tiling += ", activation quantizer " + quantizer
     return f"decode_attention_triton(decode={default!r}, {tiling})"
 

@@ -194,7 +194,9 @@ ACTIVATION_QUANTIZER = "auto"
 ACTIVATION_QUANTIZERS = ("auto", "kernel", "xla")
 
 
-def _use_quantize_kernel() -> bool:
+def quantize_kernel_active() -> bool:
+    """Whether :func:`rollout_quantize` takes the fused kernel here (the switch resolved for this
+    backend and the enclosing mesh, at trace time)."""
     if ACTIVATION_QUANTIZER not in ACTIVATION_QUANTIZERS:
         raise ValueError(f"numerics.ACTIVATION_QUANTIZER must be one of {ACTIVATION_QUANTIZERS}, "
                          f"got {ACTIVATION_QUANTIZER!r}")
@@ -210,7 +212,7 @@ def rollout_quantize(x, fmt: str, scope: str, with_hint: bool):
     """``x`` quantized along its last axis, and its mantissa hint (None unless ``with_hint``):
     ``(quant.quantize(x, fmt, axis=-1, global_scope=scope), extract_hint(q) or None)``, through
     the fused kernel where :data:`ACTIVATION_QUANTIZER` picks it (same bits either way)."""
-    if not _use_quantize_kernel():
+    if not quantize_kernel_active():
         q = Q.quantize(x, fmt, axis=-1, global_scope=scope)
         return q, (Q.extract_hint(q) if with_hint else None)
     from pallas_kernels.quantize_hint import quantize_with_hint
