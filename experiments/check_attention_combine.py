@@ -4,9 +4,11 @@ variants of the call.
 
   python experiments/check_attention_combine.py [--out DIR] [--combines xla,kernel] [--shapes ..]
 
-A combine may carry the launch order and the split target of the call:
-``kernel:inner:4096`` = ``split_combine="kernel", split_order="inner", split_target=4096``
-(unset parts: the wrapper's defaults).
+A combine may carry the launch order, the split target and the output / partial dtypes of the
+call: ``kernel:inner:4096`` = ``split_combine="kernel", split_order="inner",
+split_target=4096``; ``kernel:::bf16`` = a bf16 output (the model's; partials bf16 by default),
+``kernel:::bf16/f32`` = a bf16 output from f32 partials (unset parts: the wrapper's defaults;
+the output dtype defaults to f32, which exposes the kernel's accuracy).
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, FP4 caches in the kv_words layout, every
 sequence at full context; NVFP4, and MXFP4 at one shape): device time of the whole v6 call and
@@ -32,6 +34,7 @@ from pallas_kernels import devtime  # noqa: E402
 from pallas_kernels.attention_triton import decode_attention_triton, kv_bytes  # noqa: E402
 from pallas_kernels.bench_attention_v5 import D, H, HQ, _caches  # noqa: E402
 
+_DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
 SHAPES = (("nvfp4", 111, 32768), ("nvfp4", 27, 131072), ("nvfp4", 128, 32768),
           ("nvfp4", 32, 32768), ("mxfp4", 111, 32768))
 
@@ -40,8 +43,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--combines", default="xla,kernel",
-                    help="comma-separated split_combine[:split_order[:split_target]] values; "
-                         "the first is the reference")
+                    help="comma-separated combine[:order[:split_target[:out[/partial]]]] "
+                         "values (dtypes f32 / bf16); the first is the reference")
     ap.add_argument("--shapes", default=None,
                     help="comma-separated fmt:batch:context (default: the module's SHAPES)")
     a = ap.parse_args(argv)
@@ -56,10 +59,12 @@ def main(argv=None) -> int:
         lengths = jnp.full((b,), s, jnp.int32)
         row, outs = dict(fmt=fmt, batch=b, context=s), {}
         for comb in combines:
-            c, order, target = (comb.split(":") + [None, None])[:3]
-            f = jax.jit(lambda q, k, v, L, c=c, o=order, t=target: decode_attention_triton(
-                q, k, v, L, sm_scale=D ** -0.5, out_dtype=jnp.float32, split_combine=c,
-                split_order=o or None, split_target=int(t) if t else None))
+            c, order, target, dts = (comb.split(":") + [None] * 3)[:4]
+            out_dt, part_dt = ((dts or "f32").split("/") + [None])[:2]
+            f = jax.jit(lambda q, k, v, L, c=c, o=order, t=target, od=_DTYPES[out_dt],
+                        pd=_DTYPES.get(part_dt): decode_attention_triton(
+                q, k, v, L, sm_scale=D ** -0.5, out_dtype=od, split_combine=c,
+                split_order=o or None, split_target=int(t) if t else None, partial_dtype=pd))
             outs[comb] = f(q, kw, vw, lengths)
             with tempfile.TemporaryDirectory(prefix="devtime_") as tmp:
                 summ = PS.profile_calls(lambda: f(q, kw, vw, lengths), 5, tmp)
@@ -69,7 +74,8 @@ def main(argv=None) -> int:
             row[f"{comb}_combine_us"] = 1e6 * (t - tk)  # everything but the attention kernel
             row[f"{comb}_pct_copy"] = 100 * kv_bytes(b, H, s, D, fmt) / t / bw
         for comb in combines[1:]:
-            row[f"{comb}_max_abs_diff"] = float(jnp.max(jnp.abs(outs[comb] - outs[combines[0]])))
+            row[f"{comb}_max_abs_diff"] = float(jnp.max(jnp.abs(
+                outs[comb].astype(jnp.float32) - outs[combines[0]].astype(jnp.float32))))
         row["max_abs_out"] = float(jnp.max(jnp.abs(outs[combines[0]])))
         rows.append(row)
         print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -46,6 +46,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill", action="store_true",
                     help="with --grouped: prefill-sized calls (2048, 8192 tokens), a knob sweep "
                          "for large groups; writes kernels_matmul_mgpu_grouped_prefill.*")
+    ap.add_argument("--stores", default="direct", choices=["direct", "gather", "both"],
+                    help="with --grouped: the Mosaic kernel's output store (both: side by side, "
+                         "gather rows suffixed _gather)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -155,15 +158,18 @@ def grouped(a, argv) -> int:
                 x, w, g, backend="triton")), wt, None)]
             knobs = (PREFILL_KNOBS if a.prefill else GROUPED_KNOBS if a.sweep else
                      (FM.default_grouped_knobs(m, E, k),))
-            for mp, tk, steps in knobs:
+            stores = ("direct", "gather") if a.stores == "both" else (a.stores,)
+            for (mp, tk, steps), store in itertools.product(knobs, stores):
                 name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
-                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
+                name += "" if store == stores[0] else f"_{store}"
+                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps, st=store:
                                            FM.fp4_grouped_matmul_mgpu(x, w, g, mp=mp, tk=tk,
-                                                                      steps=steps,
+                                                                      steps=steps, store=st,
                                                                       backend="mgpu")), wm, "body"))
+            outs = {}
             for name, f, w, kname in runs:
                 try:
-                    out = f(x, w, gs)
+                    out = outs[name] = f(x, w, gs)
                     row[f"{name}_relerr"] = rel(out, ref)
                     tt = devtime.device_seconds(f, x, w, gs)
                     if kname:  # the Mosaic kernel alone (without the wrapper's scatter / gather)
@@ -176,6 +182,9 @@ def grouped(a, argv) -> int:
                     continue
                 row[f"{name}_us"] = tt * 1e6
                 row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
+            if "mgpu" in outs and "mgpu_gather" in outs:  # the two stores: same bits
+                row["direct_vs_gather_max_abs"] = float(jnp.max(jnp.abs(
+                    outs["mgpu"].astype(jnp.float32) - outs["mgpu_gather"].astype(jnp.float32))))
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
             if not (a.sweep or a.prefill):  # W4A4 through the library entry point, both layouts

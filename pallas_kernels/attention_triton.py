@@ -92,7 +92,7 @@ def _bf16_kernel(len_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, block_k, 
     init = (jnp.zeros((gp, d), jnp.float32), jnp.full((gp,), _NEG, jnp.float32),
             jnp.zeros((gp,), jnp.float32))
     acc, m, l = jax.lax.fori_loop(0, nblk, body, init)
-    o_ref[...] = acc
+    o_ref[...] = acc.astype(o_ref.dtype)
     m_ref[...] = m
     l_ref[...] = l
 
@@ -171,8 +171,8 @@ def _fp4_kernel(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
     init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
             jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
     acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
-    oe_ref[...] = acc_e
-    oo_ref[...] = acc_o
+    oe_ref[...] = acc_e.astype(oe_ref.dtype)
+    oo_ref[...] = acc_o.astype(oo_ref.dtype)
     m_ref[...] = m
     l_ref[...] = l
 
@@ -355,8 +355,8 @@ def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
             jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
     acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
-    oe_ref[...] = acc_e * unit
-    oo_ref[...] = acc_o * unit
+    oe_ref[...] = (acc_e * unit).astype(oe_ref.dtype)
+    oo_ref[...] = (acc_o * unit).astype(oo_ref.dtype)
     m_ref[...] = m
     l_ref[...] = l
 
@@ -459,8 +459,8 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         acc_o = acc_o * w0[None, :] + ao * w1[None, :]
         l = l * w0 + lc * w1
         m = mx
-    oe_ref[...] = acc_e * unit
-    oo_ref[...] = acc_o * unit
+    oe_ref[...] = (acc_e * unit).astype(oe_ref.dtype)
+    oo_ref[...] = (acc_o * unit).astype(oo_ref.dtype)
     m_ref[...] = m
     l_ref[...] = l
 
@@ -473,7 +473,7 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
     """Merge split partials (unnormalised acc, base-2 running max m, sum l) -> [B, H, G, D] f32."""
     mx = jnp.max(m_BHPG, axis=2, keepdims=True)
     w = jnp.exp2(m_BHPG - mx)  # [B, H, P, G]
-    num = jnp.sum(acc_BHPGD * w[..., None], axis=2)
+    num = jnp.sum(acc_BHPGD.astype(jnp.float32) * w[..., None], axis=2)
     den = jnp.sum(l_BHPG * w, axis=2)
     return num / den[..., None]
 
@@ -498,7 +498,7 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
     mx = jnp.max(m, axis=2, keepdims=True)
     w = jnp.exp2(m - mx)  # [B, H, P, Gq]
     den = jnp.sum(l * w, axis=2)  # [B, H, Gq]
-    halves = [jnp.sum(a * w[:, :, :, None, :], axis=2) / den[:, :, None, :]
+    halves = [jnp.sum(a.astype(jnp.float32) * w[:, :, :, None, :], axis=2) / den[:, :, None, :]
               for a in (acc_e, acc_o)]  # [B, H, D2, Gq]
     if COMBINE_BARRIER:
         halves = jax.lax.optimization_barrier(halves)
@@ -515,6 +515,10 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
 # each head merging inside the attention kernel: 2-9% slower at three of four shapes, 0.5%
 # faster at 128 x 32K; removed, NOTES_attention.)
 SPLIT_COMBINE = "kernel"
+# The split partials' dtype (``decode_attention_triton(partial_dtype=None)``, read at trace
+# time): None = the output dtype (bf16 in the model: half the partial bytes); jnp.float32 for
+# the session 6-16 behaviour (``bench_rollout.py --attn_partial_dtype``).
+PARTIAL_DTYPE = None
 SPLIT_COMBINES = ("kernel", "xla")
 _COMBINE_TD = 16  # D2 columns per combine program
 
@@ -534,7 +538,7 @@ def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref):
     w = jnp.exp2(m - jnp.max(m, axis=0, keepdims=True))
     den = jnp.sum(l_ref[...] * w, axis=0)  # [Gq]
     for half, a_ref in enumerate((acc_e_ref, acc_o_ref)):
-        num = jnp.sum(a_ref[...] * w[:, None, :], axis=0)  # [TD, Gq]
+        num = jnp.sum(a_ref[...].astype(jnp.float32) * w[:, None, :], axis=0)  # [TD, Gq]
         o_ref[:, :, half] = (num / den[None, :]).T.astype(o_ref.dtype)  # [Gq, TD]: 2 c + half
 
 
@@ -582,12 +586,12 @@ def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
                      "num_stages", "precision", "decode", "chains", "out_dtype", "split_combine",
-                     "split_order", "interpret"))
+                     "split_order", "partial_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=None,
                             precision="f32", decode=None, chains=None,
                             out_dtype=jnp.bfloat16, split_combine=None, split_order=None,
-                            interpret=False):
+                            partial_dtype=None, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
@@ -614,7 +618,14 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     ``split_order`` (v3+): the launch order of the programs, ``"inner"`` (default: grid
     (P, H, B), the P splits of a head launch together and read one contiguous stretch of its
     cache; 0.2-1.0% faster on the H200, bit-identical) or ``"outer"`` (grid (B, H, P), the
-    first split of every head, then the second, ...)."""
+    first split of every head, then the second, ...). ``partial_dtype``: the dtype of the split
+    partial outputs written to HBM and read back by the combine (the running max and sum stay
+    f32); None = the module default ``PARTIAL_DTYPE``, whose None = ``out_dtype``. bf16 partials are one bf16 rounding of each split's f32
+    accumulator before the f32 merge (f32 when there is one split): they halve the partial bytes
+    (~2.7% of the KV bytes at P = 32 splits) at an error of the order of the output's own bf16
+    rounding (vLLM's paged attention v2 and FlashInfer keep their partials in the output dtype
+    too); an f32 output keeps f32 partials, so ``out_dtype=jnp.float32`` still exposes the
+    kernel's f32 accuracy."""
     if split_combine not in (None, *SPLIT_COMBINES):
         raise ValueError(f"split_combine must be one of {SPLIT_COMBINES} or None, got "
                          f"{split_combine!r}")
@@ -622,6 +633,9 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         split_combine = "xla" if interpret else SPLIT_COMBINE
     if precision not in ("f32", "bf16"):
         raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
+    partial_dtype = jnp.dtype(partial_dtype or PARTIAL_DTYPE or out_dtype)
+    if partial_dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
+        raise ValueError(f"partial_dtype must be float32 or bfloat16, got {partial_dtype}")
     if split_order not in (None, "outer", "inner"):
         raise ValueError(f"split_order must be 'outer', 'inner' or None, got {split_order!r}")
     fp4 = isinstance(k_cache, QTensor)
@@ -686,6 +700,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     p = num_splits or _pick_splits(b, h, n_blocks, target_programs=target)
     if n_blocks % p:
         raise ValueError(f"num_splits={p} must divide the {n_blocks} cache blocks")
+    if p == 1:  # nothing to merge: the f32 accumulator goes straight to the output rounding
+        partial_dtype = jnp.dtype(jnp.float32)
     chunk = s // p
     scale = float(sm_scale) * LOG2E
 
@@ -714,7 +730,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                       row_spec(d), row_spec(d)],
             out_specs=[pl.BlockSpec((None, None, None, gp, d), lambda i, j, k: (i, j, k, 0, 0)),
                        ml_spec, ml_spec],
-            out_shape=[jax.ShapeDtypeStruct((b, h, p, gp, d), jnp.float32), ml_shape, ml_shape],
+            out_shape=[jax.ShapeDtypeStruct((b, h, p, gp, d), partial_dtype), ml_shape,
+                       ml_shape],
             compiler_params=params,
             interpret=interpret,
             name="decode_attention_bf16",
@@ -761,7 +778,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                                        scale=scale, precision=precision, interpret=interpret)
             o_block = (gp, d2)
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
-        o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), jnp.float32)
+        o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), partial_dtype)
         out_specs = [o_spec, o_spec, ml_spec, ml_spec]
         out_shape = [o_shape, o_shape, ml_shape, ml_shape]
         if (split_order or "inner") == "inner" and v3:  # grid (P, H, B)

@@ -274,6 +274,12 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
 # back and applies the per-expert global scale.
 
 
+# How the grouped kernel writes its output (``fp4_grouped_matmul_mgpu(store=None)``, read at
+# trace time): "direct" (bf16 rows at their sorted positions) or "gather" (the padded f32 output
+# and the wrapper's gather; ``bench_rollout.py --grouped_store``).
+GROUPED_STORE = "direct"
+
+
 def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes,
                                       row_scale=None) -> jax.Array:
     wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32)
@@ -375,6 +381,142 @@ def _grouped_t(codes, scales, x_sorted, group_sizes, start8, cstart, *, mp, tk, 
     )(codes, scales, x_sorted, group_sizes, start8, cstart)
 
 
+def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0):
+    """inline_mgpu: the f32 [64 weight rows, R tokens] accumulator (WGMMA layout) of one chunk,
+    columns ``lo <= i < hi`` only, times ``gscale`` (and ``rs_gmem[t0 + i]`` if given), rounded
+    to bf16, straight into ``o_gmem[t0 + i, n0 + row]`` ([M, N], token-major); columns from
+    ``zstart`` on store 0 (tokens past the groups' sum). Scalar global stores: a warp's store
+    covers 4 tokens x 8 consecutive weight rows (16 bytes each)."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, memref, vector
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.mosaic.gpu import utils as mu
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    splat = plgpu.Layout.WG_SPLAT(shape=())
+    refs = (plgpu.RefType(),) * (1 if rs_gmem is None else 2)
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, refs, *([splat] * 6)))
+    def store(ctx, acc_fa, out_refs, *scalars):
+        del ctx
+        index = ir.IndexType.get()
+        f32, bf16 = ir.F32Type.get(), ir.BF16Type.get()
+
+        def value(x):  # a splat scalar -> its one register, as an index or an f32
+            v = x.registers.flat[0]
+            if isinstance(v.type, ir.VectorType):
+                v = vector.extract(v, [], [0])
+            return v if v.type == f32 else arith.index_cast(index, v)
+
+        g, t0_, lo_, hi_, z_, n0_ = (value(x) for x in scalars)
+        zero = arith.constant(bf16, 0.0)
+        for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape),
+                                 acc_fa.registers.flat):
+            for i in range(ir.VectorType(reg.type).shape[0]):
+                c = arith.addi(col, arith.constant(index, i))
+                t = arith.addi(t0_, c)
+                ok = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, c, lo_),
+                                arith.cmpi(arith.CmpIPredicate.slt, c, hi_))
+                with mu.when(ok):
+                    sc = g if len(out_refs) == 1 else arith.mulf(
+                        g, memref.load(out_refs[1], [t]))
+                    v = arith.truncf(bf16, arith.mulf(vector.extract(reg, [], [i]), sc))
+                    v = arith.select(arith.cmpi(arith.CmpIPredicate.sge, c, z_), zero, v)
+                    memref.store(v, out_refs[0], [t, arith.addi(n0_, r)])
+
+    refs_in = (o_gmem,) if rs_gmem is None else (o_gmem, rs_gmem)
+    store(acc, refs_in, gscale, t0, lo, hi, zstart, n0)
+
+
+def grouped_windows(group_sizes, m, mp):
+    """The direct-store grouped kernel's bookkeeping (what each program reads and writes), from
+    the experts' group sizes [E] and the M sorted rows. Returns int32 arrays: ``offs`` [E] (the
+    first sorted row of each expert), ``start8`` [E] (offs rounded down to 8: chunk c of expert
+    e reads rows start8 + c mp .. + mp + 8, the 8-aligned start TMA into the swizzled x tile
+    needs), ``rows`` [E] (rows its programs cover: the group size; the last expert also covers
+    the rows past the groups' sum, which it stores as 0) and ``total`` [1] (the sum). Chunk c of
+    expert e stores its tile columns lo = offs - start8 .. lo + min(mp, rows - c mp) to sorted
+    rows start8 + c mp + column: every row of [0, M) exactly once (``chunk_columns``)."""
+    gs = group_sizes.astype(jnp.int32)
+    ends = _cumsum_small(gs)
+    offs = ends - gs
+    total = ends[-1:]
+    rows = gs.at[-1].set(m - offs[-1])
+    return offs, offs // 8 * 8, rows, total
+
+
+def chunk_columns(off, start8, rows, total, c, mp):
+    """Chunk c's stored columns [lo, hi) and the first column that stores 0 (scalars or
+    arrays; the kernel computes the same in its scalar code)."""
+    lo = off - start8
+    hi = lo + jnp.minimum(mp, rows - c * mp)
+    x0 = start8 + c * mp
+    return x0, lo, hi, total - x0
+
+
+@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled"))
+def _grouped_direct(codes, scales, x_sorted, offs, start8, rows, total, gscale, row_scale, *,
+                    mp, tk, steps, m, scaled):
+    """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its chunks and stores
+    its tokens' rows, scaled by ``gscale[e]`` (and ``row_scale``), straight to their sorted
+    positions (:func:`grouped_windows`); x_sorted [M + mp + 8 (rounded up to 8), K]."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    e, n, k8 = codes.shape
+    k, r = 8 * k8, mp + 8
+    if k % tk or tk % MG.SPAN:
+        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+
+    def body(u_gmem, s_gmem, x_gmem, off_gmem, s8_gmem, rows_gmem, tot_gmem, g_gmem, rs_gmem,
+             o_gmem):
+        ei = jax.lax.axis_index("e")
+        ni = jax.lax.axis_index("n")
+        wrows = pl.ds(ni * ROWS, ROWS)
+        off, first8, nrows, tot, g = (off_gmem[ei], s8_gmem[ei], rows_gmem[ei], tot_gmem[0],
+                                      g_gmem[ei])
+
+        def chunk(c, carry):
+            x0, lo, hi, zstart = chunk_columns(off, first8, nrows, tot, c, mp)
+            acc = _k_loop(u_gmem.at[ei, wrows, :], s_gmem.at[ei, :, wrows],
+                          x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
+                          steps=steps)
+            _store_rows(acc, o_gmem, rs_gmem if scaled else None, g, x0, lo, hi, zstart,
+                        ni * ROWS)  # (an unscaled call passes a placeholder row_scale)
+            return carry
+
+        jax.lax.fori_loop(0, (nrows + mp - 1) // mp, chunk, 0)
+
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // ROWS),
+        grid_names=("e", "n"),
+    )(codes, scales, x_sorted, offs, start8, rows, total, gscale, row_scale)
+
+
+def _grouped_direct_emulated(codes, scales, x_sorted, offs, start8, rows, total, gscale,
+                             row_scale, *, mp, tk, steps, m, scaled):
+    """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
+    (expert, chunk, column) the kernel's loops visit, through the same ``chunk_columns``;
+    rows no chunk stores stay NaN, so a gap in the coverage shows."""
+    del tk, steps
+    e, n = codes.shape[0], codes.shape[1]
+    r = mp + 8
+    w = MgpuWeights(codes=codes, scales=scales, global_scale=jnp.ones(e, jnp.float32))
+    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
+    nc = m // mp + 2  # a static bound on any expert's chunks
+    ee, cc, ii = (a.ravel() for a in jnp.meshgrid(jnp.arange(e), jnp.arange(nc), jnp.arange(r),
+                                                  indexing="ij"))
+    x0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], total[0], cc, mp)
+    live = (cc < (rows[ee] + mp - 1) // mp) & (ii >= lo) & (ii < hi)
+    t = x0 + ii
+    y = jnp.einsum("pk,pkn->pn", x_sorted[jnp.clip(t, 0, x_sorted.shape[0] - 1)].astype(
+        jnp.float32), wf[ee], precision="highest")
+    sc = gscale[ee] * (row_scale[jnp.clip(t, 0, row_scale.shape[0] - 1)] if scaled else 1.0)
+    y = jnp.where((ii >= zstart)[:, None], 0.0, y * sc[:, None]).astype(jnp.bfloat16)
+    out = jnp.full((m, n), jnp.nan, jnp.bfloat16)
+    return out.at[jnp.where(live, t, m)].set(y, mode="drop")
+
+
 def _grouped_emulated_t(codes, scales, x_sorted, group_sizes, start8, cstart, *, mp, tk, steps,
                         p):
     """What :func:`_grouped_t` writes, in plain JAX (CPU tests of the bookkeeping): output row
@@ -409,13 +551,16 @@ def default_grouped_knobs(m: int, e: int, k: int) -> tuple[int, int, int]:
 def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array, *,
                             mp: int | None = None, tk: int | None = None,
                             steps: int | None = None, row_scale: jax.Array | None = None,
-                            backend: str = "auto") -> jax.Array:
+                            store: str | None = None, backend: str = "auto") -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
     (a multiple of 8; groups are padded to it), ``tk`` K columns per pipeline step, ``steps``
     pipeline stages; unset ones from :func:`default_grouped_knobs`. ``row_scale`` [M, 1] f32
-    multiplies the f32 result rows (an activation QTensor's global scale). ``backend``:
+    multiplies the f32 result rows (an activation QTensor's global scale). ``store`` (None = the
+    module default ``GROUPED_STORE``): ``"direct"`` (each program stores its tokens' bf16 rows, scaled, at their sorted
+    positions) or ``"gather"`` (session 14-16: an f32 tile per chunk into a padded output that
+    the wrapper gathers back; kept for side-by-side measurement). ``backend``:
     ``"auto"`` (the kernel on a GPU, the reference elsewhere), ``"mgpu"``, ``"reference"``,
     ``"emulate"`` (the wrapper's padding with the kernel replaced by plain JAX: CPU tests)."""
     e, k, n = w.shape
@@ -432,11 +577,23 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
+    store = GROUPED_STORE if store is None else store
+    if store not in ("direct", "gather"):
+        raise ValueError(f"store must be 'direct' or 'gather', got {store!r}")
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return fp4_grouped_matmul_mgpu_reference(x, w, group_sizes, row_scale)
+    pad = -(-(m + mp + 8) // 8) * 8 - m  # chunks read up to mp + 8 rows past M; 8-row tiles
+    if store == "direct":
+        x_sorted = jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0)))
+        offs, start8, rows, total = grouped_windows(group_sizes, m, mp)
+        gscale = w.global_scale.astype(jnp.float32) * 2.0 ** SHIFT  # [E]
+        rs = (jnp.ones((8,), jnp.float32) if row_scale is None else
+              jnp.pad(row_scale.astype(jnp.float32).reshape(m), (0, pad)))
+        f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
+        return f(w.codes, w.scales, x_sorted, offs, start8, rows, total, gscale, rs, mp=mp,
+                 tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None)
     gs = group_sizes.astype(jnp.int32)
     prow, start8, cstart, valid, expert, p = _chunks(gs, m, mp)
-    pad = -(-(m + mp + 8) // 8) * 8 - m  # chunks read up to mp + 8 rows past M; 8-row tiles
     x_sorted = jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0)))
     f = _grouped_emulated_t if backend == "emulate" else _grouped_t
     out = f(w.codes, w.scales, x_sorted, gs, start8.astype(jnp.int32), cstart.astype(jnp.int32),

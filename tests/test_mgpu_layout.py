@@ -118,9 +118,11 @@ def test_emulated_kernel_values_times_two_pow_shift_are_the_weights():
 @pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
                                         ((0, 0, 2, 9), 11, 16)])
 def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
-    """The grouped wrapper (scatter into mp-aligned expert groups, out^T gather, per-expert global
-    scale) with the kernel replaced by plain JAX equals the ragged_dot reference: empty experts,
-    a group longer than one chunk, rows past the groups' sum (they give 0)."""
+    """The grouped wrapper's bookkeeping, with the kernel replaced by plain JAX that visits the
+    same (expert, chunk, column) windows, equals the ragged_dot reference for both stores:
+    empty experts, a group longer than one chunk, rows past the groups' sum (they give 0). The
+    direct store's emulation leaves unwritten rows NaN, so it also checks that every row is
+    stored."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     e, k, n = len(sizes), 128, 64
@@ -131,14 +133,44 @@ def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
     x = jax.random.normal(jax.random.PRNGKey(3), (m, k), jnp.bfloat16)
     gs = jnp.asarray(sizes, jnp.int32)
     ref = jax.jit(FM.fp4_grouped_matmul_mgpu_reference)(x, w, gs)
-    got = jax.jit(lambda x, w, gs: FM.fp4_grouped_matmul_mgpu(x, w, gs, mp=mp,
-                                                              backend="emulate"))(x, w, gs)
-    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32),
-                               rtol=1e-2, atol=1e-2)  # bf16 outputs; summation order differs
-    if sum(sizes) < m:
-        assert float(jnp.max(jnp.abs(got[sum(sizes):].astype(jnp.float32)))) == 0.0
+    for store in ("direct", "gather"):
+        got = jax.jit(lambda x, w, gs, store=store: FM.fp4_grouped_matmul_mgpu(
+            x, w, gs, mp=mp, store=store, backend="emulate"))(x, w, gs)
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32),
+                                   rtol=1e-2, atol=1e-2)  # bf16 outputs; summation order differs
+        if sum(sizes) < m:
+            assert float(jnp.max(jnp.abs(got[sum(sizes):].astype(jnp.float32)))) == 0.0
     with pytest.raises(ValueError, match=r"group_sizes must be \[4\]"):
         FM.fp4_grouped_matmul_mgpu(x, w, gs[:3], backend="emulate")
+    with pytest.raises(ValueError, match="store must be"):
+        FM.fp4_grouped_matmul_mgpu(x, w, gs, store="scatter", backend="emulate")
+
+
+@pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
+                                        ((0, 0, 2, 9), 40, 16), ((0, 0, 0, 0), 9, 8)])
+def test_direct_store_windows_cover_every_row_once(sizes, m, mp):
+    """The direct store's windows (``grouped_windows`` + ``chunk_columns``, which the kernel's
+    scalar code runs): over every expert's chunks, each sorted row in [0, M) is stored exactly
+    once, by its own expert (rows past the groups' sum by the last one, as zeros), and every
+    chunk reads its rows inside the padded x."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    gs = np.asarray(sizes)
+    offs, start8, rows, total = (np.asarray(a) for a in FM.grouped_windows(jnp.asarray(gs), m,
+                                                                           mp))
+    owner = np.repeat(np.arange(len(gs)), gs)
+    count, by, zero = np.zeros(m, int), np.full(m, -1), np.zeros(m, bool)
+    for e in range(len(gs)):
+        for c in range(-(-int(rows[e]) // mp)):
+            x0, lo, hi, z = (int(v) for v in FM.chunk_columns(offs[e], start8[e], rows[e],
+                                                               total[0], c, mp))
+            assert x0 % 8 == 0 and 0 <= lo < hi <= mp + 8  # x_sorted: M + mp + 8 rows, to 8
+            assert x0 + mp + 8 <= -(-(m + mp + 8) // 8) * 8
+            for i in range(lo, hi):
+                count[x0 + i] += 1
+                by[x0 + i], zero[x0 + i] = e, i >= z
+    np.testing.assert_array_equal(count, 1)
+    np.testing.assert_array_equal(by[:gs.sum()], owner)
+    np.testing.assert_array_equal(zero, np.arange(m) >= gs.sum())
 
 
 def test_prepare_expert_weights_picks_the_layout_and_both_give_the_same_product():
@@ -227,5 +259,11 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), jnp.array([3, 20], jnp.int32),
         jnp.array([0, 0], jnp.int32), jnp.array([0, 1], jnp.int32)).lower(
         lowering_platforms=("cuda",)).as_text()
-    for txt in (dense, grouped):
+    offs, s8, rows, tot = FM.grouped_windows(jnp.array([3, 20], jnp.int32), 23, 16)
+    direct = [jax.jit(lambda *a, sc=sc: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
+                                                          scaled=sc)).trace(
+        w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), offs, s8, rows, tot,
+        jnp.ones((2,), jnp.float32), jnp.ones((48 if sc else 8,), jnp.float32)).lower(
+        lowering_platforms=("cuda",)).as_text() for sc in (False, True)]
+    for txt in (dense, grouped, *direct):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
