@@ -190,9 +190,14 @@ def grouped(a, argv) -> int:
             if not (a.sweep or a.prefill):  # W4A4 through the library entry point, both layouts
                 xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                 ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)
-                for name, w in (("triton", wt), ("mgpu", wm)):
-                    row[f"{name}_w4a4_relerr"] = rel(jax.jit(fm.fp4_grouped_matmul)(xq, w, gs),
-                                                     ref4)
+                w4 = [("triton", wt, None)] + [
+                    ("mgpu" if st == stores[0] else f"mgpu_{st}", wm, st) for st in stores]
+                for name, w, st in w4:  # the model's W4A4 call (row scales), timed too
+                    FM.GROUPED_STORE = st or FM.GROUPED_STORE  # read when f4 is traced
+                    f4 = jax.jit(lambda xq, w, g: fm.fp4_grouped_matmul(xq, w, g))
+                    row[f"{name}_w4a4_relerr"] = rel(f4(xq, w, gs), ref4)
+                    row[f"{name}_w4a4_us"] = 1e6 * devtime.device_seconds(f4, xq, w, gs)
+                    FM.GROUPED_STORE = "direct"
             rows.append(row)
             print("  " + "  ".join(f"{kk}={v:.4g}" if isinstance(v, float) else f"{kk}={v}"
                                    for kk, v in row.items()), flush=True)

@@ -516,9 +516,11 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
 # faster at 128 x 32K; removed, NOTES_attention.)
 SPLIT_COMBINE = "kernel"
 # The split partials' dtype (``decode_attention_triton(partial_dtype=None)``, read at trace
-# time): None = the output dtype (bf16 in the model: half the partial bytes); jnp.float32 for
-# the session 6-16 behaviour (``bench_rollout.py --attn_partial_dtype``).
-PARTIAL_DTYPE = None
+# time; ``bench_rollout.py --attn_partial_dtype``): f32, or None = the output dtype. Session 17
+# (17a, NVFP4 v6, device time): bf16 partials halved the combine (20.6 -> 15.4 us at 111 x 32K)
+# but the attention kernel ran 2.5% slower at 111 x 32K and 128 x 32K (same SASS count in its
+# loop, another register / pipe mix) and faster only at 32 x 32K (-4.6%): f32 stays.
+PARTIAL_DTYPE = jnp.float32
 SPLIT_COMBINES = ("kernel", "xla")
 _COMBINE_TD = 16  # D2 columns per combine program
 
@@ -620,12 +622,12 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     cache; 0.2-1.0% faster on the H200, bit-identical) or ``"outer"`` (grid (B, H, P), the
     first split of every head, then the second, ...). ``partial_dtype``: the dtype of the split
     partial outputs written to HBM and read back by the combine (the running max and sum stay
-    f32); None = the module default ``PARTIAL_DTYPE``, whose None = ``out_dtype``. bf16 partials are one bf16 rounding of each split's f32
-    accumulator before the f32 merge (f32 when there is one split): they halve the partial bytes
-    (~2.7% of the KV bytes at P = 32 splits) at an error of the order of the output's own bf16
-    rounding (vLLM's paged attention v2 and FlashInfer keep their partials in the output dtype
-    too); an f32 output keeps f32 partials, so ``out_dtype=jnp.float32`` still exposes the
-    kernel's f32 accuracy."""
+    f32); None = the module default ``PARTIAL_DTYPE`` (f32; its None = ``out_dtype``). bf16
+    partials are one bf16 rounding of each split's f32 accumulator before the f32 merge (f32
+    when there is one split): half the partial bytes (~2.7% of the KV bytes at P = 32 splits),
+    at an error of the order of the output's own bf16 rounding (vLLM's paged attention v2 and
+    FlashInfer keep theirs in the output dtype); measured slower at the large shapes (see
+    ``PARTIAL_DTYPE``)."""
     if split_combine not in (None, *SPLIT_COMBINES):
         raise ValueError(f"split_combine must be one of {SPLIT_COMBINES} or None, got "
                          f"{split_combine!r}")

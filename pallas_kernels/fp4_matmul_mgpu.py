@@ -410,19 +410,23 @@ def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0):
 
         g, t0_, lo_, hi_, z_, n0_ = (value(x) for x in scalars)
         zero = arith.constant(bf16, 0.0)
+        # every value (and its row-scale load, in bounds for every column: the row scales are
+        # padded like x) before the first branch, so the loads overlap; then predicated stores
+        stores = []
         for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape),
                                  acc_fa.registers.flat):
             for i in range(ir.VectorType(reg.type).shape[0]):
                 c = arith.addi(col, arith.constant(index, i))
                 t = arith.addi(t0_, c)
+                sc = g if len(out_refs) == 1 else arith.mulf(g, memref.load(out_refs[1], [t]))
+                v = arith.truncf(bf16, arith.mulf(vector.extract(reg, [], [i]), sc))
+                v = arith.select(arith.cmpi(arith.CmpIPredicate.sge, c, z_), zero, v)
                 ok = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, c, lo_),
                                 arith.cmpi(arith.CmpIPredicate.slt, c, hi_))
-                with mu.when(ok):
-                    sc = g if len(out_refs) == 1 else arith.mulf(
-                        g, memref.load(out_refs[1], [t]))
-                    v = arith.truncf(bf16, arith.mulf(vector.extract(reg, [], [i]), sc))
-                    v = arith.select(arith.cmpi(arith.CmpIPredicate.sge, c, z_), zero, v)
-                    memref.store(v, out_refs[0], [t, arith.addi(n0_, r)])
+                stores.append((ok, v, t, arith.addi(n0_, r)))
+        for ok, v, t, nn in stores:
+            with mu.when(ok):
+                memref.store(v, out_refs[0], [t, nn])
 
     refs_in = (o_gmem,) if rs_gmem is None else (o_gmem, rs_gmem)
     store(acc, refs_in, gscale, t0, lo, hi, zstart, n0)

@@ -328,9 +328,9 @@ def test_split_order_changes_only_the_launch_order():
 
 
 def test_bf16_partials_round_each_split_once():
-    """A bf16 output stores the split partials in bf16 (the pallas_call's partial outputs are
-    bf16: half the bytes), at an error within the order of the output's own rounding; one
-    split and an f32 output keep f32 partials; another dtype is an error."""
+    """partial_dtype=bf16 stores the split partials in bf16 (the pallas_call's partial outputs
+    are bf16: half the bytes), at an error within the order of the output's own rounding; the
+    default, one split and an f32 output keep f32 partials; another dtype is an error."""
     bq, hq, hk, s, d = 2, 8, 2, 128, 64
     q, k, v = _inputs(34, bq, hq, hk, s, d)
     lengths = jnp.asarray([128, 37], jnp.int32)
@@ -353,18 +353,19 @@ def test_bf16_partials_round_each_split_once():
         return [str(a.aval.dtype) for a in eqn.outvars]
 
     want = _np_attention(q, dequantize(kn), dequantize(vn), np.asarray(lengths), d ** -0.5)
-    out = {pd: run(num_splits=4, partial_dtype=pd) for pd in (None, jnp.float32)}
-    assert out[None].dtype == jnp.bfloat16
-    e_bf16, e_f32 = _rel(out[None], want), _rel(out[jnp.float32], want)
-    assert not np.array_equal(np.asarray(out[None]), np.asarray(out[jnp.float32]))
+    out = {pd: run(num_splits=4, partial_dtype=pd) for pd in (jnp.bfloat16, jnp.float32)}
+    assert out[jnp.bfloat16].dtype == jnp.bfloat16
+    e_bf16, e_f32 = _rel(out[jnp.bfloat16], want), _rel(out[jnp.float32], want)
+    assert not np.array_equal(np.asarray(out[jnp.bfloat16]), np.asarray(out[jnp.float32]))
     # two independent bf16 roundings (partial, output) where a head has one non-empty split:
     # ~sqrt(2) x the output rounding alone (measured 1.43x here); a wrong merge gives O(1)
     assert e_bf16 < 1.6 * e_f32 and e_bf16 < 4e-3, (e_bf16, e_f32)
+    bf16 = dict(partial_dtype=jnp.bfloat16)
     out_avals = {name: kernel_out_dtypes(**kw) for name, kw in {
-        "bf16": dict(num_splits=4), "f32 out": dict(num_splits=4, out_dtype=jnp.float32),
-        "one split": dict(num_splits=1)}.items()}
+        "bf16": dict(num_splits=4, **bf16), "default": dict(num_splits=4),
+        "one split": dict(num_splits=1, **bf16)}.items()}
     assert out_avals == {"bf16": ["bfloat16", "bfloat16", "float32", "float32"],
-                         "f32 out": ["float32"] * 4, "one split": ["float32"] * 4}, out_avals
+                         "default": ["float32"] * 4, "one split": ["float32"] * 4}, out_avals
     with pytest.raises(ValueError, match="partial_dtype must be"):
         run(partial_dtype=jnp.float16)
 
