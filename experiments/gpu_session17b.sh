@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 17).
+# Ran at commit dc1c1e9 (session 17).
 # Session 17, one H200: why 17a's 4-layer FP4 step got slower (4.58 ms vs 4.40 ms with the
 # session-16 paths in the same run). The attention's bf16 partials explain ~+50 us per 4 layers
 # (17a: the kernel 2.5% slower at 111 x 32K; now back to f32 by default). Left: the grouped
