@@ -381,10 +381,10 @@ def _grouped_t(codes, scales, x_sorted, group_sizes, start8, cstart, *, mp, tk, 
     )(codes, scales, x_sorted, group_sizes, start8, cstart)
 
 
-def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0):
+def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0, m):
     """inline_mgpu: the f32 [64 weight rows, R tokens] accumulator (WGMMA layout) of one chunk,
-    columns ``lo <= i < hi`` only, times ``gscale`` (and ``rs_gmem[t0 + i]`` if given), rounded
-    to bf16, straight into ``o_gmem[t0 + i, n0 + row]`` ([M, N], token-major); columns from
+    columns ``lo <= i < hi`` only, times ``gscale`` (and ``rs_gmem[t0 + i]`` [M] if given),
+    rounded to bf16, straight into ``o_gmem[t0 + i, n0 + row]`` ([M, N], token-major); columns from
     ``zstart`` on store 0 (tokens past the groups' sum). Scalar global stores: a warp's store
     covers 4 tokens x 8 consecutive weight rows (16 bytes each)."""
     from jax._src.lib.mlir import ir
@@ -410,15 +410,17 @@ def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0):
 
         g, t0_, lo_, hi_, z_, n0_ = (value(x) for x in scalars)
         zero = arith.constant(bf16, 0.0)
-        # every value (and its row-scale load, in bounds for every column: the row scales are
-        # padded like x) before the first branch, so the loads overlap; then predicated stores
+        last = arith.constant(index, m - 1)
+        # every value (and its row-scale load, clamped into [0, M): a column past M is never
+        # stored) before the first branch, so the loads overlap; then predicated stores
         stores = []
         for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape),
                                  acc_fa.registers.flat):
             for i in range(ir.VectorType(reg.type).shape[0]):
                 c = arith.addi(col, arith.constant(index, i))
                 t = arith.addi(t0_, c)
-                sc = g if len(out_refs) == 1 else arith.mulf(g, memref.load(out_refs[1], [t]))
+                sc = g if len(out_refs) == 1 else arith.mulf(
+                    g, memref.load(out_refs[1], [arith.minsi(t, last)]))
                 v = arith.truncf(bf16, arith.mulf(vector.extract(reg, [], [i]), sc))
                 v = arith.select(arith.cmpi(arith.CmpIPredicate.sge, c, z_), zero, v)
                 ok = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, c, lo_),
@@ -432,26 +434,30 @@ def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0):
     store(acc, refs_in, gscale, t0, lo, hi, zstart, n0)
 
 
-def grouped_windows(group_sizes, m, mp):
-    """The direct-store grouped kernel's bookkeeping (what each program reads and writes), from
-    the experts' group sizes [E] and the M sorted rows. Returns int32 arrays: ``offs`` [E] (the
-    first sorted row of each expert), ``start8`` [E] (offs rounded down to 8: chunk c of expert
-    e reads rows start8 + c mp .. + mp + 8, the 8-aligned start TMA into the swizzled x tile
-    needs), ``rows`` [E] (rows its programs cover: the group size; the last expert also covers
-    the rows past the groups' sum, which it stores as 0) and ``total`` [1] (the sum). Chunk c of
-    expert e stores its tile columns lo = offs - start8 .. lo + min(mp, rows - c mp) to sorted
-    rows start8 + c mp + column: every row of [0, M) exactly once (``chunk_columns``)."""
+def expert_window(size, end, last, m):
+    """One expert's rows in the direct-store grouped kernel, from its group size and group end
+    (inclusive cumsum): ``off`` (its first sorted row), ``start8`` (off rounded down to 8: chunk
+    c reads rows start8 + c mp .. + mp + 8, the 8-aligned start TMA into the swizzled x tile
+    needs) and ``rows`` (the rows its programs cover: the group size; the ``last`` expert also
+    covers the rows past the groups' sum, M - off, which it stores as 0). Scalars (the kernel's
+    scalar code) or arrays (:func:`grouped_windows`)."""
+    off = end - size
+    return off, jnp.bitwise_and(off, -8), jnp.where(last, m - off, size)
+
+
+def grouped_windows(group_sizes, m):
+    """:func:`expert_window` for every expert, and the groups' sum: (offs, start8, rows) [E] and
+    total (int32). Chunk c of expert e stores its tile columns :func:`chunk_columns` to sorted
+    rows start8 + c mp + column: every row of [0, M) exactly once."""
     gs = group_sizes.astype(jnp.int32)
     ends = _cumsum_small(gs)
-    offs = ends - gs
-    total = ends[-1:]
-    rows = gs.at[-1].set(m - offs[-1])
-    return offs, offs // 8 * 8, rows, total
+    e = gs.shape[0]
+    return (*expert_window(gs, ends, jnp.arange(e) == e - 1, m), ends[e - 1])
 
 
 def chunk_columns(off, start8, rows, total, c, mp):
-    """Chunk c's stored columns [lo, hi) and the first column that stores 0 (scalars or
-    arrays; the kernel computes the same in its scalar code)."""
+    """Chunk c's first sorted row x0, its stored tile columns [lo, hi) and the first column that
+    stores 0 (scalars or arrays; the kernel computes the same in its scalar code)."""
     lo = off - start8
     hi = lo + jnp.minimum(mp, rows - c * mp)
     x0 = start8 + c * mp
@@ -459,11 +465,12 @@ def chunk_columns(off, start8, rows, total, c, mp):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled"))
-def _grouped_direct(codes, scales, x_sorted, offs, start8, rows, total, gscale, row_scale, *,
-                    mp, tk, steps, m, scaled):
-    """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its chunks and stores
-    its tokens' rows, scaled by ``gscale[e]`` (and ``row_scale``), straight to their sorted
-    positions (:func:`grouped_windows`); x_sorted [M + mp + 8 (rounded up to 8), K]."""
+def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
+                    steps, m, scaled):
+    """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its
+    chunks and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and ``row_scale``),
+    straight at their sorted positions (:func:`expert_window`, :func:`chunk_columns`).
+    x_sorted [M + mp + 8 (rounded up to 8), K]; ``ends`` the inclusive cumsum of the groups."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -472,13 +479,12 @@ def _grouped_direct(codes, scales, x_sorted, offs, start8, rows, total, gscale, 
     if k % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
 
-    def body(u_gmem, s_gmem, x_gmem, off_gmem, s8_gmem, rows_gmem, tot_gmem, g_gmem, rs_gmem,
-             o_gmem):
+    def body(u_gmem, s_gmem, x_gmem, gs_gmem, ends_gmem, g_gmem, rs_gmem, o_gmem):
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
         wrows = pl.ds(ni * ROWS, ROWS)
-        off, first8, nrows, tot, g = (off_gmem[ei], s8_gmem[ei], rows_gmem[ei], tot_gmem[0],
-                                      g_gmem[ei])
+        off, first8, nrows = expert_window(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m)
+        tot, g = ends_gmem[e - 1], g_gmem[ei] * 2.0 ** SHIFT  # (exact: a power of two)
 
         def chunk(c, carry):
             x0, lo, hi, zstart = chunk_columns(off, first8, nrows, tot, c, mp)
@@ -486,7 +492,7 @@ def _grouped_direct(codes, scales, x_sorted, offs, start8, rows, total, gscale, 
                           x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
                           steps=steps)
             _store_rows(acc, o_gmem, rs_gmem if scaled else None, g, x0, lo, hi, zstart,
-                        ni * ROWS)  # (an unscaled call passes a placeholder row_scale)
+                        ni * ROWS, m)  # (an unscaled call passes gscale as a placeholder)
             return carry
 
         jax.lax.fori_loop(0, (nrows + mp - 1) // mp, chunk, 0)
@@ -494,28 +500,29 @@ def _grouped_direct(codes, scales, x_sorted, offs, start8, rows, total, gscale, 
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // ROWS),
         grid_names=("e", "n"),
-    )(codes, scales, x_sorted, offs, start8, rows, total, gscale, row_scale)
+    )(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale)
 
 
-def _grouped_direct_emulated(codes, scales, x_sorted, offs, start8, rows, total, gscale,
-                             row_scale, *, mp, tk, steps, m, scaled):
+def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *,
+                             mp, tk, steps, m, scaled):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
-    (expert, chunk, column) the kernel's loops visit, through the same ``chunk_columns``;
-    rows no chunk stores stay NaN, so a gap in the coverage shows."""
+    (expert, chunk, column) the kernel's loops visit, through the same ``expert_window`` and
+    ``chunk_columns``; rows no chunk stores stay NaN, so a gap in the coverage shows."""
     del tk, steps
     e, n = codes.shape[0], codes.shape[1]
     r = mp + 8
     w = MgpuWeights(codes=codes, scales=scales, global_scale=jnp.ones(e, jnp.float32))
     wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
+    offs, start8, rows = expert_window(group_sizes, ends, jnp.arange(e) == e - 1, m)
     nc = m // mp + 2  # a static bound on any expert's chunks
     ee, cc, ii = (a.ravel() for a in jnp.meshgrid(jnp.arange(e), jnp.arange(nc), jnp.arange(r),
                                                   indexing="ij"))
-    x0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], total[0], cc, mp)
+    x0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], ends[e - 1], cc, mp)
     live = (cc < (rows[ee] + mp - 1) // mp) & (ii >= lo) & (ii < hi)
     t = x0 + ii
     y = jnp.einsum("pk,pkn->pn", x_sorted[jnp.clip(t, 0, x_sorted.shape[0] - 1)].astype(
         jnp.float32), wf[ee], precision="highest")
-    sc = gscale[ee] * (row_scale[jnp.clip(t, 0, row_scale.shape[0] - 1)] if scaled else 1.0)
+    sc = gscale[ee] * 2.0 ** SHIFT * (row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0)
     y = jnp.where((ii >= zstart)[:, None], 0.0, y * sc[:, None]).astype(jnp.bfloat16)
     out = jnp.full((m, n), jnp.nan, jnp.bfloat16)
     return out.at[jnp.where(live, t, m)].set(y, mode="drop")
@@ -587,15 +594,14 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return fp4_grouped_matmul_mgpu_reference(x, w, group_sizes, row_scale)
     pad = -(-(m + mp + 8) // 8) * 8 - m  # chunks read up to mp + 8 rows past M; 8-row tiles
-    if store == "direct":
-        x_sorted = jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0)))
-        offs, start8, rows, total = grouped_windows(group_sizes, m, mp)
-        gscale = w.global_scale.astype(jnp.float32) * 2.0 ** SHIFT  # [E]
-        rs = (jnp.ones((8,), jnp.float32) if row_scale is None else
-              jnp.pad(row_scale.astype(jnp.float32).reshape(m), (0, pad)))
+    if store == "direct":  # the kernel derives its windows from the sizes and their cumsum
+        gs = group_sizes.astype(jnp.int32)
+        gscale = w.global_scale.astype(jnp.float32)  # [E]
+        rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
         f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-        return f(w.codes, w.scales, x_sorted, offs, start8, rows, total, gscale, rs, mp=mp,
-                 tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None)
+        return f(w.codes, w.scales, jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0))), gs,
+                 _cumsum_small(gs), gscale, rs, mp=mp, tk=min(tk, k), steps=steps, m=m,
+                 scaled=row_scale is not None)
     gs = group_sizes.astype(jnp.int32)
     prow, start8, cstart, valid, expert, p = _chunks(gs, m, mp)
     x_sorted = jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0)))

@@ -155,14 +155,13 @@ def test_direct_store_windows_cover_every_row_once(sizes, m, mp):
     chunk reads its rows inside the padded x."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     gs = np.asarray(sizes)
-    offs, start8, rows, total = (np.asarray(a) for a in FM.grouped_windows(jnp.asarray(gs), m,
-                                                                           mp))
+    offs, start8, rows, total = (np.asarray(a) for a in FM.grouped_windows(jnp.asarray(gs), m))
     owner = np.repeat(np.arange(len(gs)), gs)
     count, by, zero = np.zeros(m, int), np.full(m, -1), np.zeros(m, bool)
     for e in range(len(gs)):
         for c in range(-(-int(rows[e]) // mp)):
             x0, lo, hi, z = (int(v) for v in FM.chunk_columns(offs[e], start8[e], rows[e],
-                                                               total[0], c, mp))
+                                                               total, c, mp))
             assert x0 % 8 == 0 and 0 <= lo < hi <= mp + 8  # x_sorted: M + mp + 8 rows, to 8
             assert x0 + mp + 8 <= -(-(m + mp + 8) // 8) * 8
             for i in range(lo, hi):
@@ -259,11 +258,11 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), jnp.array([3, 20], jnp.int32),
         jnp.array([0, 0], jnp.int32), jnp.array([0, 1], jnp.int32)).lower(
         lowering_platforms=("cuda",)).as_text()
-    offs, s8, rows, tot = FM.grouped_windows(jnp.array([3, 20], jnp.int32), 23, 16)
+    gs = jnp.array([3, 20], jnp.int32)
     direct = [jax.jit(lambda *a, sc=sc: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
                                                           scaled=sc)).trace(
-        w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), offs, s8, rows, tot,
-        jnp.ones((2,), jnp.float32), jnp.ones((48 if sc else 8,), jnp.float32)).lower(
+        w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), gs, jnp.cumsum(gs),
+        jnp.ones((2,), jnp.float32), jnp.ones((23,) if sc else (2,), jnp.float32)).lower(
         lowering_platforms=("cuda",)).as_text() for sc in (False, True)]
     for txt in (dense, grouped, *direct):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
