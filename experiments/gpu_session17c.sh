@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 17).
+# Ran at commit d9e8a81 (session 17).
 # Session 17, one H200: 17b found the grouped kernel's direct store as fast as the gather in
 # device time (the padded f32 writes were not the kernel's limit: kernel alone 40.0 vs 39.6 us at
 # 888 rows) but the FP4 step slower (4.53 vs 4.45 ms at 32K): +16 launches per 4 layers (a
