@@ -738,9 +738,6 @@ def attention_kernel_version() -> str:
     tiling += ", split combine " + attention_triton.SPLIT_COMBINE + ", launch order (P, H, B)"
     partials = attention_triton.PARTIAL_DTYPE
     tiling += ", partials " + ("the output dtype" if partials is None else jnp.dtype(partials).name)
-    from pallas_kernels import fp4_matmul_mgpu
-
-    tiling += ", grouped expert store " + fp4_matmul_mgpu.GROUPED_STORE
     quantizer = nx.ACTIVATION_QUANTIZER
     if quantizer == "auto":
         quantizer = "auto: " + ("kernel" if nx.quantize_kernel_active() else "xla")
@@ -829,9 +826,6 @@ def main(argv=None):
     ap.add_argument("--attn_partial_dtype", default=None, choices=["f32", "bf16"],
                     help="the FP4 / bf16 attention's split partials (attention_triton."
                          "PARTIAL_DTYPE; default: the output dtype, bf16)")
-    ap.add_argument("--grouped_store", default=None, choices=["direct", "gather"],
-                    help="the Mosaic grouped expert kernel's output (fp4_matmul_mgpu."
-                         "GROUPED_STORE; default direct)")
     ap.add_argument("--activation_quantizer", default="auto",
                     choices=list(nx.ACTIVATION_QUANTIZERS),
                     help="the FP4 rollout's activation-site quantizer (numerics."
@@ -843,7 +837,7 @@ def main(argv=None):
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
     if args.attn_split_target < 0:
         raise SystemExit(f"--attn_split_target must be >= 0, got {args.attn_split_target}")
-    from pallas_kernels import attention_triton, fp4_matmul_mgpu
+    from pallas_kernels import attention_triton
 
     if args.attn_combine:
         attention_triton.SPLIT_COMBINE = args.attn_combine
@@ -851,8 +845,6 @@ def main(argv=None):
     if args.attn_partial_dtype:
         attention_triton.PARTIAL_DTYPE = {"f32": jnp.float32, "bf16": jnp.bfloat16}[
             args.attn_partial_dtype]
-    if args.grouped_store:
-        fp4_matmul_mgpu.GROUPED_STORE = args.grouped_store
     if args.attn_split_target:
         attention_triton.SPLIT_TARGET = args.attn_split_target
     if args.loop is None:

@@ -14,7 +14,6 @@ The sweep's ``raw_scales_diag`` row skips the scale conversion (wrong values: a 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 import traceback
@@ -46,9 +45,6 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill", action="store_true",
                     help="with --grouped: prefill-sized calls (2048, 8192 tokens), a knob sweep "
                          "for large groups; writes kernels_matmul_mgpu_grouped_prefill.*")
-    ap.add_argument("--stores", default="direct", choices=["direct", "gather", "both"],
-                    help="with --grouped: the Mosaic kernel's output store (both: side by side, "
-                         "gather rows suffixed _gather)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -158,21 +154,18 @@ def grouped(a, argv) -> int:
                 x, w, g, backend="triton")), wt, None)]
             knobs = (PREFILL_KNOBS if a.prefill else GROUPED_KNOBS if a.sweep else
                      (FM.default_grouped_knobs(m, E, k),))
-            stores = ("direct", "gather") if a.stores == "both" else (a.stores,)
-            for (mp, tk, steps), store in itertools.product(knobs, stores):
+            for mp, tk, steps in knobs:
                 name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
-                name += "" if store == stores[0] else f"_{store}"
-                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps, st=store:
+                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
                                            FM.fp4_grouped_matmul_mgpu(x, w, g, mp=mp, tk=tk,
-                                                                      steps=steps, store=st,
+                                                                      steps=steps,
                                                                       backend="mgpu")), wm, "body"))
-            outs = {}
             for name, f, w, kname in runs:
                 try:
-                    out = outs[name] = f(x, w, gs)
+                    out = f(x, w, gs)
                     row[f"{name}_relerr"] = rel(out, ref)
                     tt = devtime.device_seconds(f, x, w, gs)
-                    if kname:  # the Mosaic kernel alone (without the wrapper's scatter / gather)
+                    if kname:  # the Mosaic kernel alone (without the wrapper's small XLA ops)
                         row[f"{name}_kernel_us"] = 1e6 * devtime.device_seconds(
                             f, x, w, gs, kernel=kname)
                 except Exception as e:  # noqa: BLE001
@@ -182,22 +175,15 @@ def grouped(a, argv) -> int:
                     continue
                 row[f"{name}_us"] = tt * 1e6
                 row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
-            if "mgpu" in outs and "mgpu_gather" in outs:  # the two stores: same bits
-                row["direct_vs_gather_max_abs"] = float(jnp.max(jnp.abs(
-                    outs["mgpu"].astype(jnp.float32) - outs["mgpu_gather"].astype(jnp.float32))))
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
             if not (a.sweep or a.prefill):  # W4A4 through the library entry point, both layouts
                 xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                 ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)
-                w4 = [("triton", wt, None)] + [
-                    ("mgpu" if st == stores[0] else f"mgpu_{st}", wm, st) for st in stores]
-                for name, w, st in w4:  # the model's W4A4 call (row scales), timed too
-                    FM.GROUPED_STORE = st or FM.GROUPED_STORE  # read when f4 is traced
-                    f4 = jax.jit(lambda xq, w, g: fm.fp4_grouped_matmul(xq, w, g))
+                for name, w in (("triton", wt), ("mgpu", wm)):  # the model's W4A4 call, timed
+                    f4 = jax.jit(fm.fp4_grouped_matmul)
                     row[f"{name}_w4a4_relerr"] = rel(f4(xq, w, gs), ref4)
                     row[f"{name}_w4a4_us"] = 1e6 * devtime.device_seconds(f4, xq, w, gs)
-                    FM.GROUPED_STORE = "direct"
             rows.append(row)
             print("  " + "  ".join(f"{kk}={v:.4g}" if isinstance(v, float) else f"{kk}={v}"
                                    for kk, v in row.items()), flush=True)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Ran at commit 3aa8490 (session 17).
+# (The grouped kernel's gather store and the --stores / --grouped_store flags it used were
+# removed after 17c: the direct store measured faster. To rerun, check out the commit above.)
 # Session 17, one H200: fewer bytes beside the two big kernels of the FP4 decode step.
 # (a) The Mosaic grouped expert kernel stores its tokens' bf16 rows, scaled, straight at their
 #     sorted positions (fp4_matmul_mgpu store="direct"): no padded f32 output (~25 MB per down

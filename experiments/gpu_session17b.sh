@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Ran at commit dc1c1e9 (session 17).
+# (The grouped kernel's gather store and the --stores / --grouped_store flags it used were
+# removed after 17c: the direct store measured faster. To rerun, check out the commit above.)
 # Session 17, one H200: why 17a's 4-layer FP4 step got slower (4.58 ms vs 4.40 ms with the
 # session-16 paths in the same run). The attention's bf16 partials explain ~+50 us per 4 layers
 # (17a: the kernel 2.5% slower at 111 x 32K; now back to f32 by default). Left: the grouped

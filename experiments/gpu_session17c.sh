@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Ran at commit d9e8a81 (session 17).
+# (The grouped kernel's gather store and the --stores / --grouped_store flags it used were
+# removed after 17c: the direct store measured faster. To rerun, check out the commit above.)
 # Session 17, one H200: 17b found the grouped kernel's direct store as fast as the gather in
 # device time (the padded f32 writes were not the kernel's limit: kernel alone 40.0 vs 39.6 us at
 # 888 rows) but the FP4 step slower (4.53 vs 4.45 ms at 32K): +16 launches per 4 layers (a

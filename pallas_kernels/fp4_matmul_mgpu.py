@@ -268,16 +268,12 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
 # Tokens sorted by expert (``group_sizes``), as ``fp4_matmul.fp4_grouped_matmul``. Each CTA
 # (expert e, 64 weight rows) loops over its group in chunks of mp tokens, each read straight from
 # the sorted x as mp + 8 rows from an 8-aligned start (what TMA into the swizzled tile needs; the
-# extra rows are other tokens: computed, never read back), and writes the chunk's [mp + 8, 64]
-# tile (the accumulator stored transposed through shared memory) to its own rows of a padded
-# output (``_chunks``), so no two CTAs write the same rows; the wrapper gathers the tokens' rows
-# back and applies the per-expert global scale.
-
-
-# How the grouped kernel writes its output (``fp4_grouped_matmul_mgpu(store=None)``, read at
-# trace time): "direct" (bf16 rows at their sorted positions) or "gather" (the padded f32 output
-# and the wrapper's gather; ``bench_rollout.py --grouped_store``).
-GROUPED_STORE = "direct"
+# extra rows are other tokens: computed, never stored), and stores its own tokens' rows, scaled
+# and rounded to bf16, straight at their sorted positions of the [M, N] output
+# (``_store_rows``), so no two CTAs write the same element. The kernel derives its windows from
+# the group sizes and their cumsum in its scalar code (``expert_window``, ``chunk_columns``).
+# Session 17 (``NOTES_matmul.md``): 1.15-1.19x the earlier padded f32 output + wrapper gather,
+# whose XLA bookkeeping (expert lookup, scale gather) cost ~16 launches per 4 decode layers.
 
 
 def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes,
@@ -295,90 +291,6 @@ def _cumsum_small(v):
     15's profile: ~7.6 us per layer in this bookkeeping's five small kernels)."""
     i = jnp.arange(v.shape[0])
     return jnp.sum(jnp.where(i[None, :] <= i[:, None], v[None, :], 0), axis=1, dtype=v.dtype)
-
-
-def _chunks(group_sizes, m, mp):
-    """The grouped kernel's chunk bookkeeping. Expert e's sorted tokens offsets[e] .. are read in
-    chunks of R = mp + 8 rows starting at start8[e] + c mp (start8 = offsets rounded down to 8,
-    which TMA into the swizzled x tile needs); chunk c of e is global chunk cstart[e] + c and
-    writes output rows (cstart[e] + c) R .. + R. Returns (output row of each sorted token [M],
-    start8 [E], cstart [E], valid [M], the token's expert [M], P = a static bound on the rows)."""
-    e = group_sizes.shape[0]
-    gs = group_sizes.astype(jnp.int32)
-    ends = _cumsum_small(gs)
-    offs = ends - gs
-    start8 = offs // 8 * 8
-    nch = (gs + mp - 1) // mp
-    cstart = _cumsum_small(nch) - nch
-    t = jnp.arange(m, dtype=jnp.int32)
-    # loop-free (a GPU searchsorted is a while loop: session 6 measured such item tables at
-    # half the grouped call's time): the number of group ends at or before t
-    expert = jnp.minimum(jnp.sum(ends[None, :] <= t[:, None], axis=1), e - 1)
-    valid = t < jnp.sum(gs)
-    j = t - offs[expert]
-    r = mp + 8
-    prow = (cstart[expert] + j // mp) * r + (offs[expert] - start8[expert]) + j % mp
-    p = (m // mp + 1 + e) * r  # >= (sum of ceil(gs / mp)) * R
-    return jnp.where(valid, prow, 0), start8, cstart, valid, expert, p
-
-
-def _store_transposed(acc, o_smem):
-    """inline_mgpu: the f32 [64, mp] accumulator (WGMMA layout) into o_smem [mp, 64] transposed
-    (scalar shared-memory stores: Mosaic GPU has no register transpose for this layout)."""
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, memref, vector
-    from jax.experimental.mosaic.gpu import fragmented_array as fa
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, plgpu.RefType()))
-    def store(ctx, acc_fa, ref):
-        del ctx
-        index = ir.IndexType.get()
-        for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape),
-                                 acc_fa.registers.flat):
-            for i in range(ir.VectorType(reg.type).shape[0]):
-                v = vector.extract(reg, [], [i])
-                memref.store(v, ref, [arith.addi(col, arith.constant(index, i)), r])
-
-    store(acc, o_smem)
-
-
-@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "p"))
-def _grouped_t(codes, scales, x_sorted, group_sizes, start8, cstart, *, mp, tk, steps, p):
-    """out [P, N] f32 (values * 2**-SHIFT), chunks as :func:`_chunks` lays them out (x_sorted
-    [M + mp + 8, K]: a chunk may read past M); a chunk's rows outside its group hold other tokens'
-    products, which the wrapper never reads."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    e, n, k8 = codes.shape
-    k, r = 8 * k8, mp + 8
-    if k % tk or tk % MG.SPAN:
-        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
-
-    def body(u_gmem, s_gmem, x_gmem, gs_gmem, s8_gmem, cs_gmem, o_gmem, o_smem):
-        ei = jax.lax.axis_index("e")
-        ni = jax.lax.axis_index("n")
-        rows = pl.ds(ni * ROWS, ROWS)
-        size, first8, chunk0 = gs_gmem[ei], s8_gmem[ei], cs_gmem[ei]
-
-        def chunk(c, carry):
-            x0 = pl.multiple_of(first8 + c * mp, 8)
-            acc = _k_loop(u_gmem.at[ei, rows, :], s_gmem.at[ei, :, rows],
-                          x_gmem.at[pl.ds(x0, r), :], k=k, mp=r, tk=tk, steps=steps)
-            _store_transposed(acc, o_smem)
-            plgpu.commit_smem()
-            o0 = pl.multiple_of((chunk0 + c) * r, 8)
-            plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[pl.ds(o0, r), rows])
-            plgpu.wait_smem_to_gmem(0)
-            return carry
-
-        jax.lax.fori_loop(0, (size + mp - 1) // mp, chunk, 0)
-
-    return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((p, n), jnp.float32), grid=(e, n // ROWS),
-        grid_names=("e", "n"), scratch_types=[plgpu.SMEM((r, ROWS), jnp.float32)],
-    )(codes, scales, x_sorted, group_sizes, start8, cstart)
 
 
 def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0, m):
@@ -528,26 +440,6 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     return out.at[jnp.where(live, t, m)].set(y, mode="drop")
 
 
-def _grouped_emulated_t(codes, scales, x_sorted, group_sizes, start8, cstart, *, mp, tk, steps,
-                        p):
-    """What :func:`_grouped_t` writes, in plain JAX (CPU tests of the bookkeeping): output row
-    g R + i of global chunk g = cstart[e] + c holds x_sorted[start8[e] + c mp + i] times expert
-    e's dequantized weights (values * 2**-SHIFT); 0 for rows no chunk writes."""
-    del tk, steps
-    e = codes.shape[0]
-    r = mp + 8
-    w = MgpuWeights(codes=codes, scales=scales, global_scale=jnp.ones(e, jnp.float32))
-    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
-    g, i = jnp.arange(p) // r, jnp.arange(p) % r
-    nch = (group_sizes + mp - 1) // mp
-    owner = jnp.clip(jnp.searchsorted(cstart + nch, g, side="right"), 0, e - 1)
-    written = (g >= cstart[owner]) & (g < cstart[owner] + nch[owner])
-    tok = jnp.clip(start8[owner] + (g - cstart[owner]) * mp + i, 0, x_sorted.shape[0] - 1)
-    y = jnp.einsum("pk,pkn->pn", x_sorted[tok].astype(jnp.float32), wf[owner],
-                   precision="highest")
-    return jnp.where(written[:, None], y, 0.0)
-
-
 def default_grouped_knobs(m: int, e: int, k: int) -> tuple[int, int, int]:
     """(mp, tk, steps) for ``m`` sorted rows over ``e`` experts with contraction ``k``. Decode
     (mean group <= 16 rows): mp 16, 2 pipeline stages (session 15 sweep at 888 rows x 2048 x 768:
@@ -562,18 +454,16 @@ def default_grouped_knobs(m: int, e: int, k: int) -> tuple[int, int, int]:
 def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array, *,
                             mp: int | None = None, tk: int | None = None,
                             steps: int | None = None, row_scale: jax.Array | None = None,
-                            store: str | None = None, backend: str = "auto") -> jax.Array:
+                            backend: str = "auto") -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
     (a multiple of 8; groups are padded to it), ``tk`` K columns per pipeline step, ``steps``
     pipeline stages; unset ones from :func:`default_grouped_knobs`. ``row_scale`` [M, 1] f32
-    multiplies the f32 result rows (an activation QTensor's global scale). ``store`` (None = the
-    module default ``GROUPED_STORE``): ``"direct"`` (each program stores its tokens' bf16 rows, scaled, at their sorted
-    positions) or ``"gather"`` (session 14-16: an f32 tile per chunk into a padded output that
-    the wrapper gathers back; kept for side-by-side measurement). ``backend``:
+    multiplies the f32 result rows (an activation QTensor's global scale). ``backend``:
     ``"auto"`` (the kernel on a GPU, the reference elsewhere), ``"mgpu"``, ``"reference"``,
-    ``"emulate"`` (the wrapper's padding with the kernel replaced by plain JAX: CPU tests)."""
+    ``"emulate"`` (the wrapper with the kernel replaced by plain JAX that visits the kernel's
+    windows: CPU tests)."""
     e, k, n = w.shape
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k)
     mp = dmp if mp is None else mp
@@ -588,32 +478,13 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
-    store = GROUPED_STORE if store is None else store
-    if store not in ("direct", "gather"):
-        raise ValueError(f"store must be 'direct' or 'gather', got {store!r}")
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return fp4_grouped_matmul_mgpu_reference(x, w, group_sizes, row_scale)
     pad = -(-(m + mp + 8) // 8) * 8 - m  # chunks read up to mp + 8 rows past M; 8-row tiles
-    if store == "direct":  # the kernel derives its windows from the sizes and their cumsum
-        gs = group_sizes.astype(jnp.int32)
-        gscale = w.global_scale.astype(jnp.float32)  # [E]
-        rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
-        f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-        return f(w.codes, w.scales, jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0))), gs,
-                 _cumsum_small(gs), gscale, rs, mp=mp, tk=min(tk, k), steps=steps, m=m,
-                 scaled=row_scale is not None)
     gs = group_sizes.astype(jnp.int32)
-    prow, start8, cstart, valid, expert, p = _chunks(gs, m, mp)
-    x_sorted = jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0)))
-    f = _grouped_emulated_t if backend == "emulate" else _grouped_t
-    out = f(w.codes, w.scales, x_sorted, gs, start8.astype(jnp.int32), cstart.astype(jnp.int32),
-            mp=mp, tk=min(tk, k), steps=steps, p=p)
-    scale = (w.global_scale[expert] * 2.0 ** SHIFT)[:, None]  # [M, 1]
-    if row_scale is not None:
-        scale = scale * row_scale
-    # materialize the per-row index and scale once: fused into the consumers of y, XLA
-    # recomputed the [M, E] expert lookup for every output element (session 15c profile: ~70 us
-    # fusions in the 30B decode step)
-    prow, scale, valid = jax.lax.optimization_barrier((prow, scale, valid))
-    y = jnp.take(out, prow, axis=0) * scale
-    return jnp.where(valid[:, None], y, 0.0).astype(jnp.bfloat16)  # (rows no chunk wrote)
+    gscale = w.global_scale.astype(jnp.float32)  # [E]
+    rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
+    f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
+    return f(w.codes, w.scales, jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0))), gs,
+             _cumsum_small(gs), gscale, rs, mp=mp, tk=min(tk, k), steps=steps, m=m,
+             scaled=row_scale is not None)

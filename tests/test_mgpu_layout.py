@@ -119,10 +119,9 @@ def test_emulated_kernel_values_times_two_pow_shift_are_the_weights():
                                         ((0, 0, 2, 9), 11, 16)])
 def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
     """The grouped wrapper's bookkeeping, with the kernel replaced by plain JAX that visits the
-    same (expert, chunk, column) windows, equals the ragged_dot reference for both stores:
+    same (expert, chunk, column) windows, equals the ragged_dot reference:
     empty experts, a group longer than one chunk, rows past the groups' sum (they give 0). The
-    direct store's emulation leaves unwritten rows NaN, so it also checks that every row is
-    stored."""
+    emulation leaves unwritten rows NaN, so it also checks that every row is stored."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     e, k, n = len(sizes), 128, 64
@@ -133,17 +132,14 @@ def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
     x = jax.random.normal(jax.random.PRNGKey(3), (m, k), jnp.bfloat16)
     gs = jnp.asarray(sizes, jnp.int32)
     ref = jax.jit(FM.fp4_grouped_matmul_mgpu_reference)(x, w, gs)
-    for store in ("direct", "gather"):
-        got = jax.jit(lambda x, w, gs, store=store: FM.fp4_grouped_matmul_mgpu(
-            x, w, gs, mp=mp, store=store, backend="emulate"))(x, w, gs)
-        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32),
-                                   rtol=1e-2, atol=1e-2)  # bf16 outputs; summation order differs
-        if sum(sizes) < m:
-            assert float(jnp.max(jnp.abs(got[sum(sizes):].astype(jnp.float32)))) == 0.0
+    got = jax.jit(lambda x, w, gs: FM.fp4_grouped_matmul_mgpu(x, w, gs, mp=mp,
+                                                              backend="emulate"))(x, w, gs)
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32),
+                               rtol=1e-2, atol=1e-2)  # bf16 outputs; summation order differs
+    if sum(sizes) < m:
+        assert float(jnp.max(jnp.abs(got[sum(sizes):].astype(jnp.float32)))) == 0.0
     with pytest.raises(ValueError, match=r"group_sizes must be \[4\]"):
         FM.fp4_grouped_matmul_mgpu(x, w, gs[:3], backend="emulate")
-    with pytest.raises(ValueError, match="store must be"):
-        FM.fp4_grouped_matmul_mgpu(x, w, gs, store="scatter", backend="emulate")
 
 
 @pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
@@ -253,16 +249,11 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
     xp = jnp.zeros((8, 512), jnp.bfloat16)
     dense = jax.jit(lambda c, s, x: FM._matmul_t(c, s, x, tk=256, steps=2)).trace(
         w.codes[0], w.scales[0], xp).lower(lowering_platforms=("cuda",)).as_text()
-    grouped = jax.jit(lambda c, s, x, g, o, q: FM._grouped_t(c, s, x, g, o, q, mp=16, tk=256,
-                                                            steps=2, p=120)).trace(
-        w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), jnp.array([3, 20], jnp.int32),
-        jnp.array([0, 0], jnp.int32), jnp.array([0, 1], jnp.int32)).lower(
-        lowering_platforms=("cuda",)).as_text()
     gs = jnp.array([3, 20], jnp.int32)
     direct = [jax.jit(lambda *a, sc=sc: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
                                                           scaled=sc)).trace(
         w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), gs, jnp.cumsum(gs),
         jnp.ones((2,), jnp.float32), jnp.ones((23,) if sc else (2,), jnp.float32)).lower(
         lowering_platforms=("cuda",)).as_text() for sc in (False, True)]
-    for txt in (dense, grouped, *direct):
+    for txt in (dense, *direct):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
