@@ -1,0 +1,32 @@
+"""Run the Mosaic GPU FP4 grouped (MoE) matmul at the 30B decode shapes (128 experts, top-8 of
+111 tokens = 888 routed rows; 2048 x 768 and 768 x 2048) a few times each, for Nsight Compute
+(``ncu_source_profile DIR body experiments.run_mgpu_grouped_once`` in gpu_prelude.sh). Checks
+each output against the reference first, so a profile never describes a wrong kernel. GPU only.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_kernels import fp4_matmul_mgpu as FM
+from pallas_kernels.bench_matmul import route
+from trace_jax.quant import quantize
+
+E, TOPK, TOKENS = 128, 8, 111
+gs = route(TOKENS, E, TOPK, jax.random.PRNGKey(TOKENS))
+m = TOKENS * TOPK
+for k, n in ((2048, 768), (768, 2048)):
+    q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
+        jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
+    w = jax.jit(FM.prepare_mgpu)(q)
+    x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
+    f = jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(x, w, g, backend="mgpu"))
+    ref = np.asarray(jax.jit(FM.fp4_grouped_matmul_mgpu_reference)(x, w, gs), np.float32)
+    out = np.asarray(f(x, w, gs), np.float32)
+    err = np.linalg.norm(out - ref) / np.linalg.norm(ref)
+    print(f"K={k} N={n}: rel err {err:.1e}", flush=True)
+    if not err < 1e-3:
+        raise SystemExit(f"K={k} N={n}: wrong output (rel err {err})")
+    for _ in range(3):
+        jax.block_until_ready(f(x, w, gs))
+print("done")
