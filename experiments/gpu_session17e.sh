@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 17).
+# Ran at commit 2b62318 (session 17).
 # Session 17, one H200: Nsight Compute on the grouped Mosaic FP4 kernel (direct store) at the 30B
 # decode shapes (888 routed rows; 2048 x 768, then 768 x 2048). Question: what limits the
 # kernel alone at ~67% of copy? Each CTA (expert, 64 weight rows) reads its chunk's x tile
