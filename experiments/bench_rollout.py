@@ -825,7 +825,7 @@ def main(argv=None):
                          "XLA's reduction (default: attention_triton.SPLIT_COMBINE)")
     ap.add_argument("--attn_partial_dtype", default=None, choices=["f32", "bf16"],
                     help="the FP4 / bf16 attention's split partials (attention_triton."
-                         "PARTIAL_DTYPE; default: the output dtype, bf16)")
+                         "PARTIAL_DTYPE; default f32)")
     ap.add_argument("--activation_quantizer", default="auto",
                     choices=list(nx.ACTIVATION_QUANTIZERS),
                     help="the FP4 rollout's activation-site quantizer (numerics."

@@ -6,9 +6,9 @@ variants of the call.
 
 A combine may carry the launch order, the split target and the output / partial dtypes of the
 call: ``kernel:inner:4096`` = ``split_combine="kernel", split_order="inner",
-split_target=4096``; ``kernel:::bf16`` = a bf16 output (the model's; partials bf16 by default),
-``kernel:::bf16/f32`` = a bf16 output from f32 partials (unset parts: the wrapper's defaults;
-the output dtype defaults to f32, which exposes the kernel's accuracy).
+split_target=4096``; ``kernel:::bf16`` = a bf16 output (the model's) from the default
+partials (``PARTIAL_DTYPE``: f32), ``kernel:::bf16/bf16`` = from bf16 partials (unset parts: the
+wrapper's defaults; the output dtype defaults to f32, which exposes the kernel's accuracy).
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, FP4 caches in the kv_words layout, every
 sequence at full context; NVFP4, and MXFP4 at one shape): device time of the whole v6 call and

@@ -10,7 +10,7 @@ machine (``lowering_platforms=("cuda",)``; running it needs the GPU), one warpgr
     python experiments/probe_mgpu_attention.py    # prints "lowered" or the error
 
 Session 16: both lower (NOTES_attention, "a Mosaic GPU attention kernel"). Not yet probed: P
-stored transposed as the second wgmma's B operand (the matmul's ``_store_transposed`` does it
+stored transposed as the second wgmma's B operand (the matmul's ``_store_transposed``, removed in session 17, did it
 for its output) and V^T decoded from a token-major V cache layout.
 """
 

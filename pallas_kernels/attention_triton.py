@@ -517,11 +517,12 @@ def combine_transposed_halves(acc_e, acc_o, m, l):
 SPLIT_COMBINE = "kernel"
 # The split partials' dtype (``decode_attention_triton(partial_dtype=None)``, read at trace
 # time; ``bench_rollout.py --attn_partial_dtype``): f32, or None = the output dtype. Session 17
-# (17a, NVFP4 v6, device time): bf16 partials halved the combine (20.6 -> 15.4 us at 111 x 32K)
+# (17a, NVFP4 v6, device time): bf16 partials cut the combine (20.6 -> 15.4 us at 111 x 32K)
 # but the attention kernel ran 2.5% slower at 111 x 32K and 128 x 32K (same SASS count in its
-# loop, another register / pipe mix) and faster only at 32 x 32K (-4.6%): f32 stays.
+# loop, another register / pipe mix), faster only at 32 x 32K (-4.6%) and for MXFP4 (-1%): f32
+# stays.
 PARTIAL_DTYPE = jnp.float32
-SPLIT_COMBINES = ("kernel", "xla")
+SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 _COMBINE_TD = 16  # D2 columns per combine program
 
 

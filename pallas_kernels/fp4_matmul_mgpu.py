@@ -271,9 +271,9 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
 # extra rows are other tokens: computed, never stored), and stores its own tokens' rows, scaled
 # and rounded to bf16, straight at their sorted positions of the [M, N] output
 # (``_store_rows``), so no two CTAs write the same element. The kernel derives its windows from
-# the group sizes and their cumsum in its scalar code (``expert_window``, ``chunk_columns``).
-# Session 17 (``NOTES_matmul.md``): 1.15-1.19x the earlier padded f32 output + wrapper gather,
-# whose XLA bookkeeping (expert lookup, scale gather) cost ~16 launches per 4 decode layers.
+# the group sizes and their cumsum in its scalar code (``program_plan``, ``chunk_columns``).
+# Session 17 (``NOTES_matmul.md``): 1.13-1.19x the earlier padded f32 output + wrapper gather
+# (its expert lookup and scale gather in XLA: 212 launches per 4-layer decode step, now 202).
 
 
 def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes,
@@ -293,9 +293,9 @@ def _cumsum_small(v):
     return jnp.sum(jnp.where(i[None, :] <= i[:, None], v[None, :], 0), axis=1, dtype=v.dtype)
 
 
-def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0, m):
+def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
     """inline_mgpu: the f32 [64 weight rows, R tokens] accumulator (WGMMA layout) of one chunk,
-    columns ``lo <= i < hi`` only, times ``gscale`` (and ``rs_gmem[t0 + i]`` [M] if given),
+    columns ``lo <= i < hi`` only, times ``scale`` (and ``rs_gmem[t0 + i]`` [M] if given),
     rounded to bf16, straight into ``o_gmem[t0 + i, n0 + row]`` ([M, N], token-major); columns from
     ``zstart`` on store 0 (tokens past the groups' sum). Scalar global stores: a warp's store
     covers 4 tokens x 8 consecutive weight rows (16 bytes each)."""
@@ -343,46 +343,45 @@ def _store_rows(acc, o_gmem, rs_gmem, gscale, t0, lo, hi, zstart, n0, m):
                 memref.store(v, out_refs[0], [t, nn])
 
     refs_in = (o_gmem,) if rs_gmem is None else (o_gmem, rs_gmem)
-    store(acc, refs_in, gscale, t0, lo, hi, zstart, n0)
+    store(acc, refs_in, scale, t0, lo, hi, zstart, n0)
 
 
-def expert_window(size, end, last, m):
-    """One expert's rows in the direct-store grouped kernel, from its group size and group end
-    (inclusive cumsum): ``off`` (its first sorted row), ``start8`` (off rounded down to 8: chunk
-    c reads rows start8 + c mp .. + mp + 8, the 8-aligned start TMA into the swizzled x tile
-    needs) and ``rows`` (the rows its programs cover: the group size; the ``last`` expert also
-    covers the rows past the groups' sum, M - off, which it stores as 0). Scalars (the kernel's
-    scalar code) or arrays (:func:`grouped_windows`)."""
+def read_pad(m: int, mp: int) -> int:
+    """Rows the wrapper appends to the M sorted x rows: a chunk reads mp + 8 rows from an
+    8-aligned start at most mp + 7 rows before M, and TMA tiles come in 8 rows."""
+    return -(-(m + mp + 8) // 8) * 8 - m
+
+
+def program_plan(size, end, last, m, mp):
+    """What the program(s) of one expert of the grouped kernel cover, from its group size and
+    group end (inclusive cumsum): ``off`` (its first sorted row), ``start8`` (off rounded down to
+    8: chunk c reads rows start8 + c mp .. + mp + 8, the 8-aligned start TMA into the swizzled x
+    tile needs), ``rows`` (the group size; the ``last`` expert also covers the rows past the
+    groups' sum, M - off, which it stores as 0; clipped to [0, M - off], so sizes summing past M
+    never store out of bounds) and the number of chunks. Scalars (the kernel's scalar code) or
+    arrays (:func:`_grouped_direct_emulated`, the CPU tests): one formula for both."""
     off = end - size
-    return off, jnp.bitwise_and(off, -8), jnp.where(last, m - off, size)
-
-
-def grouped_windows(group_sizes, m):
-    """:func:`expert_window` for every expert, and the groups' sum: (offs, start8, rows) [E] and
-    total (int32). Chunk c of expert e stores its tile columns :func:`chunk_columns` to sorted
-    rows start8 + c mp + column: every row of [0, M) exactly once."""
-    gs = group_sizes.astype(jnp.int32)
-    ends = _cumsum_small(gs)
-    e = gs.shape[0]
-    return (*expert_window(gs, ends, jnp.arange(e) == e - 1, m), ends[e - 1])
+    rows = jnp.maximum(jnp.where(last, m - off, jnp.minimum(size, m - off)), 0)
+    return off, jnp.bitwise_and(off, -8), rows, (rows + mp - 1) // mp
 
 
 def chunk_columns(off, start8, rows, total, c, mp):
-    """Chunk c's first sorted row x0, its stored tile columns [lo, hi) and the first column that
-    stores 0 (scalars or arrays; the kernel computes the same in its scalar code)."""
+    """Chunk c's (t0, lo, hi, zstart), in :func:`_store_rows`' order: its first sorted row, its
+    stored tile columns [lo, hi) (its own tokens) and the first column that stores 0 (tokens
+    past the groups' sum ``total``). Scalars or arrays, as :func:`program_plan`."""
     lo = off - start8
-    hi = lo + jnp.minimum(mp, rows - c * mp)
     x0 = start8 + c * mp
-    return x0, lo, hi, total - x0
+    return x0, lo, lo + jnp.minimum(mp, rows - c * mp), total - x0
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
                     steps, m, scaled):
-    """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its
-    chunks and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and ``row_scale``),
-    straight at their sorted positions (:func:`expert_window`, :func:`chunk_columns`).
-    x_sorted [M + mp + 8 (rounded up to 8), K]; ``ends`` the inclusive cumsum of the groups."""
+    """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its chunks
+    (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
+    ``row_scale`` [M] if ``scaled``), straight at their sorted positions
+    (:func:`chunk_columns`). x_sorted [M + :func:`read_pad`, K]; ``ends`` the inclusive cumsum
+    of the groups."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -395,19 +394,19 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
         wrows = pl.ds(ni * ROWS, ROWS)
-        off, first8, nrows = expert_window(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m)
-        tot, g = ends_gmem[e - 1], g_gmem[ei] * 2.0 ** SHIFT  # (exact: a power of two)
+        off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
+                                                   mp)
+        total, scale = ends_gmem[e - 1], g_gmem[ei] * 2.0 ** SHIFT  # (exact: a power of two)
 
         def chunk(c, carry):
-            x0, lo, hi, zstart = chunk_columns(off, first8, nrows, tot, c, mp)
+            cols = chunk_columns(off, first8, nrows, total, c, mp)  # (t0 = x0, lo, hi, zstart)
             acc = _k_loop(u_gmem.at[ei, wrows, :], s_gmem.at[ei, :, wrows],
-                          x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
+                          x_gmem.at[pl.ds(pl.multiple_of(cols[0], 8), r), :], k=k, mp=r, tk=tk,
                           steps=steps)
-            _store_rows(acc, o_gmem, rs_gmem if scaled else None, g, x0, lo, hi, zstart,
-                        ni * ROWS, m)  # (an unscaled call passes gscale as a placeholder)
+            _store_rows(acc, o_gmem, rs_gmem if scaled else None, scale, *cols, ni * ROWS, m)
             return carry
 
-        jax.lax.fori_loop(0, (nrows + mp - 1) // mp, chunk, 0)
+        jax.lax.fori_loop(0, nchunks, chunk, 0)
 
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // ROWS),
@@ -418,24 +417,27 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *,
                              mp, tk, steps, m, scaled):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
-    (expert, chunk, column) the kernel's loops visit, through the same ``expert_window`` and
-    ``chunk_columns``; rows no chunk stores stay NaN, so a gap in the coverage shows."""
+    (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
+    ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
+    x_sorted stores NaN, so a gap in the coverage or a short pad shows."""
     del tk, steps
     e, n = codes.shape[0], codes.shape[1]
     r = mp + 8
     w = MgpuWeights(codes=codes, scales=scales, global_scale=jnp.ones(e, jnp.float32))
     wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
-    offs, start8, rows = expert_window(group_sizes, ends, jnp.arange(e) == e - 1, m)
+    offs, start8, rows, nchunks = program_plan(group_sizes, ends, jnp.arange(e) == e - 1, m, mp)
     nc = m // mp + 2  # a static bound on any expert's chunks
     ee, cc, ii = (a.ravel() for a in jnp.meshgrid(jnp.arange(e), jnp.arange(nc), jnp.arange(r),
                                                   indexing="ij"))
     x0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], ends[e - 1], cc, mp)
-    live = (cc < (rows[ee] + mp - 1) // mp) & (ii >= lo) & (ii < hi)
+    visited = cc < nchunks[ee]
+    live = visited & (ii >= lo) & (ii < hi)
     t = x0 + ii
     y = jnp.einsum("pk,pkn->pn", x_sorted[jnp.clip(t, 0, x_sorted.shape[0] - 1)].astype(
         jnp.float32), wf[ee], precision="highest")
     sc = gscale[ee] * 2.0 ** SHIFT * (row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0)
-    y = jnp.where((ii >= zstart)[:, None], 0.0, y * sc[:, None]).astype(jnp.bfloat16)
+    y = jnp.where((ii >= zstart)[:, None], 0.0, y * sc[:, None])
+    y = jnp.where((x0 + r > x_sorted.shape[0])[:, None], jnp.nan, y).astype(jnp.bfloat16)
     out = jnp.full((m, n), jnp.nan, jnp.bfloat16)
     return out.at[jnp.where(live, t, m)].set(y, mode="drop")
 
@@ -458,7 +460,8 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
-    (a multiple of 8; groups are padded to it), ``tk`` K columns per pipeline step, ``steps``
+    (a multiple of 8; a group is read in chunks of mp + 8 rows), ``tk`` K columns per pipeline
+    step, ``steps``
     pipeline stages; unset ones from :func:`default_grouped_knobs`. ``row_scale`` [M, 1] f32
     multiplies the f32 result rows (an activation QTensor's global scale). ``backend``:
     ``"auto"`` (the kernel on a GPU, the reference elsewhere), ``"mgpu"``, ``"reference"``,
@@ -480,11 +483,12 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return fp4_grouped_matmul_mgpu_reference(x, w, group_sizes, row_scale)
-    pad = -(-(m + mp + 8) // 8) * 8 - m  # chunks read up to mp + 8 rows past M; 8-row tiles
     gs = group_sizes.astype(jnp.int32)
     gscale = w.global_scale.astype(jnp.float32)  # [E]
+    # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
     rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-    return f(w.codes, w.scales, jnp.pad(x.astype(jnp.bfloat16), ((0, pad), (0, 0))), gs,
+    xp = jnp.pad(x.astype(jnp.bfloat16), ((0, read_pad(m, mp)), (0, 0)))
+    return f(w.codes, w.scales, xp, gs,
              _cumsum_small(gs), gscale, rs, mp=mp, tk=min(tk, k), steps=steps, m=m,
              scaled=row_scale is not None)

@@ -368,6 +368,14 @@ def test_bf16_partials_round_each_split_once():
                          "default": ["float32"] * 4, "one split": ["float32"] * 4}, out_avals
     with pytest.raises(ValueError, match="partial_dtype must be"):
         run(partial_dtype=jnp.float16)
+    # the bf16-cache kernel takes the option too
+    kb, vb = k.astype(jnp.bfloat16), v.astype(jnp.bfloat16)
+    bf = {pd: AT.decode_attention_triton(q, kb, vb, lengths, sm_scale=d ** -0.5, block_k=16,
+                                         num_splits=4, partial_dtype=pd, interpret=True)
+          for pd in (jnp.bfloat16, jnp.float32)}
+    want_bf = _np_attention(q, kb, vb, np.asarray(lengths), d ** -0.5)
+    assert not np.array_equal(np.asarray(bf[jnp.bfloat16]), np.asarray(bf[jnp.float32]))
+    assert _rel(bf[jnp.bfloat16], want_bf) < 1.6 * _rel(bf[jnp.float32], want_bf)
 
 
 _V3_SHAPES = [

@@ -116,7 +116,7 @@ def test_emulated_kernel_values_times_two_pow_shift_are_the_weights():
 
 
 @pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
-                                        ((0, 0, 2, 9), 11, 16)])
+                                        ((0, 0, 2, 9), 11, 16), ((0, 0, 2, 9), 40, 16)])
 def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
     """The grouped wrapper's bookkeeping, with the kernel replaced by plain JAX that visits the
     same (expert, chunk, column) windows, equals the ragged_dot reference:
@@ -143,28 +143,31 @@ def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
 
 
 @pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
-                                        ((0, 0, 2, 9), 40, 16), ((0, 0, 0, 0), 9, 8)])
+                                        ((0, 0, 2, 9), 40, 16), ((0, 0, 0, 0), 9, 8),
+                                        ((10, 5, 3), 12, 8)])  # (sizes past M: clipped)
 def test_direct_store_windows_cover_every_row_once(sizes, m, mp):
-    """The direct store's windows (``grouped_windows`` + ``chunk_columns``, which the kernel's
-    scalar code runs): over every expert's chunks, each sorted row in [0, M) is stored exactly
-    once, by its own expert (rows past the groups' sum by the last one, as zeros), and every
-    chunk reads its rows inside the padded x."""
+    """The direct store's plan (``program_plan`` + ``chunk_columns``, which the kernel's scalar
+    code runs): over every expert's chunks, each sorted row in [0, M) is stored exactly once,
+    by its own expert (rows past the groups' sum by the last one, as zeros; none past M), and
+    every chunk reads its rows inside the x the wrapper pads by ``read_pad``."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     gs = np.asarray(sizes)
-    offs, start8, rows, total = (np.asarray(a) for a in FM.grouped_windows(jnp.asarray(gs), m))
-    owner = np.repeat(np.arange(len(gs)), gs)
+    ends = np.cumsum(gs)
+    offs, start8, rows, nchunks = (np.asarray(a) for a in FM.program_plan(
+        jnp.asarray(gs), jnp.asarray(ends), jnp.arange(len(gs)) == len(gs) - 1, m, mp))
+    owner = np.repeat(np.arange(len(gs)), gs)[:m]
     count, by, zero = np.zeros(m, int), np.full(m, -1), np.zeros(m, bool)
     for e in range(len(gs)):
-        for c in range(-(-int(rows[e]) // mp)):
+        for c in range(int(nchunks[e])):
             x0, lo, hi, z = (int(v) for v in FM.chunk_columns(offs[e], start8[e], rows[e],
-                                                               total, c, mp))
-            assert x0 % 8 == 0 and 0 <= lo < hi <= mp + 8  # x_sorted: M + mp + 8 rows, to 8
-            assert x0 + mp + 8 <= -(-(m + mp + 8) // 8) * 8
+                                                               ends[-1], c, mp))
+            assert x0 % 8 == 0 and 0 <= lo < hi <= mp + 8
+            assert x0 + mp + 8 <= m + FM.read_pad(m, mp) and FM.read_pad(m, mp) % 8 == (-m) % 8
             for i in range(lo, hi):
-                count[x0 + i] += 1
+                count[x0 + i] += 1  # (an index past M raises here)
                 by[x0 + i], zero[x0 + i] = e, i >= z
     np.testing.assert_array_equal(count, 1)
-    np.testing.assert_array_equal(by[:gs.sum()], owner)
+    np.testing.assert_array_equal(by[:len(owner)], owner)
     np.testing.assert_array_equal(zero, np.arange(m) >= gs.sum())
 
 
