@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 17).
+# Ran at commit 0b36678 (session 17).
 # Session 17, one H200: the grouped kernel after the review's refactor (program_plan shared with
 # the CPU emulation, rows clipped to M): exactness at the 30B decode shapes and the call times.
 # Prediction (written before the run): relerr as 17c (6.0e-5 / 4.1e-5), times within ~2% of
