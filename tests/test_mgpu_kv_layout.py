@@ -1,0 +1,86 @@
+"""The Mosaic GPU KV-cache layout (``pallas_kernels.mgpu_kv_layout``, groundwork for a Mosaic
+FP4-KV attention kernel): exact round trip from natural NVFP4 caches, the V^T register decode
+(emulated) equals the dequantized V, and appending a row in place equals converting the cache
+with the row written."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pallas_kernels import mgpu_kv_layout as MK
+from trace_jax import quant as Q
+
+quantize = jax.jit(functools.partial(Q.quantize, fmt="nvfp4", axis=-1, global_scope="row"))
+B, H, S, D = 2, 2, 128, 128
+
+
+def _cache(seed, zero_block=False):
+    x = jax.random.normal(jax.random.PRNGKey(seed), (B, H, S, D)) * jnp.exp(
+        jax.random.normal(jax.random.PRNGKey(seed + 1), (B, H, S, 1)))
+    if zero_block:  # a zero block (scale 0) and a tiny one (subnormal E4M3 scales)
+        x = x.at[0, 1, 5, 16:32].set(0.0).at[1, 0, 70, 32:48].multiply(1e-3)
+    return quantize(x)
+
+
+def _bits_equal(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x).view(np.uint8), np.asarray(y).view(np.uint8))
+
+
+def test_round_trip_is_exact_and_shapes_are_the_kernel_operands():
+    k, v = _cache(0, zero_block=True), _cache(2, zero_block=True)
+    c = jax.jit(MK.to_mgpu_kv)(k, v)
+    assert c.k_codes.shape == (B, H, S, D // 8) and c.k_scales.shape == (B, H, D // 64, S)
+    assert c.v_codes.shape == (B, H, D, S // 8) and c.v_scales.shape == (B, H, D // 16, S)
+    assert c.k_gscale.shape == c.v_gscale.shape == (B, H, S) and c.shape == (B, H, S, D)
+    k2, v2 = jax.jit(MK.from_mgpu_kv)(c)
+    _bits_equal(k2, k)
+    _bits_equal(v2, v)
+
+
+def test_v_transposed_register_decode_equals_the_dequantized_cache():
+    """Each thread's pair of V^T codes times the two multipliers it loads from its 8 scale
+    bytes gives code * scale * 2**-8 at the right (d, cache row): the whole V^T exactly."""
+    v = _cache(4, zero_block=True)
+    c = jax.jit(MK.to_mgpu_kv)(v, v)
+    want = Q.dequantize(Q.QTensor(codes=v.codes, scales=v.scales,
+                                  global_scale=jnp.ones_like(v.global_scale), fmt="nvfp4",
+                                  axis=-1), jnp.float32) * 2.0 ** -8  # [B, H, S, D]
+    for b, h in ((0, 1), (1, 0)):
+        got = MK.emulate_v_transposed(c.v_codes[b, h], c.v_scales[b, h])  # [D, S]
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want[b, h].T))
+    rows = MK.v_scale_rows()
+    assert sorted(rows) == list(range(64)) and list(rows[:4]) == [0, 1, 8, 9]
+
+
+def test_append_row_equals_converting_the_written_cache():
+    """Rows at a span's first / last row and in the middle, different per sequence."""
+    k, v = _cache(6), _cache(8)
+    for p in ((0, 127), (63, 64), (70, 5)):
+        pos = jnp.asarray(p, jnp.int32)
+        kn, vn = _cache(10 + p[0]), _cache(11 + p[0])  # rows pos of these are the new rows
+        take = lambda q: jax.tree.map(  # noqa: E731
+            lambda a: jnp.take_along_axis(a, pos[:, None, None, None], axis=2), q)
+        k_row, v_row = take(kn), take(vn)
+        put = lambda q, r: jax.tree.map(  # noqa: E731
+            lambda a, x: jax.vmap(lambda a, x, i: jax.lax.dynamic_update_slice_in_dim(
+                a, x, i, axis=1))(a, x, pos), q, r)
+        want = MK.to_mgpu_kv(put(k, k_row), put(v, v_row))
+        got = jax.jit(MK.append_row)(MK.to_mgpu_kv(k, v), k_row, v_row, pos)
+        _bits_equal(got, want)
+
+
+def test_bad_caches_are_refused_by_name():
+    k = _cache(12)
+    mx = Q.quantize(jnp.ones((B, H, S, D)), "mxfp4", axis=-1)
+    with pytest.raises(ValueError, match="V: an NVFP4"):
+        MK.to_mgpu_kv(k, mx)
+    short = jax.tree.map(lambda a: a[:, :, :96] if a.shape[2] == S else a, k)
+    with pytest.raises(ValueError, match="S=96 and head_dim D=128 must be multiples of 64"):
+        MK.to_mgpu_kv(short, short)
+    with pytest.raises(ValueError, match=r"K row: natural NVFP4 \[2, 2, 1, 128\]"):
+        MK.append_row(MK.to_mgpu_kv(k, k), k, k, jnp.zeros((B,), jnp.int32))
