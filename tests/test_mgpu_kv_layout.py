@@ -84,3 +84,28 @@ def test_bad_caches_are_refused_by_name():
         MK.to_mgpu_kv(short, short)
     with pytest.raises(ValueError, match=r"K row: natural NVFP4 \[2, 2, 1, 128\]"):
         MK.append_row(MK.to_mgpu_kv(k, k), k, k, jnp.zeros((B,), jnp.int32))
+
+
+def test_mosaic_attention_prototype_lowers_and_falls_back_to_the_reference():
+    """``attention_mgpu`` (a prototype, not yet run on a GPU) lowers for sm_90 on this CPU
+    machine, the decode pieces included; on the CPU its wrapper gives the reference over the
+    natural caches; a q that does not match the cache is refused."""
+    from pallas_kernels import attention_mgpu as AM
+    from pallas_kernels.decode_attention import decode_attention_reference
+    b, h, s, d = 1, 1, 128, 128
+    spec = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt)  # noqa: E731
+    txt = jax.jit(lambda *a: AM._attention_t(*a, p=2, steps=2, scale=0.1)).trace(
+        spec((b, h, 8, d), jnp.bfloat16), spec((b, h, s, d // 8), jnp.uint32),
+        spec((b, h, d // 64, s), jnp.uint32), spec((b, h, s), jnp.float32),
+        spec((b, h, d, s // 8), jnp.uint32), spec((b, h, d // 16, s // 4), jnp.uint32),
+        spec((b, h, s), jnp.float32), spec((b,), jnp.int32)).lower(
+        lowering_platforms=("cuda",)).as_text()
+    assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
+    k, v = _cache(14), _cache(16)
+    q = jax.random.normal(jax.random.PRNGKey(17), (B, 8, D), jnp.bfloat16)
+    lengths = jnp.asarray([5, 128], jnp.int32)
+    got = AM.decode_attention_mgpu(q, MK.to_mgpu_kv(k, v), lengths)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(
+        decode_attention_reference(q, k, v, lengths), np.float32))
+    with pytest.raises(ValueError, match="does not match the cache"):
+        AM.decode_attention_mgpu(q[:, :, :64], MK.to_mgpu_kv(k, v), lengths)

@@ -1,0 +1,102 @@
+"""The Mosaic GPU FP4-KV attention prototype (``pallas_kernels.attention_mgpu``) on one GPU: its
+output against the pure-JAX reference and the Triton v6 kernel, then device time of both against
+a copy measured the same way.
+
+  python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
+
+Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
+sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
+f32) of each kernel against ``decode_attention_reference`` on the natural caches, the largest
+difference between the two kernels, and (unless ``--no-time``) device time per call (all the
+call's kernels, ``devtime``) with % of copy over the KV bytes of the full-context rows. The
+first GPU run of the prototype: a failing shape prints its error and the table goes on.
+Writes ``kernels_attention_mgpu.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+import jax
+import jax.numpy as jnp
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _REPO)
+from pallas_kernels import attention_mgpu as AM  # noqa: E402
+from pallas_kernels import devtime  # noqa: E402
+from pallas_kernels import kv_layout as KL  # noqa: E402
+from pallas_kernels import mgpu_kv_layout as MK  # noqa: E402
+from pallas_kernels.attention_triton import decode_attention_triton, kv_bytes  # noqa: E402
+from pallas_kernels.decode_attention import decode_attention_reference  # noqa: E402
+from trace_jax import quant as Q  # noqa: E402
+
+HQ, H, D = 32, 4, 128
+SHAPES = ((4, 1024), (32, 8192), (32, 32768), (111, 32768))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
+    ap.add_argument("--shapes", default=None, help="comma-separated batch:context")
+    ap.add_argument("--no-time", action="store_true", help="exactness only")
+    a = ap.parse_args(argv)
+    shapes = SHAPES if a.shapes is None else [
+        tuple(int(v) for v in x.split(":")) for x in a.shapes.split(",")]
+    bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)
+    quant = jax.jit(lambda x: Q.quantize(x, "nvfp4", axis=-1, global_scope="row"))
+    rows = []
+    for b, s in shapes:
+        ks = jax.random.split(jax.random.PRNGKey(b * 7 + s), 3)
+        k, v = (quant(jax.random.normal(kk, (b, H, s, D), jnp.float32)) for kk in ks[:2])
+        q = jax.random.normal(ks[2], (b, HQ, D), jnp.bfloat16)
+        lengths = jnp.full((b,), s, jnp.int32).at[0].set(1).at[-1].set(max(1, s - 37))
+        ref = jax.jit(decode_attention_reference)(q, k, v, lengths).astype(jnp.float32)
+        row = dict(batch=b, context=s)
+        cache = jax.jit(MK.to_mgpu_kv)(k, v)
+        kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
+        runs = {"mgpu": (jax.jit(lambda q, c, n: AM.decode_attention_mgpu(q, c, n,
+                                                                          backend="mgpu")),
+                         cache),
+                "triton": (jax.jit(lambda q, c, n: decode_attention_triton(
+                    q, c[0], c[1], n, sm_scale=D ** -0.5)), (kw, vw))}
+        outs = {}
+        for name, (f, c) in runs.items():
+            try:
+                outs[name] = f(q, c, lengths).astype(jnp.float32)
+                row[f"{name}_relerr"] = devtime.relerr(outs[name], ref)
+                if bw:
+                    t = devtime.device_seconds(f, q, c, lengths)
+                    row[f"{name}_us"] = 1e6 * t
+                    row[f"{name}_pct_copy"] = 100 * kv_bytes(b, H, s, D, "nvfp4") / t / bw
+            except Exception as e:  # noqa: BLE001  (a prototype: report and go on)
+                print(f"  {name} B={b} S={s}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
+                traceback.print_exc(limit=4)
+        if len(outs) == 2:
+            row["max_abs_diff"] = float(jnp.max(jnp.abs(outs["mgpu"] - outs["triton"])))
+        rows.append(row)
+        print("  " + "  ".join(f"{kk}={vv:.4g}" if isinstance(vv, float) else f"{kk}={vv}"
+                               for kk, vv in row.items()), flush=True)
+    cols = sorted({c for r in rows for c in r}, key=lambda c: list(rows[-1]).index(c)
+                  if c in rows[-1] else 99)
+    lines = [f"# Mosaic GPU FP4-KV attention prototype: {jax.devices()[0].device_kind} "
+             f"(jax {jax.__version__})", "",
+             "command: `python experiments/check_mgpu_attention.py "
+             f"{' '.join(argv or sys.argv[1:])}`",
+             "", f"GQA {HQ} / {H} heads, head_dim {D}, NVFP4; relerr vs the pure-JAX reference; "
+             "device time per call" + (f" against a device-time copy of {bw / 1e12:.2f} TB/s"
+                                       if bw else " not measured") + ".", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(
+            (f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) if c in r else "-"
+            for c in cols) + " |")
+    devtime.write_sweep(a.out, "kernels_attention_mgpu", lines, rows, bw or 0.0)
+    print("\n".join(lines[-len(rows) - 2:]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,319 @@
+"""NVFP4 KV-cache decode attention in Pallas Mosaic GPU: a **prototype** (session 17). It lowers
+for sm_90 on a CPU machine (``tests/test_mgpu_kv_layout.py``) but has not yet run on a GPU, so
+nothing calls it: the rollout keeps ``attention_triton``. Design: NOTES_attention (sessions 16
+and 17). Caches in :mod:`pallas_kernels.mgpu_kv_layout` (``MgpuKV``).
+
+One warpgroup per (split, kv head, sequence), 64 cache rows per pipeline step:
+
+* S^T [64 rows, Gq = 8] = K [64, D] Q^T: K decoded into wgmma's register A operand by the FP4
+  matmul's ``_decode_tile``; Q^T the transposed view of the [8, D] Q tile in shared memory.
+* The scores scaled by K's per-row global scale, rows past the sequence masked, the online
+  softmax over the rows (cross-warp reductions); P times V's per-row global scale.
+* P^T [8, 64] in two bf16 terms (hi + lo: f32 accuracy of P, as the Triton kernel) stored into
+  128-byte-swizzled shared-memory tiles by scalar stores (``_store_pt``; Mosaic GPU has no
+  register transpose for this layout).
+* O^T [D, 8] += V^T [D, 64] P^T: V^T decoded into the A operand from the token-major V words,
+  each code pair times its own two block scales (``_decode_v``), rows past the sequence given a
+  zero multiplier (their scales may be NaN).
+
+Per split it writes the unnormalised O^T [D, 8] f32 (times 2**-SHIFT), the running max (base 2)
+and sum; :func:`decode_attention_mgpu` merges the splits in XLA. NVFP4, head_dim 128 or any
+multiple of 64, up to 8 query heads per kv head.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pallas_kernels import fp4_matmul_mgpu as FM
+from pallas_kernels import kv_layout as KL
+from pallas_kernels import mgpu_kv_layout as MK
+
+ROWS = 64  # cache rows per pipeline step (wgmma's M for S^T, its K for O^T)
+GQ = 8  # query heads per kv head on wgmma's N side (fewer are padded)
+LOG2E = 1.4426950408889634
+_NEG = -1e30  # finite "minus infinity" for the running max
+
+_DECODE4_ASM = f"""{{
+.reg .b32 a;
+and.b32 a, $4, {KL.P_MASK:#010x};
+mul.rn.bf16x2 $0, a, $5;
+shf.l.wrap.b32 a, $4, $4, {KL.ROTATIONS[1]};
+and.b32 a, a, {KL.P_MASK:#010x};
+mul.rn.bf16x2 $1, a, $6;
+shf.l.wrap.b32 a, $4, $4, {KL.ROTATIONS[2]};
+and.b32 a, a, {KL.P_MASK:#010x};
+mul.rn.bf16x2 $2, a, $7;
+and.b32 a, $4, {KL.HOLE_MASK:#010x};
+mul.lo.u32 a, a, {KL.MUL:#x};
+and.b32 a, a, {KL.P_MASK:#010x};
+mul.rn.bf16x2 $3, a, $8;
+}}"""  # one word + one bf16x2 multiplier per pair -> its 4 bf16x2 pairs (kv_layout's bit order)
+
+
+def _splat_index(x):
+    """A splat scalar FragmentedArray -> its value as an MLIR index."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, vector
+
+    v = x.registers.flat[0]
+    if isinstance(v.type, ir.VectorType):
+        v = vector.extract(v, [], [0])
+    return arith.index_cast(ir.IndexType.get(), v)
+
+
+def _decode_v(vw, vs_ref, valid, d):
+    """inline_mgpu: V^T [d, 64] bf16 (WGMMA layout, the A operand) from the step's V words
+    [d, 8] uint32 (WGMMA layout) and scale-code words ``vs_ref`` [d / 16, 16] uint32 (shared
+    memory; ``mgpu_kv_layout``'s permuted order: a thread's 8 codes for word e are words
+    2 (2 q + e) and + 1 of its 16-dim block's row). Rows >= ``valid`` get a zero multiplier."""
+    import jax.experimental.mosaic.gpu as mgpu
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, gpu, llvm, memref, vector
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.mosaic.gpu import utils as mu
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    @plgpu.inline_mgpu(
+        arg_types=(plgpu.Layout.WGMMA, plgpu.RefType(), plgpu.Layout.WG_SPLAT(shape=())),
+        return_type=plgpu.ShapeDtypeStruct((d, ROWS), jnp.bfloat16, layout=plgpu.Layout.WGMMA))
+    def dec(ctx, u_fa, s_ref, valid_fa):
+        del ctx
+        i32 = ir.IntegerType.get_signless(32)
+        index = ir.IndexType.get()
+        bf2 = ir.VectorType.get((2,), ir.BF16Type.get())
+        struct4 = llvm.StructType.get_literal([i32] * 4)
+        struct2 = llvm.StructType.get_literal([i32] * 2)
+        c = lambda v: arith.constant(index, v)  # noqa: E731
+        ci = lambda v: arith.constant(i32, v)  # noqa: E731
+        nv = _splat_index(valid_fa)
+        tid = gpu.thread_id(gpu.Dimension.x)
+        warp = arith.remui(arith.divui(tid, c(32)), c(4))
+        q = arith.remui(tid, c(4))
+        out = np.empty(fa.WGMMA_LAYOUT.registers_shape((d, ROWS)), dtype=object)
+        for e in range(2):
+            # the halves' keep-masks: row 32 e + 8 p + 2 q + h of the step is valid
+            keep = []
+            for p in range(4):
+                m = ci(0)
+                for h in range(2):
+                    row = arith.addi(arith.muli(q, c(2)), c(32 * e + 8 * p + h))
+                    ok = arith.cmpi(arith.CmpIPredicate.slt, row, nv)
+                    m = arith.ori(m, arith.select(ok, ci(0xFFFF if h == 0 else -65536), ci(0)))
+                keep.append(m)
+            col = arith.muli(arith.addi(arith.muli(q, c(2)), c(e)), c(2))
+            for mt in range(d // 64):
+                blk = arith.addi(c(4 * mt), warp)  # the thread's 16-dim block of rows d
+                mults = []
+                for wd in range(2):
+                    sw = memref.load(s_ref, [blk, arith.addi(col, c(wd))])
+                    sp = llvm.inline_asm(struct2, [sw], FM._SCALE_ASM, "=r,=r,r")
+                    mults += [llvm.extractvalue(i32, sp, (i,)) for i in range(2)]
+                mults = [arith.andi(mv, k) for mv, k in zip(mults, keep)]
+                for h in range(2):  # rows r and r + 8 of the thread (same 16-dim block)
+                    word = vector.extract(u_fa.registers[mt, 0, 0, 0, h, 0, 0, 0, 0], [], [e])
+                    dd = llvm.inline_asm(struct4, [word, *mults], _DECODE4_ASM,
+                                         "=r,=r,=r,=r,r,r,r,r,r")
+                    for p in range(4):
+                        out[mt, 4 * e + p, 0, 0, h, 0, 0, 0, 0] = mu.bitcast(
+                            llvm.extractvalue(i32, dd, (p,)), bf2)
+        return mgpu.FragmentedArray(_registers=out, _layout=fa.WGMMA_LAYOUT, _is_signed=None)
+
+    return dec(vw, vs_ref, valid)
+
+
+def _mask_rows(x, valid, fill):
+    """inline_mgpu: f32 [64, n] (WGMMA layout) with rows >= ``valid`` replaced by ``fill``."""
+    import jax.experimental.mosaic.gpu as mgpu
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, vector
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    @plgpu.inline_mgpu(
+        arg_types=(plgpu.Layout.WGMMA, plgpu.Layout.WG_SPLAT(shape=())),
+        return_type=plgpu.ShapeDtypeStruct(x.shape, jnp.float32, layout=plgpu.Layout.WGMMA))
+    def mask(ctx, x_fa, valid_fa):
+        del ctx
+        nv = _splat_index(valid_fa)
+        f32 = ir.F32Type.get()
+        fv = arith.constant(f32, fill)
+        out = np.empty(x_fa.registers.shape, dtype=object)
+        for idx, ((r, _), reg) in zip(np.ndindex(*x_fa.registers.shape),
+                                      zip(fa.WGMMA_LAYOUT.thread_idxs(x_fa.shape),
+                                          x_fa.registers.flat)):
+            ok = arith.cmpi(arith.CmpIPredicate.slt, r, nv)
+            n = ir.VectorType(reg.type).shape[0]
+            vals = [arith.select(ok, vector.extract(reg, [], [i]), fv) for i in range(n)]
+            out[idx] = vector.from_elements(reg.type, vals)
+        return mgpu.FragmentedArray(_registers=out, _layout=fa.WGMMA_LAYOUT, _is_signed=None)
+
+    return mask(x, valid)
+
+
+def _store_pt(p, pt_ref):
+    """inline_mgpu: f32 [64 rows, 8 heads] (WGMMA layout) -> bf16 P^T [8, 64] in a 128-byte
+    swizzled (8, 64) shared-memory tile (the wgmma B operand's layout; swizzle applied here:
+    16-byte chunk t // 8 of row g goes to chunk (t // 8) ^ (g % 8))."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, memref, vector
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    tiles = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, plgpu.RefType(transforms=tiles)))
+    def store(ctx, p_fa, ref):  # ref: memref [1, 1, 8, 64]
+        del ctx
+        index = ir.IndexType.get()
+        bf16 = ir.BF16Type.get()
+        c = lambda v: arith.constant(index, v)  # noqa: E731
+        for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(p_fa.shape), p_fa.registers.flat):
+            for i in range(ir.VectorType(reg.type).shape[0]):
+                g = arith.addi(col, c(i))
+                v = arith.truncf(bf16, vector.extract(reg, [], [i]))
+                chunk = arith.xori(arith.divui(r, c(8)), arith.remui(g, c(8)))
+                memref.store(v, ref, [c(0), c(0), g, arith.addi(arith.muli(chunk, c(8)),
+                                                                 arith.remui(r, c(8)))])
+
+    store(p, pt_ref)
+
+
+@functools.partial(jax.jit, static_argnames=("p", "steps", "scale"))
+def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale):
+    """Split partials: O^T [B, H, P, D, 8] f32 (unnormalised, times 2**-SHIFT), running max
+    (base 2) and sum [B, H, P, 8] f32."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    b, h, s, d8 = kc.shape
+    d = 8 * d8
+    chunk = s // p
+    tiles = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def body(q_gmem, kc_gmem, ks_gmem, kg_gmem, vc_gmem, vs_gmem, vg_gmem, len_gmem,
+             o_gmem, m_gmem, l_gmem, q_smem, pt_hi, pt_lo, o_smem, ml_smem, bar):
+        pi, hi_, bi = (jax.lax.axis_index(a) for a in ("p", "h", "b"))
+        start = pi * chunk
+        n = jnp.clip(len_gmem[bi] - start, 0, chunk)
+        nblk = jnp.maximum((n + ROWS - 1) // ROWS, 1)  # an empty split runs one masked step
+        plgpu.copy_gmem_to_smem(q_gmem.at[bi, hi_], q_smem, bar)
+        plgpu.barrier_wait(bar)
+        rows = pl.ds(start, chunk)
+
+        def step(idx, kc_s, ks_s, kg_s, vc_s, vs_s, vg_s, carry):
+            m, l, o = carry
+            valid = n - idx[0] * ROWS
+            uw = plgpu.load(kc_s, layout=plgpu.Layout.WGMMA, optimized=True)
+            srows = [plgpu.load(ks_s.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
+                     for j in range(d // 64)]
+            a = FM._decode_tile(uw, srows, d)
+
+            def scores(acc_ref):
+                plgpu.wgmma(acc_ref, a, q_smem.T)
+                plgpu.wgmma_wait(0)
+                return acc_ref[...]
+
+            sc = pl.run_scoped(scores, plgpu.ACC((ROWS, GQ), jnp.float32))
+            kgr = plgpu.load(kg_s, layout=plgpu.Layout.WGMMA.reduce(1))
+            sc = _mask_rows(sc * (kgr * scale)[:, None], valid, -math.inf)
+            m_new = jnp.maximum(m, jnp.max(sc, axis=0))
+            alpha = jnp.exp2(m - m_new)
+            pr = jnp.exp2(sc - m_new[None, :])
+            l = l * alpha + jnp.sum(pr, axis=0)
+            vgr = plgpu.load(vg_s, layout=plgpu.Layout.WGMMA.reduce(1))
+            pr = _mask_rows(pr * vgr[:, None], valid, 0.0)  # (V's global scale may be NaN)
+            p_hi = pr.astype(jnp.bfloat16).astype(jnp.float32)
+            _store_pt(pr, pt_hi)
+            _store_pt(pr - p_hi, pt_lo)
+            plgpu.commit_smem()
+            vw = plgpu.load(vc_s, layout=plgpu.Layout.WGMMA, optimized=False)
+            av = _decode_v(vw, vs_s, valid, d)
+
+            def pv(acc_ref):
+                plgpu.wgmma(acc_ref, av, pt_hi.T)
+                plgpu.wgmma(acc_ref, av, pt_lo.T)
+                plgpu.wgmma_wait(0)
+
+            o = pl.run_state(pv)(plgpu.ACC.init(o * alpha[None, :]))
+            return m_new, l, o
+
+        init = (jnp.full((GQ,), _NEG, jnp.float32), jnp.zeros((GQ,), jnp.float32),
+                jnp.zeros((d, GQ), jnp.float32))
+        m, l, o = plgpu.emit_pipeline(
+            step, grid=(nblk,), max_concurrent_steps=steps, init_carry=init,
+            in_specs=[plgpu.BlockSpec((ROWS, d8), lambda i: (i, 0)),
+                      plgpu.BlockSpec((d // 64, ROWS), lambda i: (0, i)),
+                      plgpu.BlockSpec((ROWS,), lambda i: (i,)),
+                      plgpu.BlockSpec((d, ROWS // 8), lambda i: (0, i)),
+                      plgpu.BlockSpec((d // 16, ROWS // 4), lambda i: (0, i)),
+                      plgpu.BlockSpec((ROWS,), lambda i: (i,))],
+        )(kc_gmem.at[bi, hi_, rows, :], ks_gmem.at[bi, hi_, :, rows], kg_gmem.at[bi, hi_, rows],
+          vc_gmem.at[bi, hi_, :, pl.ds(start // 8, chunk // 8)],
+          vs_gmem.at[bi, hi_, :, pl.ds(start // 4, chunk // 4)], vg_gmem.at[bi, hi_, rows])
+        o_smem[...] = o
+        ml_smem[0] = m
+        ml_smem[1] = l
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[bi, hi_, pi])
+        plgpu.copy_smem_to_gmem(ml_smem.at[0], m_gmem.at[bi, hi_, pi])
+        plgpu.copy_smem_to_gmem(ml_smem.at[1], l_gmem.at[bi, hi_, pi])
+        plgpu.wait_smem_to_gmem(0)
+
+    f32 = jnp.float32
+    return plgpu.kernel(
+        body,
+        out_type=(jax.ShapeDtypeStruct((b, h, p, d, GQ), f32),
+                  jax.ShapeDtypeStruct((b, h, p, GQ), f32),
+                  jax.ShapeDtypeStruct((b, h, p, GQ), f32)),
+        grid=(p, h, b), grid_names=("p", "h", "b"),
+        scratch_types=[plgpu.SMEM((GQ, d), jnp.bfloat16, transforms=tiles),
+                       plgpu.SMEM((GQ, ROWS), jnp.bfloat16, transforms=tiles),
+                       plgpu.SMEM((GQ, ROWS), jnp.bfloat16, transforms=tiles),
+                       plgpu.SMEM((d, GQ), f32), plgpu.SMEM((2, GQ), f32),
+                       plgpu.Barrier(num_arrivals=1)],
+    )(q, kc, ks, kg, vc, vs, vg, lengths)
+
+
+def decode_attention_mgpu_reference(q, cache: MK.MgpuKV, lengths, *, sm_scale=None):
+    """The pure-JAX reference on the natural caches (``mgpu_kv_layout.from_mgpu_kv``)."""
+    from pallas_kernels.decode_attention import decode_attention_reference
+
+    k, v = MK.from_mgpu_kv(cache)
+    return decode_attention_reference(q, k, v, lengths, sm_scale=sm_scale)
+
+
+def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
+                          num_splits: int | None = None, steps: int = 2,
+                          backend: str = "auto") -> jax.Array:
+    """q [B, Hq, D] bf16 over an NVFP4 cache in the Mosaic layout -> [B, Hq, D] bf16 (f32 math).
+    ``backend="auto"``: the kernel on a GPU, the reference elsewhere (a prototype: not yet run
+    on a GPU); ``"mgpu"`` forces the kernel."""
+    b, hq, d = q.shape
+    bc, h, s, dc = cache.shape
+    if (bc, dc) != (b, d) or hq % h or hq // h > GQ:
+        raise ValueError(f"q {q.shape} does not match the cache {cache.shape} (at most {GQ} "
+                         "query heads per kv head)")
+    sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
+        return decode_attention_mgpu_reference(q, cache, lengths, sm_scale=sm_scale)
+    g = hq // h
+    p = num_splits or max(1, min(s // ROWS, -(-8192 // (b * h))))
+    while (s // ROWS) % p:
+        p -= 1
+    qg = jnp.pad(q.reshape(b, h, g, d), ((0, 0), (0, 0), (0, GQ - g), (0, 0)))
+    vs32 = jax.lax.bitcast_convert_type(
+        cache.v_scales.reshape(b, h, d // 16, s // 4, 4), jnp.uint32)
+    o, m, l = _attention_t(qg.astype(jnp.bfloat16), cache.k_codes, cache.k_scales,
+                           cache.k_gscale, cache.v_codes, vs32, cache.v_gscale,
+                           jnp.asarray(lengths, jnp.int32), p=p, steps=steps,
+                           scale=sm_scale * LOG2E * 2.0 ** FM.SHIFT)
+    w = jnp.exp2(m - jnp.max(m, axis=2, keepdims=True))  # [B, H, P, 8]
+    num = jnp.einsum("bhpdg,bhpg->bhgd", o, w)
+    out = num / jnp.sum(l * w, axis=2)[..., None] * 2.0 ** FM.SHIFT
+    return out[:, :, :g].reshape(b, hq, d).astype(jnp.bfloat16)
