@@ -77,10 +77,7 @@ def main(argv=None) -> int:
         if len(outs) == 2:
             row["max_abs_diff"] = float(jnp.max(jnp.abs(outs["mgpu"] - outs["triton"])))
         rows.append(row)
-        print("  " + "  ".join(f"{kk}={vv:.4g}" if isinstance(vv, float) else f"{kk}={vv}"
-                               for kk, vv in row.items()), flush=True)
-    cols = sorted({c for r in rows for c in r}, key=lambda c: list(rows[-1]).index(c)
-                  if c in rows[-1] else 99)
+        print(devtime.format_row(row), flush=True)
     lines = [f"# Mosaic GPU FP4-KV attention prototype: {jax.devices()[0].device_kind} "
              f"(jax {jax.__version__})", "",
              "command: `python experiments/check_mgpu_attention.py "
@@ -88,13 +85,8 @@ def main(argv=None) -> int:
              "", f"GQA {HQ} / {H} heads, head_dim {D}, NVFP4; relerr vs the pure-JAX reference; "
              "device time per call" + (f" against a device-time copy of {bw / 1e12:.2f} TB/s"
                                        if bw else " not measured") + ".", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join(
-            (f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) if c in r else "-"
-            for c in cols) + " |")
+             *devtime.table_lines(rows)]
     devtime.write_sweep(a.out, "kernels_attention_mgpu", lines, rows, bw or 0.0)
-    print("\n".join(lines[-len(rows) - 2:]))
     return 0
 
 

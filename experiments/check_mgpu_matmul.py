@@ -185,21 +185,14 @@ def grouped(a, argv) -> int:
                     row[f"{name}_w4a4_relerr"] = rel(f4(xq, w, gs), ref4)
                     row[f"{name}_w4a4_us"] = 1e6 * devtime.device_seconds(f4, xq, w, gs)
             rows.append(row)
-            print("  " + "  ".join(f"{kk}={v:.4g}" if isinstance(v, float) else f"{kk}={v}"
-                                   for kk, v in row.items()), flush=True)
-    cols = sorted({c for r in rows for c in r}, key=lambda c: list(rows[-1]).index(c)
-                  if c in rows[-1] else 99)
+            print(devtime.format_row(row), flush=True)
     lines = [f"# Mosaic GPU FP4 grouped matmul prototype: {jax.devices()[0].device_kind} "
              f"(jax {jax.__version__})", "",
              f"command: `python experiments/check_mgpu_matmul.py {' '.join(argv or sys.argv[1:])}`",
              "", f"{E} experts, top-{TOPK} random routing; device time per call (all kernels of "
              f"the call); % copy = codes + scales of the experts with tokens / time against a "
              f"device-time copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 ragged_dot.",
-             "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join(
-            (f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])) if c in r else "-"
-            for c in cols) + " |")
+             "", *devtime.table_lines(rows)]
     suffix = "_prefill" if a.prefill else "_sweep" if a.sweep else ""
     devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped" + suffix,
                         lines, rows, bw)

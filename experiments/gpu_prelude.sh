@@ -51,3 +51,21 @@ rollout_48l() {
     > "$R/$name.txt" 2>&1
   echo "$name rc=$?"
 }
+
+# show_table NAME...: the markdown table rows of each $R/NAME/*.md and the errors in $R/NAME.txt.
+show_table() {
+  local n f
+  for n in "$@"; do
+    f=$(ls "$R/$n"/*.md 2>/dev/null | head -1); [ -n "$f" ] && grep "^|" "$f" | cut -c1-500
+    grep -iE "error|Traceback" "$R/$n.txt" 2>/dev/null | head -5
+  done
+}
+
+# rollout_rows NAME...: the fp4 / bf16 rows (and errors) of each rollout_4l / rollout_48l run.
+rollout_rows() {
+  local n
+  for n in "$@"; do
+    grep -E "^\| (fp4|bf16) |Error|error" "$R/$n/rollout_throughput.md" "$R/$n.txt" 2>/dev/null \
+      | sed "s/^/$n /" | cut -c1-140 | head -8
+  done
+}

@@ -25,12 +25,7 @@ echo "partials rc=$?"
 rollout_4l roll 150 bf16,fp4 32768,131072 --steps 12
 rollout_4l roll_old 120 fp4 32768,131072 --steps 12 --attn_partial_dtype f32 --grouped_store gather
 tar -C "$R" -czf "$OUT/r17a.tar.gz" . && cp "$R"/*.txt "$OUT/" 2>/dev/null
-for n in grouped partials; do
-  f=$(ls "$R"/$n/*.md 2>/dev/null | head -1); [ -n "$f" ] && grep "^|" "$f" | cut -c1-400
-  grep -iE "error|Traceback" "$R/$n.txt" | head -5
-done
-for n in roll roll_old; do
-  grep -E "^\| (fp4|bf16) |Error|error" "$R/$n/rollout_throughput.md" "$R/$n.txt" 2>/dev/null \
-    | sed "s/^/$n /" | cut -c1-140 | head -8
-done
+# (as run: inline loops, now gpu_prelude's show_table / rollout_rows)
+show_table grouped partials
+rollout_rows roll roll_old
 exit 0

@@ -20,13 +20,8 @@ rollout_4l roll 150 bf16,fp4 32768,131072 --steps 12
 rollout_4l roll_gather 100 fp4 32768,131072 --steps 12 --grouped_store gather
 rollout_4l prof 90 fp4 32768 --steps 8 --profile_steps 8
 tar -C "$R" -czf "$OUT/r17c.tar.gz" . && cp "$R"/*.txt "$OUT/" 2>/dev/null
-f=$(ls "$R"/grouped/*.md 2>/dev/null | head -1); [ -n "$f" ] && grep "^|" "$f" | cut -c1-500
-grep -iE "error|Traceback" "$R/grouped.txt" | head -5
-for n in roll roll_gather; do
-  grep -E "^\| (fp4|bf16) |Error|error" "$R/$n/rollout_throughput.md" "$R/$n.txt" 2>/dev/null \
-    | sed "s/^/$n /" | cut -c1-140 | head -4
-done
-for n in prof; do
-  f=$(ls "$R"/$n/profile/*.md 2>/dev/null | head -1); [ -n "$f" ] && sed -n 1,22p "$f" | cut -c1-120
-done
+# (as run: inline loops, now gpu_prelude's show_table / rollout_rows)
+show_table grouped
+rollout_rows roll roll_gather
+f=$(ls "$R"/prof/profile/*.md 2>/dev/null | head -1); [ -n "$f" ] && sed -n 1,22p "$f" | cut -c1-120
 exit 0

@@ -11,6 +11,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 timeout 150 python3 experiments/check_mgpu_matmul.py --grouped --out "$R/grouped" \
   > "$R/grouped.txt" 2>&1; echo "grouped rc=$?"
 tar -C "$R" -czf "$OUT/r17f.tar.gz" .
-f=$(ls "$R"/grouped/*.md 2>/dev/null | head -1); [ -n "$f" ] && grep "^|" "$f" | cut -c1-400
-grep -iE "error|Traceback" "$R/grouped.txt" | head -5
+# (as run: inline, now gpu_prelude's show_table)
+show_table grouped
 exit 0

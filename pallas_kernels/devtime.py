@@ -61,6 +61,22 @@ def copy_bandwidth_device(n_floats: int = 1 << 30, n: int = 5) -> float:
     return nbytes / t
 
 
+def format_row(row: dict) -> str:
+    """One result row as ``key=value`` pairs (floats to 4 significant digits), for the log."""
+    return "  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in row.items())
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """A markdown table of result rows whose keys may differ (a failed run leaves some out,
+    shown as "-"); columns in the last row's order, the others after."""
+    cols = sorted({c for r in rows for c in r}, key=lambda c: list(rows[-1]).index(c)
+                  if c in rows[-1] else 99)
+    return ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + [
+        "| " + " | ".join((f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]))
+                          if c in r else "-" for c in cols) + " |" for r in rows]
+
+
 def write_sweep(out_dir: str, stem: str, lines: list[str], rows: list[dict], copy_Bps: float):
     """A knob sweep's results: ``stem.md`` (``lines``), ``stem.json`` (device, jax, the copy
     bandwidth and ``rows``) under ``out_dir``; prints the table (its last len(rows) + 2 lines)."""

@@ -110,3 +110,14 @@ def test_write_sweep_tables_and_compilecheck_cli(tmp_path, capsys):
                               defaults, "/unused")
     assert out == str(tmp_path / "e") and cfg == {"y": {"k": 2, "fmt": "mxfp4"}}
     assert "FP4_FORCE_COMPILE" not in os.environ  # set by _patch only: CPU tests stay interpreted
+
+
+def test_devtime_table_lines_keep_every_key_and_mark_missing_ones():
+    """Rows with different keys (a failed run leaves some out): one column per key, the last
+    row's order first, "-" where a row lacks the key, floats to 4 significant digits."""
+    from pallas_kernels import devtime
+    lines = devtime.table_lines([dict(shape="a", t_us=12.34567, err=1e-5),
+                                 dict(shape="b", t_us=3.0, pct=70.12345)])
+    assert lines[:2] == ["| shape | t_us | pct | err |", "|---|---|---|---|"]
+    assert lines[2:] == ["| a | 12.35 | - | 1e-05 |", "| b | 3 | 70.12 | - |"]
+    assert devtime.format_row(dict(shape="a", t_us=12.34567)) == "  shape=a  t_us=12.35"
