@@ -56,17 +56,6 @@ mul.rn.bf16x2 $3, a, $8;
 }}"""  # one word + one bf16x2 multiplier per pair -> its 4 bf16x2 pairs (kv_layout's bit order)
 
 
-def _splat_index(x):
-    """A splat scalar FragmentedArray -> its value as an MLIR index."""
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, vector
-
-    v = x.registers.flat[0]
-    if isinstance(v.type, ir.VectorType):
-        v = vector.extract(v, [], [0])
-    return arith.index_cast(ir.IndexType.get(), v)
-
-
 def _decode_v(vw, vs_ref, valid, d):
     """inline_mgpu: V^T [d, 64] bf16 (WGMMA layout, the A operand) from the step's V words
     [d, 8] uint32 (WGMMA layout) and scale-code words ``vs_ref`` [d / 16, 16] uint32 (shared
@@ -91,7 +80,7 @@ def _decode_v(vw, vs_ref, valid, d):
         struct2 = llvm.StructType.get_literal([i32] * 2)
         c = lambda v: arith.constant(index, v)  # noqa: E731
         ci = lambda v: arith.constant(i32, v)  # noqa: E731
-        nv = _splat_index(valid_fa)
+        nv = FM.splat_value(valid_fa)
         tid = gpu.thread_id(gpu.Dimension.x)
         warp = arith.remui(arith.divui(tid, c(32)), c(4))
         q = arith.remui(tid, c(4))
@@ -140,7 +129,7 @@ def _mask_rows(x, valid, fill):
         return_type=plgpu.ShapeDtypeStruct(x.shape, jnp.float32, layout=plgpu.Layout.WGMMA))
     def mask(ctx, x_fa, valid_fa):
         del ctx
-        nv = _splat_index(valid_fa)
+        nv = FM.splat_value(valid_fa)
         f32 = ir.F32Type.get()
         fv = arith.constant(f32, fill)
         out = np.empty(x_fa.registers.shape, dtype=object)

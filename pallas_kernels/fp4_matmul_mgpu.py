@@ -293,6 +293,19 @@ def _cumsum_small(v):
     return jnp.sum(jnp.where(i[None, :] <= i[:, None], v[None, :], 0), axis=1, dtype=v.dtype)
 
 
+def splat_value(x):
+    """Inside ``inline_mgpu``: a scalar argument (a splat FragmentedArray, arg type
+    ``plgpu.Layout.WG_SPLAT(shape=())``) -> its one register, an f32 as it is, an integer as an
+    MLIR index."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, vector
+
+    v = x.registers.flat[0]
+    if isinstance(v.type, ir.VectorType):
+        v = vector.extract(v, [], [0])
+    return v if v.type == ir.F32Type.get() else arith.index_cast(ir.IndexType.get(), v)
+
+
 def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
     """inline_mgpu: the f32 [64 weight rows, R tokens] accumulator (WGMMA layout) of one chunk,
     columns ``lo <= i < hi`` only, times ``scale`` (and ``rs_gmem[t0 + i]`` [M] if given),
@@ -312,15 +325,8 @@ def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
     def store(ctx, acc_fa, out_refs, *scalars):
         del ctx
         index = ir.IndexType.get()
-        f32, bf16 = ir.F32Type.get(), ir.BF16Type.get()
-
-        def value(x):  # a splat scalar -> its one register, as an index or an f32
-            v = x.registers.flat[0]
-            if isinstance(v.type, ir.VectorType):
-                v = vector.extract(v, [], [0])
-            return v if v.type == f32 else arith.index_cast(index, v)
-
-        g, t0_, lo_, hi_, z_, n0_ = (value(x) for x in scalars)
+        bf16 = ir.BF16Type.get()
+        g, t0_, lo_, hi_, z_, n0_ = (splat_value(x) for x in scalars)
         zero = arith.constant(bf16, 0.0)
         last = arith.constant(index, m - 1)
         # every value (and its row-scale load, clamped into [0, M): a column past M is never
