@@ -30,14 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pallas_kernels import attention_triton as AT
 from pallas_kernels import fp4_matmul_mgpu as FM
 from pallas_kernels import kv_layout as KL
 from pallas_kernels import mgpu_kv_layout as MK
 
 ROWS = 64  # cache rows per pipeline step (wgmma's M for S^T, its K for O^T)
 GQ = 8  # query heads per kv head on wgmma's N side (fewer are padded)
-LOG2E = 1.4426950408889634
-_NEG = -1e30  # finite "minus infinity" for the running max
 
 _DECODE4_ASM = f"""{{
 .reg .b32 a;
@@ -232,7 +231,7 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale):
             o = pl.run_state(pv)(plgpu.ACC.init(o * alpha[None, :]))
             return m_new, l, o
 
-        init = (jnp.full((GQ,), _NEG, jnp.float32), jnp.zeros((GQ,), jnp.float32),
+        init = (jnp.full((GQ,), AT._NEG, jnp.float32), jnp.zeros((GQ,), jnp.float32),
                 jnp.zeros((d, GQ), jnp.float32))
         m, l, o = plgpu.emit_pipeline(
             step, grid=(nblk,), max_concurrent_steps=steps, init_carry=init,
@@ -301,8 +300,6 @@ def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
     o, m, l = _attention_t(qg.astype(jnp.bfloat16), cache.k_codes, cache.k_scales,
                            cache.k_gscale, cache.v_codes, vs32, cache.v_gscale,
                            jnp.asarray(lengths, jnp.int32), p=p, steps=steps,
-                           scale=sm_scale * LOG2E * 2.0 ** FM.SHIFT)
-    w = jnp.exp2(m - jnp.max(m, axis=2, keepdims=True))  # [B, H, P, 8]
-    num = jnp.einsum("bhpdg,bhpg->bhgd", o, w)
-    out = num / jnp.sum(l * w, axis=2)[..., None] * 2.0 ** FM.SHIFT
+                           scale=sm_scale * AT.LOG2E * 2.0 ** FM.SHIFT)
+    out = AT.combine(jnp.swapaxes(o, -1, -2), m, l) * 2.0 ** FM.SHIFT  # [B, H, 8, D]
     return out[:, :, :g].reshape(b, hq, d).astype(jnp.bfloat16)

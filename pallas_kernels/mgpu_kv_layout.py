@@ -38,6 +38,7 @@ import numpy as np
 
 from pallas_kernels import kv_layout as KL
 from pallas_kernels import mgpu_layout as MG
+from trace_jax import e2m1 as E2
 from trace_jax.quant import QTensor
 
 SPAN = MG.SPAN  # cache rows per 8-word chunk of V's codes and per permuted run of V's scales
@@ -100,12 +101,6 @@ def _check(q: QTensor, name: str):
                          f"{SPAN}")
 
 
-def _nibbles(codes_u8: jax.Array) -> jax.Array:
-    """Natural packed codes [..., X / 2] -> nibbles [..., X]."""
-    return jnp.stack([codes_u8 & 15, codes_u8 >> 4], axis=-1).reshape(
-        *codes_u8.shape[:-1], 2 * codes_u8.shape[-1])
-
-
 def _row_gscale(q: QTensor) -> jax.Array:
     b, h, s, _ = q.shape
     return jnp.broadcast_to(q.global_scale.astype(jnp.float32), (b, h, s, 1)).reshape(b, h, s)
@@ -121,18 +116,14 @@ def to_mgpu_kv(k: QTensor, v: QTensor) -> MgpuKV:
     if k.shape != v.shape:
         raise ValueError(f"K {k.shape} and V {v.shape} caches differ in shape")
     u8 = lambda a: jax.lax.bitcast_convert_type(a, jnp.uint8)  # noqa: E731
-    k_codes = _map2(MG.pack_codes)(_nibbles(k.codes))
+    k_codes = _map2(MG.pack_codes)(E2.unpack_nibbles(k.codes))
     k_scales = _map2(MG.pack_scales)(u8(k.scales))
-    v_codes = _map2(MG.pack_codes)(jnp.swapaxes(_nibbles(v.codes), -1, -2))
+    v_codes = _map2(MG.pack_codes)(jnp.swapaxes(E2.unpack_nibbles(v.codes), -1, -2))
     b, h, s, d = v.shape
     vs = MG.scale_codes(jnp.swapaxes(u8(v.scales), -1, -2))  # [B, H, D / 16, S]
     vs = vs.reshape(b, h, d // 16, s // SPAN, SPAN)[..., jnp.asarray(v_scale_rows())]
     return MgpuKV(k_codes=k_codes, k_scales=k_scales, k_gscale=_row_gscale(k), v_codes=v_codes,
                   v_scales=vs.reshape(b, h, d // 16, s), v_gscale=_row_gscale(v))
-
-
-def _natural_codes(nib: jax.Array) -> jax.Array:
-    return (nib[..., 0::2] | (nib[..., 1::2] << 4)).astype(jnp.uint8)
 
 
 def from_mgpu_kv(c: MgpuKV) -> tuple[QTensor, QTensor]:
@@ -146,7 +137,7 @@ def from_mgpu_kv(c: MgpuKV) -> tuple[QTensor, QTensor]:
     inv = np.argsort(v_scale_rows())
     vs = c.v_scales.reshape(b, h, d // 16, s // SPAN, SPAN)[..., jnp.asarray(inv)]
     v_sc = jnp.swapaxes(MG.scale_bytes(vs.reshape(b, h, d // 16, s)), -1, -2)
-    mk = lambda nib, sc, g: QTensor(codes=_natural_codes(nib), scales=e4m3(sc),  # noqa: E731
+    mk = lambda nib, sc, g: QTensor(codes=E2.pack_nibbles(nib), scales=e4m3(sc),  # noqa: E731
                                     global_scale=g[..., None], fmt="nvfp4", axis=-1)
     return mk(k_nib, k_sc, c.k_gscale), mk(v_nib, v_sc, c.v_gscale)
 
@@ -164,7 +155,7 @@ def append_row(c: MgpuKV, k_row: QTensor, v_row: QTensor, pos: jax.Array) -> Mgp
                              f"{row.fmt} {row.shape} {row.layout!r}")
     pos = jnp.asarray(pos, jnp.int32).reshape(b)
     u8 = lambda a: jax.lax.bitcast_convert_type(a, jnp.uint8)  # noqa: E731
-    kw = _map2(MG.pack_codes)(_nibbles(k_row.codes))  # [B, H, 1, D / 8]
+    kw = _map2(MG.pack_codes)(E2.unpack_nibbles(k_row.codes))  # [B, H, 1, D / 8]
     ks = _map2(MG.pack_scales)(u8(k_row.scales))  # [B, H, D / 64, 1]
 
     def put(dst, src, p, axis):  # one sequence (no B axis): src's length-1 axis at row p
@@ -184,7 +175,7 @@ def append_row(c: MgpuKV, k_row: QTensor, v_row: QTensor, pos: jax.Array) -> Mgp
     wi = (pos // SPAN) * 8 + w_of[r]  # [B]
     shifts = bits[pos_of[r]]  # [B, 4]
     mask = jnp.sum(jnp.uint32(1) << shifts, axis=-1, dtype=jnp.uint32)  # [B]
-    nib = _nibbles(v_row.codes)[:, :, 0, :].astype(jnp.uint32)  # [B, H, D]
+    nib = E2.unpack_nibbles(v_row.codes)[:, :, 0, :].astype(jnp.uint32)  # [B, H, D]
     new = jnp.zeros_like(nib)
     for j in range(4):
         new = new | (((nib >> j) & 1) << shifts[:, j, None, None])
