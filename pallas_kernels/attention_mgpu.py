@@ -268,6 +268,33 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale):
     )(q, kc, ks, kg, vc, vs, vg, lengths)
 
 
+def partials_reference(q_BxHxGxD, cache: MK.MgpuKV, lengths, *, p: int, scale: float):
+    """What :func:`_attention_t` computes, in plain JAX (f32, from the dequantized caches): per
+    split of S / ``p`` rows, O^T [B, H, P, D, G] = sum over its valid rows of 2**(s - m) * v *
+    2**-SHIFT, m [B, H, P, G] = max(_NEG, the rows' s) and l = sum 2**(s - m), where s = k . q *
+    ``scale`` * 2**-SHIFT (``scale`` as the kernel takes it: base 2, times 2**SHIFT). A debugging
+    reference for the kernel's partials; ``attention_triton.combine`` of them is the attention."""
+    k, v = (jnp.asarray(quant_dequant(t), jnp.float32) for t in MK.from_mgpu_kv(cache))
+    b, h, s, d = cache.shape
+    chunk = s // p
+    sc = jnp.einsum("bhsd,bhgd->bhsg", k, q_BxHxGxD.astype(jnp.float32)) * (
+        scale * 2.0 ** -FM.SHIFT)
+    rows = jnp.arange(s)
+    ok = rows[None, :] < jnp.asarray(lengths, jnp.int32)[:, None]  # [B, S]
+    sc = jnp.where(ok[:, None, :, None], sc, -jnp.inf).reshape(b, h, p, chunk, -1)
+    m = jnp.maximum(jnp.max(sc, axis=3), AT._NEG)  # [B, H, P, G]
+    pr = jnp.exp2(sc - m[:, :, :, None, :])
+    o = jnp.einsum("bhpcg,bhpcd->bhpdg", pr, v.reshape(b, h, p, chunk, d)) * 2.0 ** -FM.SHIFT
+    return o, m, jnp.sum(pr, axis=3)
+
+
+def quant_dequant(t):
+    """A natural QTensor's f32 values (``trace_jax.quant.dequantize``)."""
+    from trace_jax import quant
+
+    return quant.dequantize(t, jnp.float32)
+
+
 def decode_attention_mgpu_reference(q, cache: MK.MgpuKV, lengths, *, sm_scale=None):
     """The pure-JAX reference on the natural caches (``mgpu_kv_layout.from_mgpu_kv``)."""
     from pallas_kernels.decode_attention import decode_attention_reference
@@ -291,15 +318,36 @@ def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return decode_attention_mgpu_reference(q, cache, lengths, sm_scale=sm_scale)
     g = hq // h
-    p = num_splits or max(1, min(s // ROWS, -(-8192 // (b * h))))
-    while (s // ROWS) % p:
-        p -= 1
-    qg = jnp.pad(q.reshape(b, h, g, d), ((0, 0), (0, 0), (0, GQ - g), (0, 0)))
-    vs32 = jax.lax.bitcast_convert_type(
-        cache.v_scales.reshape(b, h, d // 16, s // 4, 4), jnp.uint32)
-    o, m, l = _attention_t(qg.astype(jnp.bfloat16), cache.k_codes, cache.k_scales,
-                           cache.k_gscale, cache.v_codes, vs32, cache.v_gscale,
-                           jnp.asarray(lengths, jnp.int32), p=p, steps=steps,
-                           scale=sm_scale * AT.LOG2E * 2.0 ** FM.SHIFT)
+    p = num_splits or default_splits(b, h, s)
+    qg, kw = kernel_args(q, cache, sm_scale, p)
+    o, m, l = _attention_t(qg, *kernel_caches(cache), jnp.asarray(lengths, jnp.int32),
+                           steps=steps, **kw)
     out = AT.combine(jnp.swapaxes(o, -1, -2), m, l) * 2.0 ** FM.SHIFT  # [B, H, 8, D]
     return out[:, :, :g].reshape(b, hq, d).astype(jnp.bfloat16)
+
+
+def default_splits(b: int, h: int, s: int) -> int:
+    """Splits per (sequence, kv head): ~8192 programs in all, dividing S / 64."""
+    p = max(1, min(s // ROWS, -(-8192 // (b * h))))
+    while (s // ROWS) % p:
+        p -= 1
+    return p
+
+
+def kernel_args(q, cache: MK.MgpuKV, sm_scale: float, p: int):
+    """(q as [B, H, 8, D] bf16 with padded heads, the kernel's static keywords)."""
+    b, hq, d = q.shape
+    h = cache.shape[1]
+    if (cache.shape[2] // ROWS) % p:
+        raise ValueError(f"{p} splits do not divide the cache's {cache.shape[2] // ROWS} "
+                         f"{ROWS}-row blocks")
+    qg = jnp.pad(q.reshape(b, h, hq // h, d), ((0, 0), (0, 0), (0, GQ - hq // h), (0, 0)))
+    return qg.astype(jnp.bfloat16), dict(p=p, scale=sm_scale * AT.LOG2E * 2.0 ** FM.SHIFT)
+
+
+def kernel_caches(cache: MK.MgpuKV) -> tuple[jax.Array, ...]:
+    """The cache arrays in :func:`_attention_t`'s argument order (V scales as uint32 words)."""
+    b, h, s, d = cache.shape
+    vs32 = jax.lax.bitcast_convert_type(
+        cache.v_scales.reshape(b, h, d // 16, s // 4, 4), jnp.uint32)
+    return (cache.k_codes, cache.k_scales, cache.k_gscale, cache.v_codes, vs32, cache.v_gscale)

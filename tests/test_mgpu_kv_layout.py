@@ -109,3 +109,29 @@ def test_mosaic_attention_prototype_lowers_and_falls_back_to_the_reference():
         decode_attention_reference(q, k, v, lengths), np.float32))
     with pytest.raises(ValueError, match="does not match the cache"):
         AM.decode_attention_mgpu(q[:, :, :64], MK.to_mgpu_kv(k, v), lengths)
+
+
+def test_mosaic_attention_partials_reference_combines_to_the_attention():
+    """The kernel's partial contract (``attention_mgpu.partials_reference``: per-split O^T times
+    2**-SHIFT, base-2 max and sum; an empty split has m = _NEG, l = 0) merged by
+    ``attention_triton.combine`` gives the reference attention, at 1, 5 and full lengths."""
+    from pallas_kernels import attention_mgpu as AM
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from pallas_kernels.attention_triton import combine
+    from pallas_kernels.decode_attention import decode_attention_reference
+    k, v = _cache(21), _cache(22)
+    q = jax.random.normal(jax.random.PRNGKey(23), (B, 8, D), jnp.bfloat16)
+    cache = MK.to_mgpu_kv(k, v)
+    for lengths in ([1, 128], [5, 70]):
+        lengths = jnp.asarray(lengths, jnp.int32)
+        qg, kw = AM.kernel_args(q, cache, D ** -0.5, 2)
+        o, m, l = AM.partials_reference(qg, cache, lengths, **kw)
+        assert o.shape == (B, 2, 2, D, 8) and m.shape == l.shape == (B, 2, 2, 8)
+        if int(lengths[0]) <= 64:  # sequence 0's second split is empty
+            assert float(jnp.max(l[0, :, 1])) == 0.0 and float(jnp.max(m[0, :, 1])) < -1e29
+        got = combine(jnp.swapaxes(o, -1, -2), m, l) * 2.0 ** FM.SHIFT
+        want = decode_attention_reference(q, k, v, lengths).astype(jnp.float32)
+        np.testing.assert_allclose(np.asarray(got[:, :, :4].reshape(B, 8, D)), np.asarray(want),
+                                   rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="3 splits do not divide"):
+        AM.kernel_args(q, cache, 0.1, 3)
