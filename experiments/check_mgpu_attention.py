@@ -3,11 +3,12 @@ output against the pure-JAX reference and the Triton v6 kernel, then device time
 a copy measured the same way.
 
   python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
+      [--variants SUB:LAZY:STEPS,...] [--no-triton]
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
 sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
 f32) of each kernel against ``decode_attention_reference`` on the natural caches, the largest
-difference between the two kernels, and (unless ``--no-time``) device time per call (all the
+difference between a Mosaic variant and the Triton kernel, and (unless ``--no-time``) device time per call (all the
 call's kernels, ``devtime``) with % of copy over the KV bytes of the full-context rows. The
 first GPU run of the prototype: a failing shape prints its error and the table goes on.
 Writes ``kernels_attention_mgpu.{md,json}``.
@@ -16,6 +17,7 @@ Writes ``kernels_attention_mgpu.{md,json}``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import traceback
@@ -42,11 +44,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--shapes", default=None, help="comma-separated batch:context")
     ap.add_argument("--no-time", action="store_true", help="exactness only")
+    ap.add_argument("--variants", default="1:0:2",
+                    help="comma-separated sub:lazy_sum:steps of the Mosaic kernel "
+                         "(attention_mgpu._attention_t), each its own columns")
+    ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
     a = ap.parse_args(argv)
     shapes = SHAPES if a.shapes is None else [
         tuple(int(v) for v in x.split(":")) for x in a.shapes.split(",")]
     bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)
     quant = jax.jit(lambda x: Q.quantize(x, "nvfp4", axis=-1, global_scope="row"))
+    variants = [tuple(int(v) for v in x.split(":")) for x in a.variants.split(",")]
     rows = []
     for b, s in shapes:
         ks = jax.random.split(jax.random.PRNGKey(b * 7 + s), 3)
@@ -57,11 +64,15 @@ def main(argv=None) -> int:
         row = dict(batch=b, context=s)
         cache = jax.jit(MK.to_mgpu_kv)(k, v)
         kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
-        runs = {"mgpu": (jax.jit(lambda q, c, n: AM.decode_attention_mgpu(q, c, n,
-                                                                          backend="mgpu")),
-                         cache),
-                "triton": (jax.jit(lambda q, c, n: decode_attention_triton(
-                    q, c[0], c[1], n, sm_scale=D ** -0.5)), (kw, vw))}
+        runs = {}
+        for sub, lazy, steps in variants:
+            name = "mgpu" if len(variants) == 1 else f"mgpu{sub}{'L' if lazy else ''}s{steps}"
+            runs[name] = (jax.jit(functools.partial(
+                AM.decode_attention_mgpu, sub=sub, lazy_sum=bool(lazy), steps=steps,
+                backend="mgpu")), cache)
+        if not a.no_triton:
+            runs["triton"] = (jax.jit(lambda q, c, n: decode_attention_triton(
+                q, c[0], c[1], n, sm_scale=D ** -0.5)), (kw, vw))
         outs = {}
         for name, (f, c) in runs.items():
             try:
@@ -74,8 +85,9 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001  (a prototype: report and go on)
                 print(f"  {name} B={b} S={s}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
                 traceback.print_exc(limit=4)
-        if len(outs) == 2:
-            row["max_abs_diff"] = float(jnp.max(jnp.abs(outs["mgpu"] - outs["triton"])))
+        if "triton" in outs and len(outs) > 1:
+            row["max_abs_diff"] = max(float(jnp.max(jnp.abs(o - outs["triton"])))
+                                      for n, o in outs.items() if n != "triton")
         rows.append(row)
         print(devtime.format_row(row), flush=True)
     lines = [f"# Mosaic GPU FP4-KV attention prototype: {jax.devices()[0].device_kind} "

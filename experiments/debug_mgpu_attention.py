@@ -2,7 +2,7 @@
 (``attention_mgpu._attention_t``: O^T, running max m, sum l) against ``partials_reference`` on
 structured caches, one line per case, so that one run says which stage is wrong.
 
-  python experiments/debug_mgpu_attention.py
+  python experiments/debug_mgpu_attention.py [--variants SUB:LAZY,...]
 
 Cases (one kv head, 8 query heads, head_dim 128):
 
@@ -31,6 +31,7 @@ from pallas_kernels import mgpu_kv_layout as MK  # noqa: E402
 from trace_jax import quant as Q  # noqa: E402
 
 D, G = 128, 8
+VARIANTS = ((1, 0),)  # (sub, lazy_sum) of _attention_t; --variants 1:0,2:1
 quant = jax.jit(lambda x: Q.quantize(x, "nvfp4", axis=-1, global_scope="row"))
 
 
@@ -46,24 +47,36 @@ def run_case(name, k, v, lengths, p, q=None):
     qg, kw = AM.kernel_args(q, cache, D ** -0.5, p)
     lengths = jnp.asarray(lengths, jnp.int32)
     want = AM.partials_reference(qg, cache, lengths, **kw)
-    try:
-        got = AM._attention_t(qg, *AM.kernel_caches(cache), lengths, steps=2, **kw)
-        got = [np.asarray(x) for x in jax.block_until_ready(got)]
-    except Exception as e:  # noqa: BLE001  (report and go on)
-        print(f"{name}: {type(e).__name__}: {str(e)[:2000]}", flush=True)
-        return None
-    errs = "  ".join(f"{n}={_err(g, w):.3g}" for n, g, w in zip("oml", got, want))
-    nan = "  NaN!" if any(np.isnan(g).any() for g in got) else ""
-    print(f"{name:34s} {errs}{nan}", flush=True)
-    return got, want, cache
+    got = None
+    for sub, lazy in VARIANTS:
+        if s % (64 * sub * p):
+            continue
+        label = f"{name} [sub {sub}{' lazy' if lazy else ''}]"
+        try:
+            got = AM._attention_t(qg, *AM.kernel_caches(cache), lengths, steps=2, sub=sub,
+                                  lazy_sum=bool(lazy), **kw)
+            got = [np.asarray(x) for x in jax.block_until_ready(got)]
+        except Exception as e:  # noqa: BLE001  (report and go on)
+            print(f"{label}: {type(e).__name__}: {str(e)[:2000]}", flush=True)
+            got = None
+            continue
+        errs = "  ".join(f"{n}={_err(g, w):.3g}" for n, g, w in zip("oml", got, want))
+        nan = "  NaN!" if any(np.isnan(g).any() for g in got) else ""
+        print(f"{label:46s} {errs}{nan}", flush=True)
+    return None if got is None else (got, want, cache)
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    global VARIANTS
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--variants"]:
+        VARIANTS = tuple(tuple(int(v) for v in x.split(":")) for x in args[1].split(","))
     print(jax.devices()[0].device_kind, jax.__version__, flush=True)
     key = iter(jax.random.split(jax.random.PRNGKey(0), 64))
     rnd = lambda *shape: jax.random.normal(next(key), shape, jnp.float32)  # noqa: E731
     for s, lengths, p in ((64, [64], 1), (64, [37], 1), (64, [1], 1), (128, [128], 1),
-                          (128, [128], 2), (128, [100], 2), (256, [200, 256, 1, 64], 2)):
+                          (128, [128], 2), (128, [100], 2), (256, [200, 256, 1, 64], 2),
+                          (512, [512, 300, 1], 1)):
         k, v = rnd(len(lengths), 1, s, D), rnd(len(lengths), 1, s, D)
         run_case(f"random S={s} len={lengths} P={p}", k, v, lengths, p)
     k, v = rnd(2, 1, 128, D), rnd(2, 1, 128, D)

@@ -172,81 +172,95 @@ def _store_pt(p, pt_ref):
     store(p, pt_ref)
 
 
-@functools.partial(jax.jit, static_argnames=("p", "steps", "scale"))
-def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale):
+@functools.partial(jax.jit, static_argnames=("p", "steps", "scale", "sub", "lazy_sum"))
+def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, lazy_sum=False):
     """Split partials: O^T [B, H, P, D, 8] f32 (unnormalised, times 2**-SHIFT), running max
-    (base 2) and sum [B, H, P, 8] f32."""
+    (base 2) and sum [B, H, P, 8] f32. A pipeline step takes ``sub`` 64-row tiles (their S^T
+    wgmmas issued together, one softmax reduction); ``lazy_sum`` keeps the softmax sum per row
+    (a [64, 8] carry) and reduces it once at the end instead of every step."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     b, h, s, d8 = kc.shape
     d = 8 * d8
     chunk = s // p
+    blk = ROWS * sub
+    if chunk % blk:
+        raise ValueError(f"a split's {chunk} rows are not a multiple of the step's {blk}")
     tiles = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+    wg, row = plgpu.Layout.WGMMA, plgpu.Layout.WGMMA.reduce(1)
 
     def body(q_gmem, kc_gmem, ks_gmem, kg_gmem, vc_gmem, vs_gmem, vg_gmem, len_gmem,
              o_gmem, m_gmem, l_gmem, q_smem, pt_hi, pt_lo, o_smem, ml_smem, bar):
         pi, hi_, bi = (jax.lax.axis_index(a) for a in ("p", "h", "b"))
         start = pi * chunk
         n = jnp.clip(len_gmem[bi] - start, 0, chunk)
-        nblk = jnp.maximum((n + ROWS - 1) // ROWS, 1)  # an empty split runs one masked step
+        nblk = jnp.maximum((n + blk - 1) // blk, 1)  # an empty split runs one masked step
         plgpu.copy_gmem_to_smem(q_gmem.at[bi, hi_], q_smem, bar)
         plgpu.barrier_wait(bar)
         rows = pl.ds(start, chunk)
+        tile = lambda j: pl.ds(j * ROWS, ROWS)  # noqa: E731  (sub-tile j of a step)
 
         def step(idx, kc_s, ks_s, kg_s, vc_s, vs_s, vg_s, carry):
             m, l, o = carry
-            valid = n - idx[0] * ROWS
-            uw = plgpu.load(kc_s, layout=plgpu.Layout.WGMMA, optimized=True)
-            srows = [plgpu.load(ks_s.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
-                     for j in range(d // 64)]
-            a = FM._decode_tile(uw, srows, d)
+            valid = n - idx[0] * blk
 
-            def scores(acc_ref):
-                plgpu.wgmma(acc_ref, a, q_smem.T)
+            def scores(*acc_refs):
+                for j, acc_ref in enumerate(acc_refs):
+                    uw = plgpu.load(kc_s.at[tile(j)], layout=wg, optimized=True)
+                    srows = [plgpu.load(ks_s.at[t, tile(j)], layout=row) for t in range(d // 64)]
+                    plgpu.wgmma(acc_ref, FM._decode_tile(uw, srows, d), q_smem.T)
                 plgpu.wgmma_wait(0)
-                return acc_ref[...]
+                return [a[...] for a in acc_refs]
 
-            sc = pl.run_scoped(scores, plgpu.ACC((ROWS, GQ), jnp.float32))
-            kgr = plgpu.load(kg_s, layout=plgpu.Layout.WGMMA.reduce(1))
-            sc = _mask_rows(sc * (kgr * scale)[:, None], valid, -math.inf)
-            m_new = jnp.maximum(m, jnp.max(sc, axis=0))
+            scs = pl.run_scoped(scores, *[plgpu.ACC((ROWS, GQ), jnp.float32)] * sub)
+            scs = [_mask_rows(sc * (plgpu.load(kg_s.at[tile(j)], layout=row) * scale)[:, None],
+                              valid - j * ROWS, -math.inf) for j, sc in enumerate(scs)]
+            mx = functools.reduce(jnp.maximum, scs)
+            m_new = jnp.maximum(m, jnp.max(mx, axis=0))
             alpha = jnp.exp2(m - m_new)
-            pr = jnp.exp2(sc - m_new[None, :])
-            l = l * alpha + jnp.sum(pr, axis=0)
-            vgr = plgpu.load(vg_s, layout=plgpu.Layout.WGMMA.reduce(1))
-            pr = _mask_rows(pr * vgr[:, None], valid, 0.0)  # (V's global scale may be NaN)
-            p_hi = pr.astype(jnp.bfloat16).astype(jnp.float32)
-            _store_pt(pr, pt_hi)
-            _store_pt(pr - p_hi, pt_lo)
+            prs = [jnp.exp2(sc - m_new[None, :]) for sc in scs]
+            psum = functools.reduce(jnp.add, prs)
+            l = l * (alpha[None, :] if lazy_sum else alpha) + (
+                psum if lazy_sum else jnp.sum(psum, axis=0))
+            for j, pr in enumerate(prs):
+                vgr = plgpu.load(vg_s.at[tile(j)], layout=row)
+                pr = _mask_rows(pr * vgr[:, None], valid - j * ROWS, 0.0)  # (vg may be NaN)
+                p_hi = pr.astype(jnp.bfloat16).astype(jnp.float32)
+                _store_pt(pr, pt_hi.at[j])
+                _store_pt(pr - p_hi, pt_lo.at[j])
             plgpu.commit_smem()
-            vw = plgpu.load(vc_s, layout=plgpu.Layout.WGMMA, optimized=False)
-            av = _decode_v(vw, vs_s, valid, d)
 
             def pv(acc_ref):
-                plgpu.wgmma(acc_ref, av, pt_hi.T)
-                plgpu.wgmma(acc_ref, av, pt_lo.T)
+                for j in range(sub):
+                    vw = plgpu.load(vc_s.at[:, pl.ds(j * ROWS // 8, ROWS // 8)], layout=wg,
+                                    optimized=False)
+                    av = _decode_v(vw, vs_s.at[:, pl.ds(j * ROWS // 4, ROWS // 4)],
+                                   valid - j * ROWS, d)
+                    plgpu.wgmma(acc_ref, av, pt_hi.at[j].T)
+                    plgpu.wgmma(acc_ref, av, pt_lo.at[j].T)
                 plgpu.wgmma_wait(0)
 
             o = pl.run_state(pv)(plgpu.ACC.init(o * alpha[None, :]))
             return m_new, l, o
 
-        init = (jnp.full((GQ,), AT._NEG, jnp.float32), jnp.zeros((GQ,), jnp.float32),
+        init = (jnp.full((GQ,), AT._NEG, jnp.float32),
+                jnp.zeros((ROWS, GQ) if lazy_sum else (GQ,), jnp.float32),
                 jnp.zeros((d, GQ), jnp.float32))
         m, l, o = plgpu.emit_pipeline(
             step, grid=(nblk,), max_concurrent_steps=steps, init_carry=init,
-            in_specs=[plgpu.BlockSpec((ROWS, d8), lambda i: (i, 0)),
-                      plgpu.BlockSpec((d // 64, ROWS), lambda i: (0, i)),
-                      plgpu.BlockSpec((ROWS,), lambda i: (i,)),
-                      plgpu.BlockSpec((d, ROWS // 8), lambda i: (0, i)),
-                      plgpu.BlockSpec((d // 16, ROWS // 4), lambda i: (0, i)),
-                      plgpu.BlockSpec((ROWS,), lambda i: (i,))],
+            in_specs=[plgpu.BlockSpec((blk, d8), lambda i: (i, 0)),
+                      plgpu.BlockSpec((d // 64, blk), lambda i: (0, i)),
+                      plgpu.BlockSpec((blk,), lambda i: (i,)),
+                      plgpu.BlockSpec((d, blk // 8), lambda i: (0, i)),
+                      plgpu.BlockSpec((d // 16, blk // 4), lambda i: (0, i)),
+                      plgpu.BlockSpec((blk,), lambda i: (i,))],
         )(kc_gmem.at[bi, hi_, rows, :], ks_gmem.at[bi, hi_, :, rows], kg_gmem.at[bi, hi_, rows],
           vc_gmem.at[bi, hi_, :, pl.ds(start // 8, chunk // 8)],
           vs_gmem.at[bi, hi_, :, pl.ds(start // 4, chunk // 4)], vg_gmem.at[bi, hi_, rows])
         o_smem[...] = o
         ml_smem[0] = m
-        ml_smem[1] = l
+        ml_smem[1] = jnp.sum(l, axis=0) if lazy_sum else l
         plgpu.commit_smem()
         plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[bi, hi_, pi])
         plgpu.copy_smem_to_gmem(ml_smem.at[0], m_gmem.at[bi, hi_, pi])
@@ -261,8 +275,8 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale):
                   jax.ShapeDtypeStruct((b, h, p, GQ), f32)),
         grid=(p, h, b), grid_names=("p", "h", "b"),
         scratch_types=[plgpu.SMEM((GQ, d), jnp.bfloat16, transforms=tiles),
-                       plgpu.SMEM((GQ, ROWS), jnp.bfloat16, transforms=tiles),
-                       plgpu.SMEM((GQ, ROWS), jnp.bfloat16, transforms=tiles),
+                       plgpu.SMEM((sub, GQ, ROWS), jnp.bfloat16, transforms=tiles),
+                       plgpu.SMEM((sub, GQ, ROWS), jnp.bfloat16, transforms=tiles),
                        plgpu.SMEM((d, GQ), f32), plgpu.SMEM((2, GQ), f32),
                        plgpu.Barrier(num_arrivals=1)],
     )(q, kc, ks, kg, vc, vs, vg, lengths)
@@ -304,11 +318,12 @@ def decode_attention_mgpu_reference(q, cache: MK.MgpuKV, lengths, *, sm_scale=No
 
 
 def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
-                          num_splits: int | None = None, steps: int = 2,
-                          backend: str = "auto") -> jax.Array:
+                          num_splits: int | None = None, steps: int = 2, sub: int = 1,
+                          lazy_sum: bool = False, backend: str = "auto") -> jax.Array:
     """q [B, Hq, D] bf16 over an NVFP4 cache in the Mosaic layout -> [B, Hq, D] bf16 (f32 math).
-    ``backend="auto"``: the kernel on a GPU, the reference elsewhere (a prototype: not yet run
-    on a GPU); ``"mgpu"`` forces the kernel."""
+    ``steps``: pipeline depth; ``sub`` and ``lazy_sum``: :func:`_attention_t`'s step shape.
+    ``backend="auto"``: the kernel on a GPU, the reference elsewhere (a prototype, not yet used
+    by the model); ``"mgpu"`` forces the kernel."""
     b, hq, d = q.shape
     bc, h, s, dc = cache.shape
     if (bc, dc) != (b, d) or hq % h or hq // h > GQ:
@@ -321,7 +336,7 @@ def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
     p = num_splits or default_splits(b, h, s)
     qg, kw = kernel_args(q, cache, sm_scale, p)
     o, m, l = _attention_t(qg, *kernel_caches(cache), jnp.asarray(lengths, jnp.int32),
-                           steps=steps, **kw)
+                           steps=steps, sub=sub, lazy_sum=lazy_sum, **kw)
     out = AT.combine(jnp.swapaxes(o, -1, -2), m, l) * 2.0 ** FM.SHIFT  # [B, H, 8, D]
     return out[:, :, :g].reshape(b, hq, d).astype(jnp.bfloat16)
 
