@@ -3,7 +3,7 @@ output against the pure-JAX reference and the Triton v6 kernel, then device time
 a copy measured the same way.
 
   python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
-      [--variants SUB:LAZY:STEPS,...] [--no-triton]
+      [--variants SUB:LAZY:STEPS[:TERMS],...] [--no-triton]
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
 sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=None, help="comma-separated batch:context")
     ap.add_argument("--no-time", action="store_true", help="exactness only")
     ap.add_argument("--variants", default="1:0:2",
-                    help="comma-separated sub:lazy_sum:steps of the Mosaic kernel "
+                    help="comma-separated sub:lazy_sum:steps[:p_terms] of the Mosaic kernel "
                          "(attention_mgpu._attention_t), each its own columns")
     ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
     a = ap.parse_args(argv)
@@ -65,11 +65,12 @@ def main(argv=None) -> int:
         cache = jax.jit(MK.to_mgpu_kv)(k, v)
         kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
         runs = {}
-        for sub, lazy, steps in variants:
-            name = "mgpu" if len(variants) == 1 else f"mgpu{sub}{'L' if lazy else ''}s{steps}"
+        for sub, lazy, steps, *terms in variants:
+            name = "mgpu" if len(variants) == 1 else (
+                f"mgpu{sub}{'L' if lazy else ''}s{steps}{'h' if terms == [1] else ''}")
             runs[name] = (jax.jit(functools.partial(
                 AM.decode_attention_mgpu, sub=sub, lazy_sum=bool(lazy), steps=steps,
-                backend="mgpu")), cache)
+                p_terms=(terms or [2])[0], backend="mgpu")), cache)
         if not a.no_triton:
             runs["triton"] = (jax.jit(lambda q, c, n: decode_attention_triton(
                 q, c[0], c[1], n, sm_scale=D ** -0.5)), (kw, vw))

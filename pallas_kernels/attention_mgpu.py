@@ -172,12 +172,14 @@ def _store_pt(p, pt_ref):
     store(p, pt_ref)
 
 
-@functools.partial(jax.jit, static_argnames=("p", "steps", "scale", "sub", "lazy_sum"))
-def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, lazy_sum=False):
+@functools.partial(jax.jit, static_argnames=("p", "steps", "scale", "sub", "lazy_sum", "p_terms"))
+def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, lazy_sum=False,
+                 p_terms=2):
     """Split partials: O^T [B, H, P, D, 8] f32 (unnormalised, times 2**-SHIFT), running max
     (base 2) and sum [B, H, P, 8] f32. A pipeline step takes ``sub`` 64-row tiles (their S^T
     wgmmas issued together, one softmax reduction); ``lazy_sum`` keeps the softmax sum per row
-    (a [64, 8] carry) and reduces it once at the end instead of every step."""
+    (a [64, 8] carry) and reduces it once at the end instead of every step. ``p_terms``: P
+    enters O^T as bf16 hi + lo (2: f32 accuracy) or hi alone (1: bf16 P, half the wgmmas)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -185,6 +187,8 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
     d = 8 * d8
     chunk = s // p
     blk = ROWS * sub
+    if p_terms not in (1, 2):
+        raise ValueError(f"p_terms must be 1 or 2, got {p_terms}")
     if chunk % blk:
         raise ValueError(f"a split's {chunk} rows are not a multiple of the step's {blk}")
     tiles = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
@@ -228,7 +232,8 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
                 pr = _mask_rows(pr * vgr[:, None], valid - j * ROWS, 0.0)  # (vg may be NaN)
                 p_hi = pr.astype(jnp.bfloat16).astype(jnp.float32)
                 _store_pt(pr, pt_hi.at[j])
-                _store_pt(pr - p_hi, pt_lo.at[j])
+                if p_terms == 2:
+                    _store_pt(pr - p_hi, pt_lo.at[j])
             plgpu.commit_smem()
 
             def pv(acc_ref):
@@ -238,7 +243,8 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
                     av = _decode_v(vw, vs_s.at[:, pl.ds(j * ROWS // 4, ROWS // 4)],
                                    valid - j * ROWS, d)
                     plgpu.wgmma(acc_ref, av, pt_hi.at[j].T)
-                    plgpu.wgmma(acc_ref, av, pt_lo.at[j].T)
+                    if p_terms == 2:
+                        plgpu.wgmma(acc_ref, av, pt_lo.at[j].T)
                 plgpu.wgmma_wait(0)
 
             o = pl.run_state(pv)(plgpu.ACC.init(o * alpha[None, :]))
@@ -319,9 +325,10 @@ def decode_attention_mgpu_reference(q, cache: MK.MgpuKV, lengths, *, sm_scale=No
 
 def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
                           num_splits: int | None = None, steps: int = 2, sub: int = 1,
-                          lazy_sum: bool = False, backend: str = "auto") -> jax.Array:
+                          lazy_sum: bool = False, p_terms: int = 2,
+                          backend: str = "auto") -> jax.Array:
     """q [B, Hq, D] bf16 over an NVFP4 cache in the Mosaic layout -> [B, Hq, D] bf16 (f32 math).
-    ``steps``: pipeline depth; ``sub`` and ``lazy_sum``: :func:`_attention_t`'s step shape.
+    ``steps``: pipeline depth; ``sub``, ``lazy_sum`` and ``p_terms``: :func:`_attention_t`'s.
     ``backend="auto"``: the kernel on a GPU, the reference elsewhere (a prototype, not yet used
     by the model); ``"mgpu"`` forces the kernel."""
     b, hq, d = q.shape
@@ -336,7 +343,8 @@ def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
     p = num_splits or default_splits(b, h, s)
     qg, kw = kernel_args(q, cache, sm_scale, p)
     o, m, l = _attention_t(qg, *kernel_caches(cache), jnp.asarray(lengths, jnp.int32),
-                           steps=steps, sub=sub, lazy_sum=lazy_sum, **kw)
+                           steps=steps, sub=sub, lazy_sum=lazy_sum,
+                           p_terms=p_terms, **kw)
     out = AT.combine(jnp.swapaxes(o, -1, -2), m, l) * 2.0 ** FM.SHIFT  # [B, H, 8, D]
     return out[:, :, :g].reshape(b, hq, d).astype(jnp.bfloat16)
 
