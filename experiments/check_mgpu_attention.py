@@ -3,7 +3,7 @@ output against the pure-JAX reference and the Triton v6 kernel, then device time
 a copy measured the same way.
 
   python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
-      [--variants SUB:LAZY:STEPS[:TERMS],...] [--no-triton]
+      [--variants "K=V,K=V;..."] [--no-triton]
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
 sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
@@ -39,21 +39,47 @@ HQ, H, D = 32, 4, 128
 SHAPES = ((4, 1024), (32, 8192), (32, 32768), (111, 32768))
 
 
+_SHORT = {"sub": "s", "lazy_sum": "L", "steps": "k", "p_terms": "t", "fast_full": "F",
+          "approx": "A", "no_auto_barriers": "N", "num_splits": "p"}
+
+
+def parse_variants(spec: str) -> list[dict]:
+    """'sub=2,lazy_sum=1;fast_full=1' -> [{'sub': 2, 'lazy_sum': 1}, {'fast_full': 1}] (integer
+    values; an empty spec is one variant with the defaults); unknown keywords are refused."""
+    out = []
+    for entry in spec.split(";") if spec else [""]:
+        kw = {}
+        for item in filter(None, entry.split(",")):
+            k, _, v = item.partition("=")
+            if k not in _SHORT:
+                raise SystemExit(f"unknown variant keyword {k!r} (known: {', '.join(_SHORT)})")
+            kw[k] = int(v)
+        out.append(kw)
+    return out
+
+
+def variant_name(kw: dict) -> str:
+    """A short column name: sub=2,lazy_sum=1,fast_full=1 -> 's2L1F1'."""
+    return "".join(f"{_SHORT[k]}{v}" for k, v in kw.items()) or "default"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--shapes", default=None, help="comma-separated batch:context")
     ap.add_argument("--no-time", action="store_true", help="exactness only")
-    ap.add_argument("--variants", default="1:0:2",
-                    help="comma-separated sub:lazy_sum:steps[:p_terms] of the Mosaic kernel "
-                         "(attention_mgpu._attention_t), each its own columns")
+    ap.add_argument("--variants", default="",
+                    help="';'-separated Mosaic kernel variants, each comma-separated keywords "
+                         "of attention_mgpu.decode_attention_mgpu, e.g. "
+                         "'sub=2,lazy_sum=1;sub=2,lazy_sum=1,fast_full=1' (each its own "
+                         "columns; default: the defaults)")
     ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
     a = ap.parse_args(argv)
     shapes = SHAPES if a.shapes is None else [
         tuple(int(v) for v in x.split(":")) for x in a.shapes.split(",")]
     bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)
     quant = jax.jit(lambda x: Q.quantize(x, "nvfp4", axis=-1, global_scope="row"))
-    variants = [tuple(int(v) for v in x.split(":")) for x in a.variants.split(",")]
+    variants = parse_variants(a.variants)
     rows = []
     for b, s in shapes:
         ks = jax.random.split(jax.random.PRNGKey(b * 7 + s), 3)
@@ -65,12 +91,10 @@ def main(argv=None) -> int:
         cache = jax.jit(MK.to_mgpu_kv)(k, v)
         kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
         runs = {}
-        for sub, lazy, steps, *terms in variants:
-            name = "mgpu" if len(variants) == 1 else (
-                f"mgpu{sub}{'L' if lazy else ''}s{steps}{'h' if terms == [1] else ''}")
-            runs[name] = (jax.jit(functools.partial(
-                AM.decode_attention_mgpu, sub=sub, lazy_sum=bool(lazy), steps=steps,
-                p_terms=(terms or [2])[0], backend="mgpu")), cache)
+        for kw in variants:
+            name = "mgpu" if len(variants) == 1 else "mgpu_" + variant_name(kw)
+            runs[name] = (jax.jit(functools.partial(AM.decode_attention_mgpu, **kw,
+                                                    backend="mgpu")), cache)
         if not a.no_triton:
             runs["triton"] = (jax.jit(lambda q, c, n: decode_attention_triton(
                 q, c[0], c[1], n, sm_scale=D ** -0.5)), (kw, vw))

@@ -2,7 +2,7 @@
 (``attention_mgpu._attention_t``: O^T, running max m, sum l) against ``partials_reference`` on
 structured caches, one line per case, so that one run says which stage is wrong.
 
-  python experiments/debug_mgpu_attention.py [--variants SUB:LAZY,...]
+  python experiments/debug_mgpu_attention.py [--variants "K=V,K=V;..."]
 
 Cases (one kv head, 8 query heads, head_dim 128):
 
@@ -26,12 +26,13 @@ import numpy as np
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
+from experiments import check_mgpu_attention as CM  # noqa: E402
 from pallas_kernels import attention_mgpu as AM  # noqa: E402
 from pallas_kernels import mgpu_kv_layout as MK  # noqa: E402
 from trace_jax import quant as Q  # noqa: E402
 
 D, G = 128, 8
-VARIANTS = ((1, 0),)  # (sub, lazy_sum) of _attention_t; --variants 1:0,2:1
+VARIANTS = [{}]  # _attention_t keyword sets (--variants, check_mgpu_attention's format)
 quant = jax.jit(lambda x: Q.quantize(x, "nvfp4", axis=-1, global_scope="row"))
 
 
@@ -48,13 +49,13 @@ def run_case(name, k, v, lengths, p, q=None):
     lengths = jnp.asarray(lengths, jnp.int32)
     want = AM.partials_reference(qg, cache, lengths, **kw)
     got = None
-    for sub, lazy in VARIANTS:
-        if s % (64 * sub * p):
+    for var in VARIANTS:
+        if s % (64 * var.get("sub", 1) * p):
             continue
-        label = f"{name} [sub {sub}{' lazy' if lazy else ''}]"
+        label = f"{name} [{CM.variant_name(var)}]"
         try:
-            got = AM._attention_t(qg, *AM.kernel_caches(cache), lengths, steps=2, sub=sub,
-                                  lazy_sum=bool(lazy), **kw)
+            got = AM._attention_t(qg, *AM.kernel_caches(cache), lengths, **{"steps": 2, **var},
+                                  **kw)
             got = [np.asarray(x) for x in jax.block_until_ready(got)]
         except Exception as e:  # noqa: BLE001  (report and go on)
             print(f"{label}: {type(e).__name__}: {str(e)[:2000]}", flush=True)
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     global VARIANTS
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--variants"]:
-        VARIANTS = tuple(tuple(int(v) for v in x.split(":")) for x in args[1].split(","))
+        VARIANTS = CM.parse_variants(args[1])
     print(jax.devices()[0].device_kind, jax.__version__, flush=True)
     key = iter(jax.random.split(jax.random.PRNGKey(0), 64))
     rnd = lambda *shape: jax.random.normal(next(key), shape, jnp.float32)  # noqa: E731

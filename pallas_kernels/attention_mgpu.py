@@ -59,7 +59,8 @@ def _decode_v(vw, vs_ref, valid, d):
     """inline_mgpu: V^T [d, 64] bf16 (WGMMA layout, the A operand) from the step's V words
     [d, 8] uint32 (WGMMA layout) and scale-code words ``vs_ref`` [d / 16, 16] uint32 (shared
     memory; ``mgpu_kv_layout``'s permuted order: a thread's 8 codes for word e are words
-    2 (2 q + e) and + 1 of its 16-dim block's row). Rows >= ``valid`` get a zero multiplier."""
+    2 (2 q + e) and + 1 of its 16-dim block's row). Rows >= ``valid`` get a zero multiplier
+    (``valid`` None: every row is valid, no masking code)."""
     import jax.experimental.mosaic.gpu as mgpu
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import arith, gpu, llvm, memref, vector
@@ -67,10 +68,14 @@ def _decode_v(vw, vs_ref, valid, d):
     from jax.experimental.mosaic.gpu import utils as mu
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
+    masked = valid is not None
+    arg_types = (plgpu.Layout.WGMMA, plgpu.RefType()) + (
+        (plgpu.Layout.WG_SPLAT(shape=()),) if masked else ())
+
     @plgpu.inline_mgpu(
-        arg_types=(plgpu.Layout.WGMMA, plgpu.RefType(), plgpu.Layout.WG_SPLAT(shape=())),
+        arg_types=arg_types,
         return_type=plgpu.ShapeDtypeStruct((d, ROWS), jnp.bfloat16, layout=plgpu.Layout.WGMMA))
-    def dec(ctx, u_fa, s_ref, valid_fa):
+    def dec(ctx, u_fa, s_ref, *valid_fa):
         del ctx
         i32 = ir.IntegerType.get_signless(32)
         index = ir.IndexType.get()
@@ -79,22 +84,22 @@ def _decode_v(vw, vs_ref, valid, d):
         struct2 = llvm.StructType.get_literal([i32] * 2)
         c = lambda v: arith.constant(index, v)  # noqa: E731
         ci = lambda v: arith.constant(i32, v)  # noqa: E731
-        nv = FM.splat_value(valid_fa)
-        tid = gpu.thread_id(gpu.Dimension.x)
-        warp = arith.remui(arith.divui(tid, c(32)), c(4))
-        q = arith.remui(tid, c(4))
+        tid = arith.index_cast(i32, gpu.thread_id(gpu.Dimension.x))
+        warp = arith.index_cast(index, arith.andi(arith.shrui(tid, ci(5)), ci(3)))
+        q = arith.andi(tid, ci(3))
+        if masked:  # t = valid - 2 q: row 32 e + 8 p + 2 q + h is valid iff 32 e + 8 p + h < t
+            t = arith.subi(_splat_i32(valid_fa[0]), arith.shli(q, ci(1)))
         out = np.empty(fa.WGMMA_LAYOUT.registers_shape((d, ROWS)), dtype=object)
+        qi = arith.index_cast(index, q)
         for e in range(2):
-            # the halves' keep-masks: row 32 e + 8 p + 2 q + h of the step is valid
             keep = []
-            for p in range(4):
+            for p in range(4) if masked else ():
                 m = ci(0)
                 for h in range(2):
-                    row = arith.addi(arith.muli(q, c(2)), c(32 * e + 8 * p + h))
-                    ok = arith.cmpi(arith.CmpIPredicate.slt, row, nv)
+                    ok = arith.cmpi(arith.CmpIPredicate.slt, ci(32 * e + 8 * p + h), t)
                     m = arith.ori(m, arith.select(ok, ci(0xFFFF if h == 0 else -65536), ci(0)))
                 keep.append(m)
-            col = arith.muli(arith.addi(arith.muli(q, c(2)), c(e)), c(2))
+            col = arith.addi(arith.muli(qi, c(4)), c(2 * e))  # words 2 (2 q + e), + 1
             for mt in range(d // 64):
                 blk = arith.addi(c(4 * mt), warp)  # the thread's 16-dim block of rows d
                 mults = []
@@ -102,7 +107,8 @@ def _decode_v(vw, vs_ref, valid, d):
                     sw = memref.load(s_ref, [blk, arith.addi(col, c(wd))])
                     sp = llvm.inline_asm(struct2, [sw], FM._SCALE_ASM, "=r,=r,r")
                     mults += [llvm.extractvalue(i32, sp, (i,)) for i in range(2)]
-                mults = [arith.andi(mv, k) for mv, k in zip(mults, keep)]
+                if masked:
+                    mults = [arith.andi(mv, k) for mv, k in zip(mults, keep)]
                 for h in range(2):  # rows r and r + 8 of the thread (same 16-dim block)
                     word = vector.extract(u_fa.registers[mt, 0, 0, 0, h, 0, 0, 0, 0], [], [e])
                     dd = llvm.inline_asm(struct4, [word, *mults], _DECODE4_ASM,
@@ -112,7 +118,19 @@ def _decode_v(vw, vs_ref, valid, d):
                             llvm.extractvalue(i32, dd, (p,)), bf2)
         return mgpu.FragmentedArray(_registers=out, _layout=fa.WGMMA_LAYOUT, _is_signed=None)
 
-    return dec(vw, vs_ref, valid)
+    return dec(vw, vs_ref, *(() if valid is None else (valid,)))
+
+
+def _splat_i32(x):
+    """Inside ``inline_mgpu``: an integer scalar argument (``WG_SPLAT``) as an i32 value."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, vector
+
+    v = x.registers.flat[0]
+    if isinstance(v.type, ir.VectorType):
+        v = vector.extract(v, [], [0])
+    i32 = ir.IntegerType.get_signless(32)
+    return v if v.type == i32 else arith.index_cast(i32, v)
 
 
 def _mask_rows(x, valid, fill):
@@ -128,14 +146,15 @@ def _mask_rows(x, valid, fill):
         return_type=plgpu.ShapeDtypeStruct(x.shape, jnp.float32, layout=plgpu.Layout.WGMMA))
     def mask(ctx, x_fa, valid_fa):
         del ctx
-        nv = FM.splat_value(valid_fa)
+        i32 = ir.IntegerType.get_signless(32)
+        nv = _splat_i32(valid_fa)
         f32 = ir.F32Type.get()
         fv = arith.constant(f32, fill)
         out = np.empty(x_fa.registers.shape, dtype=object)
         for idx, ((r, _), reg) in zip(np.ndindex(*x_fa.registers.shape),
                                       zip(fa.WGMMA_LAYOUT.thread_idxs(x_fa.shape),
                                           x_fa.registers.flat)):
-            ok = arith.cmpi(arith.CmpIPredicate.slt, r, nv)
+            ok = arith.cmpi(arith.CmpIPredicate.slt, arith.index_cast(i32, r), nv)
             n = ir.VectorType(reg.type).shape[0]
             vals = [arith.select(ok, vector.extract(reg, [], [i]), fv) for i in range(n)]
             out[idx] = vector.from_elements(reg.type, vals)
@@ -159,27 +178,36 @@ def _store_pt(p, pt_ref):
     def store(ctx, p_fa, ref):  # ref: memref [1, 1, 8, 64]
         del ctx
         index = ir.IndexType.get()
+        i32 = ir.IntegerType.get_signless(32)
         bf16 = ir.BF16Type.get()
         c = lambda v: arith.constant(index, v)  # noqa: E731
+        ci = lambda v: arith.constant(i32, v)  # noqa: E731
         for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(p_fa.shape), p_fa.registers.flat):
+            r, col = arith.index_cast(i32, r), arith.index_cast(i32, col)
             for i in range(ir.VectorType(reg.type).shape[0]):
-                g = arith.addi(col, c(i))
+                g = arith.addi(col, ci(i))
                 v = arith.truncf(bf16, vector.extract(reg, [], [i]))
-                chunk = arith.xori(arith.divui(r, c(8)), arith.remui(g, c(8)))
-                memref.store(v, ref, [c(0), c(0), g, arith.addi(arith.muli(chunk, c(8)),
-                                                                 arith.remui(r, c(8)))])
+                chunk = arith.xori(arith.shrui(r, ci(3)), arith.andi(g, ci(7)))
+                pos = arith.ori(arith.shli(chunk, ci(3)), arith.andi(r, ci(7)))
+                memref.store(v, ref, [c(0), c(0), arith.index_cast(index, g),
+                                      arith.index_cast(index, pos)])
 
     store(p, pt_ref)
 
 
-@functools.partial(jax.jit, static_argnames=("p", "steps", "scale", "sub", "lazy_sum", "p_terms"))
+@functools.partial(jax.jit, static_argnames=("p", "steps", "scale", "sub", "lazy_sum", "p_terms",
+                                             "fast_full", "approx", "no_auto_barriers"))
 def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, lazy_sum=False,
-                 p_terms=2):
+                 p_terms=2, fast_full=False, approx=False, no_auto_barriers=False):
     """Split partials: O^T [B, H, P, D, 8] f32 (unnormalised, times 2**-SHIFT), running max
     (base 2) and sum [B, H, P, 8] f32. A pipeline step takes ``sub`` 64-row tiles (their S^T
     wgmmas issued together, one softmax reduction); ``lazy_sum`` keeps the softmax sum per row
     (a [64, 8] carry) and reduces it once at the end instead of every step. ``p_terms``: P
-    enters O^T as bf16 hi + lo (2: f32 accuracy) or hi alone (1: bf16 P, half the wgmmas)."""
+    enters O^T as bf16 hi + lo (2: f32 accuracy) or hi alone (1: bf16 P, half the wgmmas).
+    ``fast_full``: steps whose rows are all valid run a copy of the body without the row masks
+    (a ``lax.cond``); ``approx``: Mosaic's ``approx_math`` (``ex2.approx``);
+    ``no_auto_barriers``: its ``unsafe_no_auto_barriers`` (this body never reads what the same
+    thread wrote: P^T is read by wgmma after ``commit_smem``, the outputs by TMA)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -206,8 +234,17 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
         tile = lambda j: pl.ds(j * ROWS, ROWS)  # noqa: E731  (sub-tile j of a step)
 
         def step(idx, kc_s, ks_s, kg_s, vc_s, vs_s, vg_s, carry):
-            m, l, o = carry
             valid = n - idx[0] * blk
+            run = functools.partial(step_rows, kc_s, ks_s, kg_s, vc_s, vs_s, vg_s, carry)
+            if not fast_full:
+                return run(valid)
+            return jax.lax.cond(valid >= blk, lambda: run(None), lambda: run(valid))
+
+        def step_rows(kc_s, ks_s, kg_s, vc_s, vs_s, vg_s, carry, valid):
+            """One step; rows >= ``valid`` masked (None: all rows valid, no masking)."""
+            m, l, o = carry
+            mask = (lambda x, j, fill: x) if valid is None else (  # noqa: E731
+                lambda x, j, fill: _mask_rows(x, valid - j * ROWS, fill))
 
             def scores(*acc_refs):
                 for j, acc_ref in enumerate(acc_refs):
@@ -218,8 +255,8 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
                 return [a[...] for a in acc_refs]
 
             scs = pl.run_scoped(scores, *[plgpu.ACC((ROWS, GQ), jnp.float32)] * sub)
-            scs = [_mask_rows(sc * (plgpu.load(kg_s.at[tile(j)], layout=row) * scale)[:, None],
-                              valid - j * ROWS, -math.inf) for j, sc in enumerate(scs)]
+            scs = [mask(sc * (plgpu.load(kg_s.at[tile(j)], layout=row) * scale)[:, None], j,
+                        -math.inf) for j, sc in enumerate(scs)]
             mx = functools.reduce(jnp.maximum, scs)
             m_new = jnp.maximum(m, jnp.max(mx, axis=0))
             alpha = jnp.exp2(m - m_new)
@@ -229,7 +266,7 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
                 psum if lazy_sum else jnp.sum(psum, axis=0))
             for j, pr in enumerate(prs):
                 vgr = plgpu.load(vg_s.at[tile(j)], layout=row)
-                pr = _mask_rows(pr * vgr[:, None], valid - j * ROWS, 0.0)  # (vg may be NaN)
+                pr = mask(pr * vgr[:, None], j, 0.0)  # (a stale row's vg may be NaN)
                 p_hi = pr.astype(jnp.bfloat16).astype(jnp.float32)
                 _store_pt(pr, pt_hi.at[j])
                 if p_terms == 2:
@@ -241,7 +278,7 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
                     vw = plgpu.load(vc_s.at[:, pl.ds(j * ROWS // 8, ROWS // 8)], layout=wg,
                                     optimized=False)
                     av = _decode_v(vw, vs_s.at[:, pl.ds(j * ROWS // 4, ROWS // 4)],
-                                   valid - j * ROWS, d)
+                                   None if valid is None else valid - j * ROWS, d)
                     plgpu.wgmma(acc_ref, av, pt_hi.at[j].T)
                     if p_terms == 2:
                         plgpu.wgmma(acc_ref, av, pt_lo.at[j].T)
@@ -280,6 +317,8 @@ def _attention_t(q, kc, ks, kg, vc, vs, vg, lengths, *, p, steps, scale, sub=1, 
                   jax.ShapeDtypeStruct((b, h, p, GQ), f32),
                   jax.ShapeDtypeStruct((b, h, p, GQ), f32)),
         grid=(p, h, b), grid_names=("p", "h", "b"),
+        compiler_params=plgpu.CompilerParams(approx_math=approx,
+                                             unsafe_no_auto_barriers=no_auto_barriers),
         scratch_types=[plgpu.SMEM((GQ, d), jnp.bfloat16, transforms=tiles),
                        plgpu.SMEM((sub, GQ, ROWS), jnp.bfloat16, transforms=tiles),
                        plgpu.SMEM((sub, GQ, ROWS), jnp.bfloat16, transforms=tiles),
@@ -325,10 +364,11 @@ def decode_attention_mgpu_reference(q, cache: MK.MgpuKV, lengths, *, sm_scale=No
 
 def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
                           num_splits: int | None = None, steps: int = 2, sub: int = 1,
-                          lazy_sum: bool = False, p_terms: int = 2,
+                          lazy_sum: bool = False, p_terms: int = 2, fast_full: bool = False,
+                          approx: bool = False, no_auto_barriers: bool = False,
                           backend: str = "auto") -> jax.Array:
     """q [B, Hq, D] bf16 over an NVFP4 cache in the Mosaic layout -> [B, Hq, D] bf16 (f32 math).
-    ``steps``: pipeline depth; ``sub``, ``lazy_sum`` and ``p_terms``: :func:`_attention_t`'s.
+    ``steps``: pipeline depth; the other knobs are :func:`_attention_t`'s.
     ``backend="auto"``: the kernel on a GPU, the reference elsewhere (a prototype, not yet used
     by the model); ``"mgpu"`` forces the kernel."""
     b, hq, d = q.shape
@@ -344,7 +384,8 @@ def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
     qg, kw = kernel_args(q, cache, sm_scale, p)
     o, m, l = _attention_t(qg, *kernel_caches(cache), jnp.asarray(lengths, jnp.int32),
                            steps=steps, sub=sub, lazy_sum=lazy_sum,
-                           p_terms=p_terms, **kw)
+                           p_terms=p_terms, fast_full=fast_full, approx=approx,
+                           no_auto_barriers=no_auto_barriers, **kw)
     out = AT.combine(jnp.swapaxes(o, -1, -2), m, l) * 2.0 ** FM.SHIFT  # [B, H, 8, D]
     return out[:, :, :g].reshape(b, hq, d).astype(jnp.bfloat16)
 

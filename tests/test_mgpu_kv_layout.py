@@ -94,13 +94,16 @@ def test_mosaic_attention_prototype_lowers_and_falls_back_to_the_reference():
     from pallas_kernels.decode_attention import decode_attention_reference
     b, h, s, d = 1, 1, 128, 128
     spec = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt)  # noqa: E731
-    txt = jax.jit(lambda *a: AM._attention_t(*a, p=2, steps=2, scale=0.1)).trace(
-        spec((b, h, 8, d), jnp.bfloat16), spec((b, h, s, d // 8), jnp.uint32),
-        spec((b, h, d // 64, s), jnp.uint32), spec((b, h, s), jnp.float32),
-        spec((b, h, d, s // 8), jnp.uint32), spec((b, h, d // 16, s // 4), jnp.uint32),
-        spec((b, h, s), jnp.float32), spec((b,), jnp.int32)).lower(
-        lowering_platforms=("cuda",)).as_text()
-    assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
+    args = (spec((b, h, 8, d), jnp.bfloat16), spec((b, h, s, d // 8), jnp.uint32),
+            spec((b, h, d // 64, s), jnp.uint32), spec((b, h, s), jnp.float32),
+            spec((b, h, d, s // 8), jnp.uint32), spec((b, h, d // 16, s // 4), jnp.uint32),
+            spec((b, h, s), jnp.float32), spec((b,), jnp.int32))
+    for kw in ({}, dict(sub=2, lazy_sum=True, fast_full=True, approx=True, p_terms=1)):
+        txt = jax.jit(lambda *a: AM._attention_t(*a, p=1, steps=2, scale=0.1, **kw)).trace(
+            *args).lower(lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
+    with pytest.raises(ValueError, match="not a multiple of the step's 256"):
+        jax.jit(lambda *a: AM._attention_t(*a, p=1, steps=2, scale=0.1, sub=4)).trace(*args)
     k, v = _cache(14), _cache(16)
     q = jax.random.normal(jax.random.PRNGKey(17), (B, 8, D), jnp.bfloat16)
     lengths = jnp.asarray([5, 128], jnp.int32)
