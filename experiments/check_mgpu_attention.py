@@ -91,9 +91,9 @@ def main(argv=None) -> int:
         cache = jax.jit(MK.to_mgpu_kv)(k, v)
         kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
         runs = {}
-        for kw in variants:
-            name = "mgpu" if len(variants) == 1 else "mgpu_" + variant_name(kw)
-            runs[name] = (jax.jit(functools.partial(AM.decode_attention_mgpu, **kw,
+        for knobs in variants:
+            name = "mgpu" if len(variants) == 1 else "mgpu_" + variant_name(knobs)
+            runs[name] = (jax.jit(functools.partial(AM.decode_attention_mgpu, **knobs,
                                                     backend="mgpu")), cache)
         if not a.no_triton:
             runs["triton"] = (jax.jit(lambda q, c, n: decode_attention_triton(
