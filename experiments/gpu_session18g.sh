@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Ran at commit b8905b2 (session 18).
+# Session 18, one H200: the Mosaic FP4-KV attention with its split rule (default_splits) against
+# the Triton v6 kernel, including the 48-layer rollout's 128K shape (27 sequences) where 18f's
+# 8 x 128K had Mosaic 239 us vs Triton 325.
+# Prediction (written before the run): 27 x 128K (32 splits) ~1.1-1.2x faster than Triton;
+# 8 x 128K ~240 us; 32 x 8K ~74 us; 111 x 32K ~830 us (Triton ~740); 16 / 64 splits within 3%.
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_session18g.sh
+source "$(dirname "$0")/gpu_prelude.sh" r18g
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+timeout 170 python3 experiments/check_mgpu_attention.py --out "$R/check" \
+  --shapes 27:131072,8:131072,32:8192,111:32768 --variants ";num_splits=16;num_splits=64" \
+  > "$R/check.txt" 2>&1
+echo "check rc=$?"
+tar -C "$R" -czf "$OUT/r18g.tar.gz" .
+grep -iE "error|Traceback" "$R/check.txt" | head -5
+python3 - "$R/check/kernels_attention_mgpu.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("copy TB/s", round(d["copy_tbs"], 3))
+for r in d["rows"]:
+    print(r["batch"], r["context"], "  ".join(f"{k[:-3]}={v:.1f}" for k, v in r.items() if k.endswith("_us")))
+    print("   pct", "  ".join(f"{k[:-9]}={v:.1f}" for k, v in r.items() if k.endswith("_pct_copy")))
+    print("   relerr", "  ".join(f"{k[:-7]}={v:.2g}" for k, v in r.items() if k.endswith("_relerr")))
+PY
+exit 0
