@@ -550,7 +550,9 @@ def breakdown(cfg, numerics, params, cache, experts, batch, context, attn, args,
     lengths = jnp.full((batch,), context, jnp.int32)
 
     def attn_all(q, cache, lengths):
-        return jnp.stack([ops.decode_attention(q[l], cache[l]["k"], cache[l]["v"], lengths)
+        return jnp.stack([ops.decode_attention_mgpu(q[l], cache[l]["kv"], lengths)
+                          if "kv" in cache[l] else
+                          ops.decode_attention(q[l], cache[l]["k"], cache[l]["v"], lengths)
                           for l in range(L)])
 
     with attention_backend(attn):
@@ -730,6 +732,8 @@ def attention_kernel_version() -> str:
     if default is None:  # chosen from the K cache layout and head_dim
         default = ("v6 (KV caches in the kv_words layout)"
                    if attention.FP4_CACHE_LAYOUT == "kv_words"
+                   else "the Mosaic GPU kernel attention_mgpu (mgpu layout)"
+                   if attention.FP4_CACHE_LAYOUT == "mgpu"
                    else "v4 (natural KV caches, head_dim % 8 == 0) else v3")
     from pallas_kernels import attention_triton
 
@@ -830,9 +834,11 @@ def main(argv=None):
                     choices=list(nx.ACTIVATION_QUANTIZERS),
                     help="the FP4 rollout's activation-site quantizer (numerics."
                          "ACTIVATION_QUANTIZER): auto = the fused Pallas kernel on one GPU, xla")
-    ap.add_argument("--kv_cache_layout", default="kv_words", choices=["kv_words", "natural"],
+    ap.add_argument("--kv_cache_layout", default="kv_words",
+                    choices=list(attention.CACHE_LAYOUTS),
                     help="the FP4 KV caches' code layout: kv_words (attention.init_cache's "
-                         "default, read by decode v6) or natural (decode v4)")
+                         "default, read by decode v6), natural (decode v4) or mgpu (NVFP4: "
+                         "the Mosaic GPU kernel attention_mgpu)")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
     if args.attn_split_target < 0:

@@ -1,6 +1,6 @@
-"""NVFP4 KV-cache layout for a Mosaic GPU FP4-KV decode attention kernel (groundwork: the kernel
-is not built yet; design in NOTES_attention, session 16, "toward a Mosaic GPU FP4-KV attention
-kernel"). The cache rows decode straight into the registers of wgmma's A operand, as the FP4
+"""NVFP4 KV-cache layout of the Mosaic GPU FP4-KV decode attention kernel
+(:mod:`pallas_kernels.attention_mgpu`; design in NOTES_attention, sessions 16-18), which the model
+uses with ``trace_jax.attention.FP4_CACHE_LAYOUT = "mgpu"``. The cache rows decode straight into the registers of wgmma's A operand, as the FP4
 matmul's weights do (:mod:`pallas_kernels.mgpu_layout`), in both products of the kernel:
 
 * **K**, for S^T [64 cache rows, Gq] = K [64, D] Q^T (cache rows on wgmma's M side, head_dim the
@@ -22,8 +22,9 @@ matmul's weights do (:mod:`pallas_kernels.mgpu_layout`), in both products of the
   V's into P, as the Triton kernel does).
 
 S must be a multiple of 64 and D of 64. :func:`to_mgpu_kv` / :func:`from_mgpu_kv` convert from /
-to natural ``QTensor`` caches (exact), :func:`append_row` writes one new row per sequence in
-place (what the decode step's cache update would do), and :func:`emulate_v_transposed` is the
+to natural ``QTensor`` caches (exact), :func:`empty_mgpu_kv` makes an empty cache,
+:func:`append_row` writes one new row per sequence in place (the decode step's cache update),
+:func:`write_rows` T rows, and :func:`emulate_v_transposed` is the
 kernel's V^T decode register by register in plain JAX (CPU tests of the layout).
 """
 
@@ -188,6 +189,36 @@ def append_row(c: MgpuKV, k_row: QTensor, v_row: QTensor, pos: jax.Array) -> Mgp
     v_scales = seq(c.v_scales, vsc, (pos // SPAN) * SPAN + slot, 2)
     return MgpuKV(k_codes=k_codes, k_scales=k_scales, k_gscale=k_gs, v_codes=v_codes,
                   v_scales=v_scales, v_gscale=v_gs)
+
+
+def empty_mgpu_kv(b: int, h: int, s: int, d: int) -> MgpuKV:
+    """An all-zero NVFP4 cache [B, H, S, D] in this layout (zero codes, zero scales, global
+    scales 1): :func:`to_mgpu_kv` of two ``attention.empty_fp4`` caches, without the pass."""
+    if s % SPAN or d % SPAN:
+        raise ValueError(f"cache rows S={s} and head_dim D={d} must be multiples of {SPAN}")
+    zero_scale = MG.scale_codes(jnp.zeros((), jnp.uint8))  # the code of an E4M3 zero
+    u32 = jnp.uint32
+    k_scales = jnp.zeros((b, h, d // 64, s), u32) + jnp.sum(
+        zero_scale.astype(u32) << (8 * jnp.arange(4, dtype=u32)), dtype=u32)
+    return MgpuKV(k_codes=jnp.zeros((b, h, s, d // 8), u32), k_scales=k_scales,
+                  k_gscale=jnp.ones((b, h, s), jnp.float32),
+                  v_codes=jnp.zeros((b, h, d, s // 8), u32),
+                  v_scales=jnp.full((b, h, d // 16, s), zero_scale, jnp.uint8),
+                  v_gscale=jnp.ones((b, h, s), jnp.float32))
+
+
+def write_rows(c: MgpuKV, k_rows: QTensor, v_rows: QTensor, start: jax.Array) -> MgpuKV:
+    """Write T new rows per sequence, natural NVFP4 QTensors [B, H, T, D] (per-row global
+    scales), at rows ``start[b] .. start[b] + T - 1``: :func:`append_row` once per row (T = 1:
+    the decode step; T > 1: a prefill, a loop of T appends)."""
+    t = k_rows.shape[2]
+    if t == 1:
+        return append_row(c, k_rows, v_rows, start)
+    start = jnp.asarray(start, jnp.int32)
+    row = lambda x, i: jax.tree.map(  # noqa: E731
+        lambda a: jax.lax.dynamic_slice_in_dim(a, i, 1, axis=2), x)
+    return jax.lax.fori_loop(
+        0, t, lambda i, c: append_row(c, row(k_rows, i), row(v_rows, i), start + i), c)
 
 
 def emulate_v_transposed(v_codes_DxS8: jax.Array, v_scales_DbxS: jax.Array) -> jax.Array:

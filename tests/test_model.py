@@ -69,6 +69,55 @@ def test_prefill_then_decode_reproduces_full_forward(params, tokens, mode, fmt):
         np.testing.assert_allclose(np.asarray(inc), np.asarray(full), atol=1e-5 * scale)
 
 
+def test_mgpu_cache_layout_holds_the_same_cache_and_logits(params, tokens, monkeypatch):
+    """``attention.FP4_CACHE_LAYOUT = "mgpu"`` (one MgpuKV per layer, slots rounded up to 64):
+    prefill + decode write the same NVFP4 rows as the default layout (the caches converted to
+    natural are equal, bit for bit) and give the same logits (on the CPU both attend through
+    ``ops.decode_attention_reference``); MXFP4, a head_dim that is not a multiple of 64 and
+    unknown layouts are refused by name."""
+    from pallas_kernels import kv_layout as KL
+    from pallas_kernels import mgpu_kv_layout as MK
+
+    cfg = dataclasses.replace(CFG32, head_dim=64)  # the layout's head_dim multiple
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    p = pack_params(init_params(cfg, jax.random.key(3)), num, jnp.float32)
+    B, T = tokens.shape
+    step = jax.jit(lambda p, t, pos, c: M.forward(p, t, cfg=cfg, numerics=num, cache=c,
+                                                  positions_BxT=pos))
+
+    def final_cache(layout):
+        monkeypatch.setattr(attention, "FP4_CACHE_LAYOUT", layout)
+        # 64 slots in both (an "mgpu" cache rounds 16 up to 64: attention over 16 masked
+        # slots would sum in another order, an ulp apart, and flip later layers' codes)
+        cache = attention.init_cache(cfg, num, B, 64 if layout == "kv_words" else 16)
+        logits, _, cache = step(p, tokens[:, :5], jnp.broadcast_to(jnp.arange(5), (B, 5)), cache)
+        for t in range(5, 7):
+            lg, _, cache = step(p, tokens[:, t:t + 1], jnp.full((B, 1), t), cache)
+            logits = jnp.concatenate([logits, lg], axis=1)
+        return logits, cache
+
+    a_logits, a_cache = final_cache("kv_words")
+    b_logits, b_cache = final_cache("mgpu")
+    assert b_cache[0]["kv"].shape == (B, CFG.n_kv_heads, 64, 64)
+    for a, b in zip(a_cache, b_cache):
+        k, v = MK.from_mgpu_kv(b["kv"])
+        for want, got in ((a["k"], k), (a["v"], v)):
+            want = KL.to_natural(want)
+            for f in ("codes", "scales", "global_scale"):
+                np.testing.assert_array_equal(
+                    np.asarray(getattr(got, f)[:, :, :7]).view(np.uint8),
+                    np.asarray(getattr(want, f)[:, :, :7]).view(np.uint8), err_msg=f)
+    np.testing.assert_array_equal(np.asarray(b_logits), np.asarray(a_logits))
+    with pytest.raises(ValueError, match="'mgpu' KV cache layout holds NVFP4"):
+        attention.init_cache(cfg, nx.make_numerics("fp4_rollout", CFG.n_layers, fmt="mxfp4"),
+                             B, 16)
+    with pytest.raises(ValueError, match="needs head_dim % 64 == 0, got 32"):
+        attention.init_cache(CFG, num, B, 16)
+    monkeypatch.setattr(attention, "FP4_CACHE_LAYOUT", "mgpu_typo")
+    with pytest.raises(ValueError, match="FP4_CACHE_LAYOUT 'mgpu_typo'"):
+        attention.init_cache(CFG, num, B, 16)
+
+
 def test_fp4_cache_is_packed_and_smaller():
     num = nx.make_numerics("fp4_rollout", CFG.n_layers)
     c4 = attention.init_cache(CFG, num, 2, 64)

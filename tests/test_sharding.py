@@ -109,6 +109,15 @@ def test_fp4_qtensor_fields_sharded_where_divisible():
     mx = jax.eval_shape(lambda: attention.init_cache(CFG, dataclasses.replace(num, fmt="mxfp4"),
                                                      4, 16))
     assert S.cache_shardings(mx, m, rules)[1]["v"].global_scale.spec == P()
+    # the "mgpu" layout (one MgpuKV per layer): every field batch and kv heads first
+    attention.FP4_CACHE_LAYOUT = "mgpu"
+    try:
+        mg = jax.eval_shape(lambda: attention.init_cache(
+            dataclasses.replace(CFG, head_dim=64), num, 4, 16))
+    finally:
+        attention.FP4_CACHE_LAYOUT = "kv_words"
+    ms = S.cache_shardings(mg, m, rules)[0]["kv"]
+    assert ms.v_codes.spec == ms.k_gscale.spec == P(("fsdp", "expert"), "tensor")
 
 
 def test_bad_mesh_rules_and_batch_raise_clear_errors():

@@ -5,8 +5,10 @@ KV cache layout (one entry per layer): ``{"k": K, "v": V}`` where each is the lo
 :class:`~trace_jax.quant.QTensor` quantized along ``Dh`` with a per-row global scale (so one
 token's row is quantized independently of every other row and appending is exact). FP4 K
 and V caches keep their code bits in the decode kernel's word layout (``QTensor.layout ==
-"kv_words"``, :mod:`pallas_kernels.kv_layout`: 8 integer ops per 8 codes instead of 14); every
-site QTensor (and so every hint) is natural. Sequences are
+"kv_words"``, :mod:`pallas_kernels.kv_layout`: 8 integer ops per 8 codes instead of 14), or,
+with ``FP4_CACHE_LAYOUT = "mgpu"`` (NVFP4), one ``{"kv": MgpuKV}`` per layer
+(:mod:`pallas_kernels.mgpu_kv_layout`: K and V^T for the Mosaic GPU kernel); every site QTensor
+(and so every hint) is natural. Sequences are
 right-padded: slot ``j`` of sequence ``b`` is valid iff ``j < lengths[b]``; decode writes the new
 token at slot ``lengths[b]``.
 
@@ -43,11 +45,27 @@ def rope(x_BxTxHxD, positions_BxT, theta: float):
 
 
 def init_cache(cfg, numerics, batch: int, slots: int):
-    """An empty cache (a tuple with one {"k", "v"} dict per layer): FP4 where the numerics
-    quantize the KV site, else in the activation dtype."""
+    """An empty cache (a tuple with one dict per layer): FP4 where the numerics quantize the KV
+    site, else in the activation dtype; ``{"k", "v"}``, or ``{"kv": MgpuKV}`` (with at least
+    ``slots`` slots, rounded up to 64) for the ``"mgpu"`` layout."""
+    if FP4_CACHE_LAYOUT not in CACHE_LAYOUTS:
+        raise ValueError(f"attention.FP4_CACHE_LAYOUT {FP4_CACHE_LAYOUT!r}: expected one of "
+                         f"{CACHE_LAYOUTS}")
     shape = (batch, cfg.n_kv_heads, slots, cfg.head_dim)
     caches = []
     for layer in range(cfg.n_layers):
+        if numerics.quantizes(f"layers/{layer}/attn/kv") and FP4_CACHE_LAYOUT == "mgpu":
+            if numerics.fmt != "nvfp4":
+                raise ValueError(f"the 'mgpu' KV cache layout holds NVFP4 caches; the numerics "
+                                 f"quantize to {numerics.fmt}")
+            if cfg.head_dim % 64:
+                raise ValueError(f"the 'mgpu' KV cache layout needs head_dim % 64 == 0, got "
+                                 f"{cfg.head_dim}")
+            from pallas_kernels.mgpu_kv_layout import empty_mgpu_kv
+
+            caches.append({"kv": empty_mgpu_kv(batch, cfg.n_kv_heads, -(-slots // 64) * 64,
+                                               cfg.head_dim)})
+            continue
         if numerics.quantizes(f"layers/{layer}/attn/kv"):
             make = lambda layout: empty_fp4(shape, numerics.fmt, layout)  # noqa: E731
         else:
@@ -57,9 +75,12 @@ def init_cache(cfg, numerics, batch: int, slots: int):
     return tuple(caches)
 
 
-# FP4 KV caches' code layout: "kv_words" (pallas_kernels.kv_layout.LAYOUT; the decode kernel's
+# FP4 KV caches' code layout: "mgpu" (NVFP4 only: pallas_kernels.mgpu_kv_layout, read by the
+# Mosaic GPU kernel attention_mgpu; session 18: faster than Triton v6 at 8 x 128K and 32 x 8K,
+# slower at 32K with 32+ sequences), "kv_words" (pallas_kernels.kv_layout.LAYOUT; the decode kernel's
 # fast path) or "natural" (benchmarks of the older kernel versions); read by init_cache
 FP4_CACHE_LAYOUT = "kv_words"
+CACHE_LAYOUTS = ("kv_words", "natural", "mgpu")
 
 
 def empty_fp4(shape, fmt, layout="natural") -> Q.QTensor:
@@ -119,6 +140,18 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
     k, v = kv_BxTx2xKxD[:, :, 0], kv_BxTx2xKxD[:, :, 1]
 
     new_cache = None
+    if cache is not None and "kv" in cache:  # the "mgpu" layout: NVFP4 K and V^T in one
+        from pallas_kernels.mgpu_kv_layout import write_rows
+
+        start = positions_BxT[:, 0]
+        rows = lambda i: jax.tree.map(lambda a: _to_bhsd(a[:, :, i]), q_kv)  # noqa: E731
+        new_cache = {"kv": write_rows(cache["kv"], rows(0), rows(1), start)}
+        if T == 1:
+            o = ops.decode_attention_mgpu(q[:, 0], new_cache["kv"], start + 1)[:, None]
+        else:
+            o = causal_attention(q, k, v)
+        out = o.reshape(B, T, H * D).astype(dt) @ p["wo"].astype(dt)
+        return out, new_cache
     if cache is not None:
         start = positions_BxT[:, 0]
         if q_kv is not None:

@@ -66,6 +66,18 @@ def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
     return decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B)
 
 
+def decode_attention_mgpu(q_BxHxD, cache, lengths_B) -> jax.Array:
+    """:func:`decode_attention` over an NVFP4 cache in the ``"mgpu"`` layout
+    (``pallas_kernels.mgpu_kv_layout.MgpuKV``): the Mosaic GPU kernel on a GPU, the reference
+    over the natural caches elsewhere (the same reference as the other layouts')."""
+    fn = _kernel("attention_mgpu", "decode_attention_mgpu")
+    if fn is not None:
+        return fn(q_BxHxD, cache, lengths_B)
+    from pallas_kernels.mgpu_kv_layout import from_mgpu_kv
+
+    return decode_attention_reference(q_BxHxD, *from_mgpu_kv(cache), lengths_B)
+
+
 def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale=None) -> jax.Array:
     """Float32 masked-softmax attention over the dequantized cache, in ``q``'s dtype; slots
     ``>= lengths[b]`` may hold anything (NaN included). ``sm_scale`` defaults to 1/sqrt(D).

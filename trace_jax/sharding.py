@@ -265,7 +265,11 @@ def _sharding_for(axes, leaf, rules, mesh):
             return named(tuple(axes[:-2]) + (None,) * extra + kn, rules, mesh, f.shape)
         return jax.tree.map(field, leaf)
     from pallas_kernels.fp4_matmul_mgpu import MgpuWeights
+    from pallas_kernels.mgpu_kv_layout import MgpuKV
 
+    if isinstance(leaf, MgpuKV):  # every field [B, Hkv, ...]: batch and kv heads as the axes say
+        return jax.tree.map(lambda f: named(tuple(axes[:2]) + (None,) * (len(np.shape(f)) - 2),
+                                            rules, mesh, np.shape(f)), leaf)
     if isinstance(leaf, MgpuWeights):
         # codes [..., N, K/8], scales [..., K/64, N], global_scale [...] (per tensor / expert)
         lead, (k_ax, n_ax) = tuple(axes[:-2]), tuple(axes[-2:])
@@ -398,11 +402,14 @@ def rollout_shardings(rollout, mesh: Mesh, rules: Rules):
 
 def cache_shardings(cache, mesh: Mesh, rules: Rules):
     """Shardings for a KV cache (``attention.init_cache``: a tuple of ``{"k", "v"}``, each
-    ``[B, Hkv, S, Dh]`` bf16 or an FP4 QTensor): batch strictly over the batch axes, KV heads by
+    ``[B, Hkv, S, Dh]`` bf16 or an FP4 QTensor, or of ``{"kv": MgpuKV}``, each field
+    ``[B, Hkv, ...]``): batch strictly over the batch axes, KV heads by
     the ``kv_heads`` rule where divisible; MXFP4's constant global scale is replicated."""
+    from pallas_kernels.mgpu_kv_layout import MgpuKV
+
     first = jax.tree.leaves(cache)[0]
     check_batch_divisible(np.shape(first)[0], mesh, rules)
-    is_q = lambda x: isinstance(x, Q.QTensor)  # noqa: E731
+    is_q = lambda x: isinstance(x, (Q.QTensor, MgpuKV))  # noqa: E731
     return jax.tree.map(lambda leaf: _sharding_for(CACHE_AXES, leaf, rules, mesh), cache,
                         is_leaf=is_q)
 
