@@ -165,8 +165,9 @@ def _gen_leaf(k, shape, dt, role):
     """Random contents for one leaf, generated in its target dtype (no f32 copy of a weight)."""
     if role == "ones":
         return jnp.ones(shape, dt)
-    if dt == jnp.uint8:  # packed FP4 codes: any byte is two valid codes
-        return jax.random.bits(k, shape, jnp.uint8)
+    if dt in (jnp.uint8, jnp.uint32):  # packed FP4 codes (any byte is two valid codes), and
+        # the "mgpu" cache layout's code and scale-code words (timing data: any bits)
+        return jax.random.bits(k, shape, dt)
     if dt in _SCALE_BYTES:
         lo, hi = _SCALE_BYTES[dt]
         return jax.lax.bitcast_convert_type(

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Not run yet: prepared at commit b8905b2 (session 18), when no device time was left.
-# Session 18, one H200: the Mosaic FP4-KV attention with its split rule (default_splits) against
-# the Triton v6 kernel, including the 48-layer rollout's 128K shape (27 sequences) where 18f's
-# 8 x 128K had Mosaic 239 us vs Triton 325.
+# One H200: the Mosaic FP4-KV attention with its split rule (default_splits) against the Triton
+# v6 kernel, including the 48-layer rollout's 128K shape (27 sequences) where 18f's 8 x 128K had
+# Mosaic 239 us vs Triton 325; then the 4-layer 30B FP4 decode step at 128K with the caches in
+# the default kv_words layout and in the "mgpu" layout (attention through the Mosaic kernel).
 # Prediction (written before the run): 27 x 128K (32 splits) ~1.1-1.2x faster than Triton;
-# 8 x 128K ~240 us; 32 x 8K ~74 us; 111 x 32K ~830 us (Triton ~740); 16 / 64 splits within 3%.
+# 8 x 128K ~240 us; 32 x 8K ~74 us; 111 x 32K ~830 us (Triton ~740); 16 / 64 splits within 3%;
+# the 4-layer step at 128K ~5-10% faster with the mgpu layout (attention ~70% of the step).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session18g.sh
 source "$(dirname "$0")/gpu_prelude.sh" r18g
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-timeout 170 python3 experiments/check_mgpu_attention.py --out "$R/check" \
+timeout 150 python3 experiments/check_mgpu_attention.py --out "$R/check" \
   --shapes 27:131072,8:131072,32:8192,111:32768 --variants ";num_splits=16;num_splits=64" \
   > "$R/check.txt" 2>&1
 echo "check rc=$?"
+rollout_4l kvw128 180 fp4 131072 --steps 12
+rollout_4l mgpu128 180 fp4 131072 --steps 12 --kv_cache_layout mgpu
 tar -C "$R" -czf "$OUT/r18g.tar.gz" .
 grep -iE "error|Traceback" "$R/check.txt" | head -5
 python3 - "$R/check/kernels_attention_mgpu.json" <<'PY'
@@ -24,4 +28,5 @@ for r in d["rows"]:
     print("   pct", "  ".join(f"{k[:-9]}={v:.1f}" for k, v in r.items() if k.endswith("_pct_copy")))
     print("   relerr", "  ".join(f"{k[:-7]}={v:.2g}" for k, v in r.items() if k.endswith("_relerr")))
 PY
+rollout_rows kvw128 mgpu128
 exit 0
