@@ -733,8 +733,6 @@ def attention_kernel_version() -> str:
     if default is None:  # chosen from the K cache layout and head_dim
         default = ("v6 (KV caches in the kv_words layout)"
                    if attention.FP4_CACHE_LAYOUT == "kv_words"
-                   else "the Mosaic GPU kernel attention_mgpu (mgpu layout)"
-                   if attention.FP4_CACHE_LAYOUT == "mgpu"
                    else "v4 (natural KV caches, head_dim % 8 == 0) else v3")
     from pallas_kernels import attention_triton
 
@@ -747,6 +745,9 @@ def attention_kernel_version() -> str:
     if quantizer == "auto":
         quantizer = "auto: " + ("kernel" if nx.quantize_kernel_active() else "xla")
     tiling += ", activation quantizer " + quantizer
+    if attention.FP4_CACHE_LAYOUT == "mgpu":  # FP4 caches; a bf16 engine's go to Triton
+        return ("FP4 caches: attention_mgpu.decode_attention_mgpu (the mgpu cache layout, its "
+                f"default knobs and split rule); bf16 caches: decode_attention_triton ({tiling})")
     return f"decode_attention_triton(decode={default!r}, {tiling})"
 
 
