@@ -1,4 +1,4 @@
-"""The Mosaic GPU FP4-KV attention prototype (``pallas_kernels.attention_mgpu``) on one GPU: its
+"""The Mosaic GPU FP4-KV attention kernel (``pallas_kernels.attention_mgpu``) on one GPU: its
 output against the pure-JAX reference and the Triton v6 kernel, then device time of both against
 a copy measured the same way.
 
@@ -10,7 +10,7 @@ sequence lengths cover 1, a non-multiple of 64 and the full context): relative e
 f32) of each kernel against ``decode_attention_reference`` on the natural caches, the largest
 difference between a Mosaic variant and the Triton kernel, and (unless ``--no-time``) device time per call (all the
 call's kernels, ``devtime``) with % of copy over the KV bytes of the full-context rows. The
-first GPU run of the prototype: a failing shape prints its error and the table goes on.
+failing shape or variant prints its error and the table goes on.
 Writes ``kernels_attention_mgpu.{md,json}``.
 """
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
                     t = devtime.device_seconds(f, q, c, lengths)
                     row[f"{name}_us"] = 1e6 * t
                     row[f"{name}_pct_copy"] = 100 * kv_bytes(b, H, s, D, "nvfp4") / t / bw
-            except Exception as e:  # noqa: BLE001  (a prototype: report and go on)
+            except Exception as e:  # noqa: BLE001  (report and go on)
                 print(f"  {name} B={b} S={s}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
                 traceback.print_exc(limit=4)
         if "triton" in outs and len(outs) > 1:
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
                                       for n, o in outs.items() if n != "triton")
         rows.append(row)
         print(devtime.format_row(row), flush=True)
-    lines = [f"# Mosaic GPU FP4-KV attention prototype: {jax.devices()[0].device_kind} "
+    lines = [f"# Mosaic GPU FP4-KV attention: {jax.devices()[0].device_kind} "
              f"(jax {jax.__version__})", "",
              "command: `python experiments/check_mgpu_attention.py "
              f"{' '.join(argv or sys.argv[1:])}`",

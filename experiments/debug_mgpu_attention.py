@@ -1,4 +1,4 @@
-"""Localise a wrong result of the Mosaic FP4-KV attention prototype on a GPU: its split partials
+"""Localise a wrong result of the Mosaic FP4-KV attention kernel on a GPU: its split partials
 (``attention_mgpu._attention_t``: O^T, running max m, sum l) against ``partials_reference`` on
 structured caches, one line per case, so that one run says which stage is wrong.
 

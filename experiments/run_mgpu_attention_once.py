@@ -1,4 +1,4 @@
-"""Run the Mosaic GPU FP4-KV attention prototype at 111 sequences x 32K context (GQA 32 / 4,
+"""Run the Mosaic GPU FP4-KV attention kernel at 111 sequences x 32K context (GQA 32 / 4,
 head_dim 128, NVFP4) once (``sub`` 2 with the lazy sum: session 18b's fastest), for Nsight
 Compute (``ncu_source_profile DIR body experiments.run_mgpu_attention_once`` in gpu_prelude.sh).
 Checks each output against the Triton kernel first, so a profile never describes a wrong

@@ -1,7 +1,8 @@
-"""The Mosaic GPU KV-cache layout (``pallas_kernels.mgpu_kv_layout``, groundwork for a Mosaic
-FP4-KV attention kernel): exact round trip from natural NVFP4 caches, the V^T register decode
-(emulated) equals the dequantized V, and appending a row in place equals converting the cache
-with the row written."""
+"""The Mosaic GPU KV-cache layout (``pallas_kernels.mgpu_kv_layout``) and its attention kernel
+(``pallas_kernels.attention_mgpu``, CPU side): exact round trip from natural NVFP4 caches, the
+V^T register decode (emulated) equals the dequantized V, appending rows in place equals
+converting the cache with the rows written; the kernel lowers, its partial contract and split
+rule."""
 
 import functools
 
@@ -108,10 +109,10 @@ def test_bad_caches_are_refused_by_name():
         MK.append_row(MK.to_mgpu_kv(k, k), k, k, jnp.zeros((B,), jnp.int32))
 
 
-def test_mosaic_attention_prototype_lowers_and_falls_back_to_the_reference():
-    """``attention_mgpu`` (a prototype, not yet run on a GPU) lowers for sm_90 on this CPU
-    machine, the decode pieces included; on the CPU its wrapper gives the reference over the
-    natural caches; a q that does not match the cache is refused."""
+def test_mosaic_attention_lowers_and_falls_back_to_the_reference():
+    """``attention_mgpu`` lowers for sm_90 on this CPU machine (its default and its fastest
+    bf16-P knob sets), the decode pieces included; on the CPU its wrapper gives the reference
+    over the natural caches; a q that does not match the cache is refused."""
     from pallas_kernels import attention_mgpu as AM
     from pallas_kernels.decode_attention import decode_attention_reference
     b, h, s, d = 1, 1, 128, 128
