@@ -121,7 +121,8 @@ def test_mosaic_attention_lowers_and_falls_back_to_the_reference():
             spec((b, h, d // 64, s), jnp.uint32), spec((b, h, s), jnp.float32),
             spec((b, h, d, s // 8), jnp.uint32), spec((b, h, d // 16, s // 4), jnp.uint32),
             spec((b, h, s), jnp.float32), spec((b,), jnp.int32))
-    for kw in ({}, dict(sub=2, lazy_sum=True, fast_full=True, approx=True, p_terms=1)):
+    for kw in ({}, dict(sub=2, p_terms=1), dict(lazy_sum=False, fast_full=False, approx=False,
+                                                 no_auto_barriers=False)):
         txt = jax.jit(lambda *a: AM._attention_t(*a, p=1, steps=2, scale=0.1, **kw)).trace(
             *args).lower(lowering_platforms=("cuda",)).as_text()
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
