@@ -4,9 +4,11 @@
 # v6 kernel, including the 48-layer rollout's 128K shape (27 sequences) where 18f's 8 x 128K had
 # Mosaic 239 us vs Triton 325; then the 4-layer 30B FP4 decode step at 128K with the caches in
 # the default kv_words layout and in the "mgpu" layout (attention through the Mosaic kernel).
-# Prediction (written before the run): 27 x 128K (32 splits) ~1.1-1.2x faster than Triton;
-# 8 x 128K ~240 us; 32 x 8K ~74 us; 111 x 32K ~830 us (Triton ~740); 16 / 64 splits within 3%;
-# the 4-layer step at 128K ~5-10% faster with the mgpu layout (attention ~70% of the step).
+# Prediction (written before the run): 27 x 128K (32 splits) ~0.9x Triton (Triton was at 68.8%
+# of copy there in session 16; the Mosaic kernel plateaued at ~62% at 111 x 32K and 8 x 128K,
+# its 8 x 128K win is Triton's small-batch weakness); 8 x 128K ~240 us; 32 x 8K ~74 us;
+# 111 x 32K ~830 us (Triton ~740); 16 / 64 splits within 3%; so the 4-layer step at 128K ~5%
+# slower with the mgpu layout (attention ~70% of the step).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session18g.sh
 source "$(dirname "$0")/gpu_prelude.sh" r18g
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
