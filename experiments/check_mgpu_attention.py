@@ -4,6 +4,7 @@ a copy measured the same way.
 
   python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
       [--variants "K=V,K=V;..."] [--no-triton]
+  python experiments/check_mgpu_attention.py --summary DIR/kernels_attention_mgpu.json
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
 sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
@@ -63,6 +64,21 @@ def variant_name(kw: dict) -> str:
     return "".join(f"{_SHORT[k]}{v}" for k, v in kw.items()) or "default"
 
 
+def summary_lines(path: str) -> list[str]:
+    """A written sweep, three lines per shape: device us, % of copy and relerr per column."""
+    import json
+
+    with open(path) as f:
+        d = json.load(f)
+    out = [f"copy TB/s {d['copy_tbs']:.3f}"]
+    for r in d["rows"]:
+        cols = lambda end, fmt: "  ".join(  # noqa: E731
+            f"{k[:-len(end)]}={v:{fmt}}" for k, v in r.items() if k.endswith(end))
+        out += [f"{r['batch']} {r['context']} {cols('_us', '.1f')}",
+                f"   pct {cols('_pct_copy', '.1f')}", f"   relerr {cols('_relerr', '.2g')}"]
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
@@ -74,7 +90,12 @@ def main(argv=None) -> int:
                          "'sub=2,lazy_sum=1;sub=2,lazy_sum=1,fast_full=1' (each its own "
                          "columns; default: the defaults)")
     ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
+    ap.add_argument("--summary", metavar="JSON", default=None,
+                    help="print a written kernels_attention_mgpu.json compactly and exit")
     a = ap.parse_args(argv)
+    if a.summary:
+        print("\n".join(summary_lines(a.summary)))
+        return 0
     shapes = SHAPES if a.shapes is None else [
         tuple(int(v) for v in x.split(":")) for x in a.shapes.split(",")]
     bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)

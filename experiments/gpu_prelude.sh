@@ -69,3 +69,9 @@ rollout_rows() {
       | sed "s/^/$n /" | cut -c1-140 | head -8
   done
 }
+
+# mgpu_attention_summary NAME: $R/NAME/kernels_attention_mgpu.json (check_mgpu_attention.py's
+# output) as three lines per shape: device us, % of copy and relerr of every column.
+mgpu_attention_summary() {
+  python3 "$REPO/experiments/check_mgpu_attention.py" --summary "$R/$1/kernels_attention_mgpu.json"
+}

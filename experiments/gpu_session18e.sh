@@ -14,12 +14,6 @@ timeout 400 python3 experiments/check_mgpu_attention.py --out "$R/check" \
 echo "check rc=$?"
 tar -C "$R" -czf "$OUT/r18e.tar.gz" .
 grep -iE "error|Traceback" "$R/check.txt" | head -5
-python3 - "$R/check/kernels_attention_mgpu.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print("copy TB/s", round(d["copy_tbs"], 3))
-for r in d["rows"]:
-    print(r["batch"], r["context"], "  ".join(f"{k[:-3]}={v:.1f}" for k, v in r.items() if k.endswith("_us")))
-    print("   relerr", "  ".join(f"{k[:-7]}={v:.2g}" for k, v in r.items() if k.endswith("_relerr")))
-PY
+# (as run: an inline summary of the JSON, now gpu_prelude's mgpu_attention_summary)
+mgpu_attention_summary check
 exit 0

@@ -21,14 +21,6 @@ rollout_4l kvw128 180 fp4 131072 --steps 12
 rollout_4l mgpu128 180 fp4 131072 --steps 12 --kv_cache_layout mgpu
 tar -C "$R" -czf "$OUT/r18g.tar.gz" .
 grep -iE "error|Traceback" "$R/check.txt" | head -5
-python3 - "$R/check/kernels_attention_mgpu.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print("copy TB/s", round(d["copy_tbs"], 3))
-for r in d["rows"]:
-    print(r["batch"], r["context"], "  ".join(f"{k[:-3]}={v:.1f}" for k, v in r.items() if k.endswith("_us")))
-    print("   pct", "  ".join(f"{k[:-9]}={v:.1f}" for k, v in r.items() if k.endswith("_pct_copy")))
-    print("   relerr", "  ".join(f"{k[:-7]}={v:.2g}" for k, v in r.items() if k.endswith("_relerr")))
-PY
+mgpu_attention_summary check
 rollout_rows kvw128 mgpu128
 exit 0

@@ -121,3 +121,22 @@ def test_devtime_table_lines_keep_every_key_and_mark_missing_ones():
     assert lines[:2] == ["| shape | t_us | pct | err |", "|---|---|---|---|"]
     assert lines[2:] == ["| a | 12.35 | - | 1e-05 |", "| b | 3 | 70.12 | - |"]
     assert devtime.format_row(dict(shape="a", t_us=12.34567)) == "  shape=a  t_us=12.35"
+
+
+def test_mgpu_attention_check_variants_and_summary(tmp_path):
+    """check_mgpu_attention.py's variant specs (keyword sets, unknown keywords refused by name),
+    their column names, and --summary's lines from a written sweep."""
+    from experiments import check_mgpu_attention as CM
+    from pallas_kernels import devtime
+    assert CM.parse_variants("") == [{}]
+    v = CM.parse_variants("sub=2,lazy_sum=1;num_splits=8")
+    assert v == [{"sub": 2, "lazy_sum": 1}, {"num_splits": 8}]
+    assert [CM.variant_name(x) for x in v] == ["s2L1", "p8"]
+    with pytest.raises(SystemExit, match="unknown variant keyword 'sbu'"):
+        CM.parse_variants("sbu=2")
+    rows = [dict(batch=8, context=1024, mgpu_us=10.0, mgpu_pct_copy=50.0, mgpu_relerr=1e-5,
+                 triton_us=12.5, triton_pct_copy=40.0, triton_relerr=2e-5)]
+    devtime.write_sweep(str(tmp_path), "kernels_attention_mgpu", ["# t"], rows, 4.3e12)
+    lines = CM.summary_lines(str(tmp_path / "kernels_attention_mgpu.json"))
+    assert lines == ["copy TB/s 4.300", "8 1024 mgpu=10.0  triton=12.5",
+                     "   pct mgpu=50.0  triton=40.0", "   relerr mgpu=1e-05  triton=2e-05"]
