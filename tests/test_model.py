@@ -78,8 +78,8 @@ def test_mgpu_cache_layout_holds_the_same_cache_and_logits(params, tokens, monke
     from pallas_kernels import kv_layout as KL
     from pallas_kernels import mgpu_kv_layout as MK
 
-    cfg = dataclasses.replace(CFG32, head_dim=64)  # the layout's head_dim multiple
-    num = nx.make_numerics("fp4_rollout", CFG.n_layers)
+    cfg = dataclasses.replace(CFG32, head_dim=64, n_layers=2)  # the layout's head_dim multiple
+    num = nx.make_numerics("fp4_rollout", cfg.n_layers)
     p = pack_params(init_params(cfg, jax.random.key(3)), num, jnp.float32)
     B, T = tokens.shape
     step = jax.jit(lambda p, t, pos, c: M.forward(p, t, cfg=cfg, numerics=num, cache=c,
@@ -91,7 +91,7 @@ def test_mgpu_cache_layout_holds_the_same_cache_and_logits(params, tokens, monke
         # slots would sum in another order, an ulp apart, and flip later layers' codes)
         cache = attention.init_cache(cfg, num, B, 64 if layout == "kv_words" else 16)
         logits, _, cache = step(p, tokens[:, :5], jnp.broadcast_to(jnp.arange(5), (B, 5)), cache)
-        for t in range(5, 7):
+        for t in range(5, 7):  # two decode steps: one compile, a row appended after a row
             lg, _, cache = step(p, tokens[:, t:t + 1], jnp.full((B, 1), t), cache)
             logits = jnp.concatenate([logits, lg], axis=1)
         return logits, cache
@@ -109,7 +109,7 @@ def test_mgpu_cache_layout_holds_the_same_cache_and_logits(params, tokens, monke
                     np.asarray(getattr(want, f)[:, :, :7]).view(np.uint8), err_msg=f)
     np.testing.assert_array_equal(np.asarray(b_logits), np.asarray(a_logits))
     with pytest.raises(ValueError, match="'mgpu' KV cache layout holds NVFP4"):
-        attention.init_cache(cfg, nx.make_numerics("fp4_rollout", CFG.n_layers, fmt="mxfp4"),
+        attention.init_cache(cfg, nx.make_numerics("fp4_rollout", cfg.n_layers, fmt="mxfp4"),
                              B, 16)
     with pytest.raises(ValueError, match="needs head_dim % 64 == 0, got 32"):
         attention.init_cache(CFG, num, B, 16)
