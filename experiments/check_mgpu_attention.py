@@ -9,7 +9,8 @@ a copy measured the same way.
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
 sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
 f32) of each kernel against ``decode_attention_reference`` on the natural caches, the largest
-difference between a Mosaic variant and the Triton kernel, and (unless ``--no-time``) device time per call (all the
+difference between a Mosaic variant and the Triton kernel, and (unless ``--no-time``) device
+time per call (all the
 call's kernels, ``devtime``) with % of copy over the KV bytes of the full-context rows. The
 failing shape or variant prints its error and the table goes on.
 Writes ``kernels_attention_mgpu.{md,json}``.

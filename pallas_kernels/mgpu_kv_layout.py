@@ -1,7 +1,8 @@
 """NVFP4 KV-cache layout of the Mosaic GPU FP4-KV decode attention kernel
 (:mod:`pallas_kernels.attention_mgpu`; design in NOTES_attention, sessions 16-18), which the model
-uses with ``trace_jax.attention.FP4_CACHE_LAYOUT = "mgpu"``. The cache rows decode straight into the registers of wgmma's A operand, as the FP4
-matmul's weights do (:mod:`pallas_kernels.mgpu_layout`), in both products of the kernel:
+uses with ``trace_jax.attention.FP4_CACHE_LAYOUT = "mgpu"``. The cache rows decode straight into
+the registers of wgmma's A operand, as the FP4 matmul's weights do
+(:mod:`pallas_kernels.mgpu_layout`), in both products of the kernel:
 
 * **K**, for S^T [64 cache rows, Gq] = K [64, D] Q^T (cache rows on wgmma's M side, head_dim the
   contraction): per (sequence, kv head) the matmul's weight layout with N = cache rows and

@@ -75,10 +75,10 @@ def init_cache(cfg, numerics, batch: int, slots: int):
     return tuple(caches)
 
 
-# FP4 KV caches' code layout: "mgpu" (NVFP4 only: pallas_kernels.mgpu_kv_layout, read by the
-# Mosaic GPU kernel attention_mgpu; session 18: faster than Triton v6 at 8 x 128K and 32 x 8K,
-# slower at 32K with 32+ sequences), "kv_words" (pallas_kernels.kv_layout.LAYOUT; the decode kernel's
-# fast path) or "natural" (benchmarks of the older kernel versions); read by init_cache
+# FP4 KV caches' code layout: "kv_words" (pallas_kernels.kv_layout.LAYOUT; the Triton decode
+# kernel's fast path), "natural" (benchmarks of the older kernel versions) or "mgpu" (NVFP4 only:
+# pallas_kernels.mgpu_kv_layout, read by the Mosaic GPU kernel attention_mgpu; session 18: faster
+# than Triton v6 at 8 x 128K and 32 x 8K, slower at 32K with 32+ sequences); read by init_cache
 FP4_CACHE_LAYOUT = "kv_words"
 CACHE_LAYOUTS = ("kv_words", "natural", "mgpu")
 
@@ -146,13 +146,7 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
         start = positions_BxT[:, 0]
         rows = lambda i: jax.tree.map(lambda a: _to_bhsd(a[:, :, i]), q_kv)  # noqa: E731
         new_cache = {"kv": write_rows(cache["kv"], rows(0), rows(1), start)}
-        if T == 1:
-            o = ops.decode_attention_mgpu(q[:, 0], new_cache["kv"], start + 1)[:, None]
-        else:
-            o = causal_attention(q, k, v)
-        out = o.reshape(B, T, H * D).astype(dt) @ p["wo"].astype(dt)
-        return out, new_cache
-    if cache is not None:
+    elif cache is not None:
         start = positions_BxT[:, 0]
         if q_kv is not None:
             if q_kv.layout != cache["k"].layout == cache["v"].layout:  # one permutation, not two
@@ -166,7 +160,8 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
         new_cache = {"k": write_cache(cache["k"], new_k, start),
                      "v": write_cache(cache["v"], new_v, start)}
     if cache is not None and T == 1:
-        o = ops.decode_attention(q[:, 0], new_cache["k"], new_cache["v"], start + 1)[:, None]
+        o = (ops.decode_attention_mgpu(q[:, 0], new_cache["kv"], start + 1) if "kv" in new_cache
+             else ops.decode_attention(q[:, 0], new_cache["k"], new_cache["v"], start + 1))[:, None]
     else:
         o = causal_attention(q, k, v)
     out = o.reshape(B, T, H * D).astype(dt) @ p["wo"].astype(dt)
