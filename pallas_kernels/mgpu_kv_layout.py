@@ -25,7 +25,7 @@ the registers of wgmma's A operand, as the FP4 matmul's weights do
 S must be a multiple of 64 and D of 64. :func:`to_mgpu_kv` / :func:`from_mgpu_kv` convert from /
 to natural ``QTensor`` caches (exact), :func:`empty_mgpu_kv` makes an empty cache,
 :func:`append_row` writes one new row per sequence in place (the decode step's cache update),
-:func:`write_rows` T rows, and :func:`emulate_v_transposed` is the
+:func:`write_rows` T rows (a prefill), and :func:`emulate_v_transposed` is the
 kernel's V^T decode register by register in plain JAX (CPU tests of the layout).
 """
 
@@ -210,16 +210,45 @@ def empty_mgpu_kv(b: int, h: int, s: int, d: int) -> MgpuKV:
 
 def write_rows(c: MgpuKV, k_rows: QTensor, v_rows: QTensor, start: jax.Array) -> MgpuKV:
     """Write T new rows per sequence, natural NVFP4 QTensors [B, H, T, D] (per-row global
-    scales), at rows ``start[b] .. start[b] + T - 1``: :func:`append_row` once per row (T = 1:
-    the decode step; T > 1: a prefill, a loop of T appends)."""
+    scales), at rows ``start[b] .. start[b] + T - 1`` (in the cache). T = 1 is
+    :func:`append_row` (the decode step). T > 1 (a prefill) costs a fixed number of ops: K's rows
+    are whole words; V's codes and scales are rewritten over the few 64-row spans the rows
+    touch (unpacked to natural order, updated, packed again). Equals :func:`to_mgpu_kv` of the
+    natural caches with the rows written (tested)."""
+    b, h, s, d = c.shape
     t = k_rows.shape[2]
+    for name, rows in (("K", k_rows), ("V", v_rows)):
+        if rows.shape != (b, h, t, d) or rows.fmt != "nvfp4" or rows.layout != "natural":
+            raise ValueError(f"{name} rows: natural NVFP4 [{b}, {h}, {t}, {d}] expected, got "
+                             f"{rows.fmt} {rows.shape} {rows.layout!r}")
+    if t > s:
+        raise ValueError(f"{t} rows do not fit a cache of {s} rows")
     if t == 1:
         return append_row(c, k_rows, v_rows, start)
-    start = jnp.asarray(start, jnp.int32)
-    row = lambda x, i: jax.tree.map(  # noqa: E731
-        lambda a: jax.lax.dynamic_slice_in_dim(a, i, 1, axis=2), x)
-    return jax.lax.fori_loop(
-        0, t, lambda i, c: append_row(c, row(k_rows, i), row(v_rows, i), start + i), c)
+    start = jnp.asarray(start, jnp.int32).reshape(b)
+    u8 = lambda a: jax.lax.bitcast_convert_type(a, jnp.uint8)  # noqa: E731
+    put = jax.vmap(lambda dst, src, p, axis: jax.lax.dynamic_update_slice_in_dim(
+        dst, src.astype(dst.dtype), p, axis), in_axes=(0, 0, 0, None))
+    take = jax.vmap(lambda a, p, n, axis: jax.lax.dynamic_slice_in_dim(a, p, n, axis),
+                    in_axes=(0, 0, None, None))
+    k_codes = put(c.k_codes, _map2(MG.pack_codes)(E2.unpack_nibbles(k_rows.codes)), start, 1)
+    k_scales = put(c.k_scales, _map2(MG.pack_scales)(u8(k_rows.scales)), start, 2)
+    k_gs = put(c.k_gscale, _row_gscale(k_rows), start, 1)
+    v_gs = put(c.v_gscale, _row_gscale(v_rows), start, 1)
+    # V: the window of whole spans holding rows start .. start + T - 1 (clamped into the cache)
+    n = min(s, (-(-t // SPAN) + 1) * SPAN)
+    w0 = jnp.minimum((start // SPAN) * SPAN, s - n)
+    off = start - w0
+    nib = _map2(MG.unpack_codes)(take(c.v_codes, w0 // 8, n // 8, 2))  # [B, H, D, n]
+    nib = put(nib, jnp.swapaxes(E2.unpack_nibbles(v_rows.codes), -1, -2), off, 2)
+    v_codes = put(c.v_codes, _map2(MG.pack_codes)(nib), w0 // 8, 2)
+    rows_of = jnp.asarray(v_scale_rows())
+    win = take(c.v_scales, w0, n, 2).reshape(b, h, d // 16, n // SPAN, SPAN)
+    win = win[..., jnp.asarray(np.argsort(v_scale_rows()))].reshape(b, h, d // 16, n)
+    win = put(win, MG.scale_codes(jnp.swapaxes(u8(v_rows.scales), -1, -2)), off, 2)
+    win = win.reshape(b, h, d // 16, n // SPAN, SPAN)[..., rows_of].reshape(b, h, d // 16, n)
+    return MgpuKV(k_codes=k_codes, k_scales=k_scales, k_gscale=k_gs, v_codes=v_codes,
+                  v_scales=put(c.v_scales, win, w0, 2), v_gscale=v_gs)
 
 
 def emulate_v_transposed(v_codes_DxS8: jax.Array, v_scales_DbxS: jax.Array) -> jax.Array:

@@ -76,25 +76,31 @@ def test_append_row_equals_converting_the_written_cache():
 
 
 def test_empty_cache_and_multi_row_writes():
-    """``empty_mgpu_kv`` is the conversion of two empty natural caches; ``write_rows`` of T = 3
-    rows at different starts per sequence (a prefill's loop of appends) equals converting the
-    natural caches with the rows written."""
+    """``empty_mgpu_kv`` is the conversion of two empty natural caches; ``write_rows`` of T rows
+    at different starts per sequence (a prefill) equals converting the natural caches with the
+    rows written: across a span boundary, at the cache's end (a clamped window), more than a
+    span, the whole cache; rows that do not match the cache are refused by name."""
     from trace_jax.attention import empty_fp4
     e = empty_fp4((B, H, S, D), "nvfp4")
     _bits_equal(MK.empty_mgpu_kv(B, H, S, D), MK.to_mgpu_kv(e, e))
     k, v = _cache(30), _cache(31)
     kn, vn = _cache(32), _cache(33)
-    start = jnp.asarray([62, 3], jnp.int32)  # sequence 0's rows cross a span boundary
-    take = lambda q: jax.tree.map(lambda a: jnp.stack(  # noqa: E731
-        [jax.lax.dynamic_slice_in_dim(a[b], start[b], 3, axis=1) for b in range(B)]), q)
-    put = lambda q, r: jax.tree.map(lambda a, x: jnp.stack(  # noqa: E731
-        [jax.lax.dynamic_update_slice_in_dim(a[b], x[b], start[b], axis=1) for b in range(B)]),
-        q, r)
-    k_rows, v_rows = take(kn), take(vn)
-    got = jax.jit(MK.write_rows)(MK.to_mgpu_kv(k, v), k_rows, v_rows, start)
-    _bits_equal(got, MK.to_mgpu_kv(put(k, k_rows), put(v, v_rows)))
+    rows_at = lambda q, start, t: jax.tree.map(lambda a: jnp.stack(  # noqa: E731
+        [jax.lax.dynamic_slice_in_dim(a[b], start[b], t, axis=1) for b in range(B)]), q)
+    put = lambda q, r, start: jax.tree.map(lambda a, x: jnp.stack(  # noqa: E731
+        [jax.lax.dynamic_update_slice_in_dim(a[b], x[b], start[b], axis=1)
+         for b in range(B)]), q, r)
+    write = jax.jit(MK.write_rows)
+    for t, first in ((3, (62, 3)), (3, (125, 0)), (70, (58, 0)), (128, (0, 0))):
+        start = jnp.asarray(first, jnp.int32)
+        k_rows, v_rows = rows_at(kn, start, t), rows_at(vn, start, t)
+        got = write(MK.to_mgpu_kv(k, v), k_rows, v_rows, start)
+        _bits_equal(got, MK.to_mgpu_kv(put(k, k_rows, start), put(v, v_rows, start)))
     with pytest.raises(ValueError, match="must be multiples of 64"):
         MK.empty_mgpu_kv(B, H, 100, D)
+    zero = jnp.zeros((B,), jnp.int32)
+    with pytest.raises(ValueError, match=r"V rows: natural NVFP4 \[2, 2, 3, 128\] expected"):
+        MK.write_rows(MK.to_mgpu_kv(k, v), rows_at(kn, zero, 3), rows_at(vn, zero, 2), zero)
 
 
 def test_bad_caches_are_refused_by_name():
