@@ -165,8 +165,14 @@ def _gen_leaf(k, shape, dt, role):
     """Random contents for one leaf, generated in its target dtype (no f32 copy of a weight)."""
     if role == "ones":
         return jnp.ones(shape, dt)
-    if dt in (jnp.uint8, jnp.uint32):  # packed FP4 codes (any byte is two valid codes), and
-        # the "mgpu" cache layout's code and scale-code words (timing data: any bits)
+    if role == "mgpu_scales":  # the "mgpu" cache layout's scale codes: 1 (uint8) or 4 per word
+        from pallas_kernels.mgpu_layout import scale_codes
+
+        lo, hi = _SCALE_BYTES[jnp.dtype(jnp.float8_e4m3fn)]
+        n = 4 if dt == jnp.uint32 else 1
+        c = scale_codes(jax.random.randint(k, shape + (n,), lo, hi, jnp.int32)).astype(dt)
+        return functools.reduce(jnp.bitwise_or, [c[..., i] << (8 * i) for i in range(n)])
+    if dt in (jnp.uint8, jnp.uint32):  # packed FP4 codes: any bits are valid codes
         return jax.random.bits(k, shape, dt)
     if dt in _SCALE_BYTES:
         lo, hi = _SCALE_BYTES[dt]
@@ -272,10 +278,15 @@ def packed_expert_kernel(params: dict) -> str:
 
 
 def random_cache(cfg, numerics, batch, slots, key):
-    """A full cache with random, valid contents (every slot written)."""
+    """A full cache with random, valid contents (every slot written; block scales finite and
+    moderate in every layout)."""
     structs = jax.eval_shape(lambda: attention.init_cache(cfg, numerics, batch, slots))
-    return random_tree(structs, key, lambda p: _global_role(numerics.fmt, "cache")
-                       if p.endswith("global_scale") else "cache")
+
+    def role(path):
+        if path.endswith("global_scale"):
+            return _global_role(numerics.fmt, "cache")
+        return "mgpu_scales" if path.endswith(("k_scales", "v_scales")) else "cache"
+    return random_tree(structs, key, role)
 
 
 def tree_nbytes(tree) -> int:

@@ -9,7 +9,7 @@ a copy measured the same way.
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
 sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
 f32) of each kernel against ``decode_attention_reference`` on the natural caches, the largest
-difference between a Mosaic variant and the Triton kernel, and (unless ``--no-time``) device
+difference between each Mosaic variant and the Triton kernel, and (unless ``--no-time``) device
 time per call (all the
 call's kernels, ``devtime``) with % of copy over the KV bytes of the full-context rows. The
 failing shape or variant prints its error and the table goes on.
@@ -55,6 +55,8 @@ def parse_variants(spec: str) -> list[dict]:
             k, _, v = item.partition("=")
             if k not in _SHORT:
                 raise SystemExit(f"unknown variant keyword {k!r} (known: {', '.join(_SHORT)})")
+            if not v.lstrip("-").isdigit():
+                raise SystemExit(f"variant keyword {k!r} needs an integer value, got {item!r}")
             kw[k] = int(v)
         out.append(kw)
     return out
@@ -132,9 +134,9 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001  (report and go on)
                 print(f"  {name} B={b} S={s}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
                 traceback.print_exc(limit=4)
-        if "triton" in outs and len(outs) > 1:
-            row["max_abs_diff"] = max(float(jnp.max(jnp.abs(o - outs["triton"])))
-                                      for n, o in outs.items() if n != "triton")
+        for name, o in outs.items():  # each Mosaic variant against the Triton kernel
+            if name != "triton" and "triton" in outs:
+                row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(o - outs["triton"])))
         rows.append(row)
         print(devtime.format_row(row), flush=True)
     lines = [f"# Mosaic GPU FP4-KV attention: {jax.devices()[0].device_kind} "

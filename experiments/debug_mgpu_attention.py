@@ -17,6 +17,7 @@ Cases (one kv head, 8 query heads, head_dim 128):
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -51,6 +52,7 @@ def run_case(name, k, v, lengths, p, q=None):
     got = None
     for var in VARIANTS:
         if s % (64 * var.get("sub", 1) * p):
+            print(f"{name} [{CM.variant_name(var)}]: skipped (a split is not a whole step)")
             continue
         label = f"{name} [{CM.variant_name(var)}]"
         try:
@@ -69,9 +71,13 @@ def run_case(name, k, v, lengths, p, q=None):
 
 def main(argv=None) -> int:
     global VARIANTS
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["--variants"]:
-        VARIANTS = CM.parse_variants(args[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variants", default="",
+                    help="check_mgpu_attention's format: ';'-separated keyword sets of "
+                         "attention_mgpu._attention_t (num_splits is fixed per case here)")
+    VARIANTS = CM.parse_variants(ap.parse_args(argv).variants)
+    if any("num_splits" in v for v in VARIANTS):
+        raise SystemExit("--variants: num_splits is fixed by each case (its P) here")
     print(jax.devices()[0].device_kind, jax.__version__, flush=True)
     key = iter(jax.random.split(jax.random.PRNGKey(0), 64))
     rnd = lambda *shape: jax.random.normal(next(key), shape, jnp.float32)  # noqa: E731

@@ -5,15 +5,18 @@ on the H200 in session 18: exact; 1.07x / 1.36x the Triton v6 kernel at 32 x 8K 
 CPU machine (``tests/test_mgpu_kv_layout.py``). Design and measurements: NOTES_attention
 (sessions 16-18). Caches in :mod:`pallas_kernels.mgpu_kv_layout` (``MgpuKV``).
 
-One warpgroup per (split, kv head, sequence), 64 cache rows per pipeline step:
+One warpgroup per (split, kv head, sequence), 64 cache rows per pipeline step (``sub`` tiles of
+64 with ``sub > 1``); per 64-row tile:
 
 * S^T [64 rows, Gq = 8] = K [64, D] Q^T: K decoded into wgmma's register A operand by the FP4
   matmul's ``_decode_tile``; Q^T the transposed view of the [8, D] Q tile in shared memory.
-* The scores scaled by K's per-row global scale, rows past the sequence masked, the online
-  softmax over the rows (cross-warp reductions); P times V's per-row global scale.
-* P^T [8, 64] in two bf16 terms (hi + lo: f32 accuracy of P, as the Triton kernel) stored into
-  128-byte-swizzled shared-memory tiles by scalar stores (``_store_pt``; Mosaic GPU has no
-  register transpose for this layout).
+* The scores scaled by K's per-row global scale, rows past the sequence masked (in a step that
+  has such rows: full steps run a copy of the body without masks), the online softmax over the
+  rows (a cross-warp max; the sum kept per row and reduced once); P times V's per-row global
+  scale.
+* P^T [8, 64] in two bf16 terms (hi + lo: f32 accuracy of P, as the Triton kernel; ``p_terms=1``
+  keeps hi alone) stored into 128-byte-swizzled shared-memory tiles by scalar stores
+  (``_store_pt``; Mosaic GPU has no register transpose for this layout).
 * O^T [D, 8] += V^T [D, 64] P^T: V^T decoded into the A operand from the token-major V words,
   each code pair times its own two block scales (``_decode_v``), rows past the sequence given a
   zero multiplier (their scales may be NaN).
@@ -335,26 +338,23 @@ def partials_reference(q_BxHxGxD, cache: MK.MgpuKV, lengths, *, p: int, scale: f
     split of S / ``p`` rows, O^T [B, H, P, D, G] = sum over its valid rows of 2**(s - m) * v *
     2**-SHIFT, m [B, H, P, G] = max(_NEG, the rows' s) and l = sum 2**(s - m), where s = k . q *
     ``scale`` * 2**-SHIFT (``scale`` as the kernel takes it: base 2, times 2**SHIFT). A debugging
-    reference for the kernel's partials; ``attention_triton.combine`` of them is the attention."""
-    k, v = (jnp.asarray(quant_dequant(t), jnp.float32) for t in MK.from_mgpu_kv(cache))
+    reference for the kernel's partials; ``attention_triton.combine`` of them is the attention.
+    Rows past a sequence's length contribute nothing, whatever they hold (as in the kernel)."""
+    from trace_jax import quant
+
+    k, v = (quant.dequantize(t, jnp.float32) for t in MK.from_mgpu_kv(cache))
     b, h, s, d = cache.shape
     chunk = s // p
     sc = jnp.einsum("bhsd,bhgd->bhsg", k, q_BxHxGxD.astype(jnp.float32)) * (
         scale * 2.0 ** -FM.SHIFT)
     rows = jnp.arange(s)
     ok = rows[None, :] < jnp.asarray(lengths, jnp.int32)[:, None]  # [B, S]
+    v = jnp.where(ok[:, None, :, None], v, 0.0)  # stale rows may hold anything (NaN included)
     sc = jnp.where(ok[:, None, :, None], sc, -jnp.inf).reshape(b, h, p, chunk, -1)
     m = jnp.maximum(jnp.max(sc, axis=3), AT._NEG)  # [B, H, P, G]
     pr = jnp.exp2(sc - m[:, :, :, None, :])
     o = jnp.einsum("bhpcg,bhpcd->bhpdg", pr, v.reshape(b, h, p, chunk, d)) * 2.0 ** -FM.SHIFT
     return o, m, jnp.sum(pr, axis=3)
-
-
-def quant_dequant(t):
-    """A natural QTensor's f32 values (``trace_jax.quant.dequantize``)."""
-    from trace_jax import quant
-
-    return quant.dequantize(t, jnp.float32)
 
 
 def decode_attention_mgpu_reference(q, cache: MK.MgpuKV, lengths, *, sm_scale=None):
@@ -385,7 +385,7 @@ def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return decode_attention_mgpu_reference(q, cache, lengths, sm_scale=sm_scale)
     g = hq // h
-    p = num_splits or default_splits(b, h, s)
+    p = num_splits or default_splits(b, h, s, sub)
     qg, kw = kernel_args(q, cache, sm_scale, p)
     o, m, l = _attention_t(qg, *kernel_caches(cache), jnp.asarray(lengths, jnp.int32),
                            steps=steps, sub=sub, lazy_sum=lazy_sum,
@@ -397,17 +397,20 @@ def decode_attention_mgpu(q, cache: MK.MgpuKV, lengths, *, sm_scale=None,
 
 # The split rule's bounds (session 18f's sweep of 2..64 splits at 32 x 8K, 32 x 32K, 111 x 32K
 # and 8 x 128K: the fastest counts were 4, 32, 8 and 64; this rule picks 4, 16, 8 and 64, each
-# within 1.1% of the fastest). Programs run 2-3 per SM (195 registers per thread).
+# within 1.1% of the fastest). 2 programs fit an SM (18c: 195 registers per thread, sub 2).
+# The rule takes divisors only: a block count without small divisors (e.g. a prime) gets few
+# splits (a ragged last split is not implemented), so contexts that are multiples of a power of
+# two times 64 rows split best.
 SPLIT_PROGRAMS = 4096  # at most about this many programs (B * H * splits)
 SPLIT_MIN_STEPS = 32  # at least this many 64-row steps per split (when the context has them)
 
 
-def default_splits(b: int, h: int, s: int) -> int:
-    """Splits per (sequence, kv head): the largest divisor of the S / 64 row blocks with at most
-    ~``SPLIT_PROGRAMS`` programs in all and at least ``SPLIT_MIN_STEPS`` blocks per split (1
-    when the context is shorter)."""
-    blocks = s // ROWS
-    cap = max(1, min(-(-SPLIT_PROGRAMS // (b * h)), blocks // SPLIT_MIN_STEPS))
+def default_splits(b: int, h: int, s: int, sub: int = 1) -> int:
+    """Splits per (sequence, kv head): the largest divisor of the S / (64 ``sub``) step blocks
+    with at most ``SPLIT_PROGRAMS`` programs in all (or 1 split) and at least
+    ``SPLIT_MIN_STEPS`` 64-row blocks per split (or 1 split when the context is shorter)."""
+    blocks = s // (ROWS * sub)
+    cap = max(1, min(SPLIT_PROGRAMS // (b * h), blocks * sub // SPLIT_MIN_STEPS))
     return max(p for p in range(1, cap + 1) if blocks % p == 0)
 
 

@@ -104,3 +104,26 @@ def test_loop_runs_the_same_steps_as_per_call_timing():
     np.testing.assert_array_equal(np.asarray(ex2), np.asarray(ex))
     assert jax.tree.structure(hints2) == jax.tree.structure(hints) and hints
     # bench_rollout --loop 2 end to end: test_kernel_layout_routes_expert_matmuls_to_the_pallas_kernels
+
+
+def test_random_mgpu_cache_holds_finite_moderate_scales(monkeypatch):
+    """The benchmark's random caches in the "mgpu" layout decode to finite values with the
+    kv_words caches' scale range (E4M3 0.25 .. 1.125), not arbitrary scale-code bits."""
+    import dataclasses
+
+    import jax
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from configs import small
+    from pallas_kernels import mgpu_kv_layout as MK
+    from trace_jax import attention, model as M, numerics as nx, quant as Q
+    monkeypatch.setattr(attention, "FP4_CACHE_LAYOUT", "mgpu")
+    cfg = dataclasses.replace(M.ModelConfig.from_config(small.get_config().model), n_layers=1)
+    cache = bench_rollout.random_cache(cfg, nx.make_numerics("fp4_rollout", 1), 2, 128,
+                                       jax.random.key(0))
+    for q in MK.from_mgpu_kv(cache[0]["kv"]):
+        assert bool(jnp.all(jnp.isfinite(Q.dequantize(q))))
+        sb = np.asarray(jax.lax.bitcast_convert_type(q.scales, jnp.uint8))
+        assert sb.min() >= 0x28 and sb.max() < 0x39

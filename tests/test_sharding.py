@@ -89,7 +89,7 @@ def test_logical_to_spec_drops_axes_that_do_not_divide_and_reuses_none():
     assert S.logical_to_spec((None, "b"), r, m, (5, 1)) == P()
 
 
-def test_fp4_qtensor_fields_sharded_where_divisible():
+def test_fp4_qtensor_fields_sharded_where_divisible(monkeypatch):
     m = mesh_of((1, 2, 2, 2))
     num = nx.make_numerics("fp4_rollout", CFG.n_layers)
     rules = S.make_rules("training")
@@ -110,12 +110,9 @@ def test_fp4_qtensor_fields_sharded_where_divisible():
                                                      4, 16))
     assert S.cache_shardings(mx, m, rules)[1]["v"].global_scale.spec == P()
     # the "mgpu" layout (one MgpuKV per layer): every field batch and kv heads first
-    attention.FP4_CACHE_LAYOUT = "mgpu"
-    try:
-        mg = jax.eval_shape(lambda: attention.init_cache(
-            dataclasses.replace(CFG, head_dim=64), num, 4, 16))
-    finally:
-        attention.FP4_CACHE_LAYOUT = "kv_words"
+    monkeypatch.setattr(attention, "FP4_CACHE_LAYOUT", "mgpu")
+    mg = jax.eval_shape(lambda: attention.init_cache(dataclasses.replace(CFG, head_dim=64), num,
+                                                     4, 16))
     ms = S.cache_shardings(mg, m, rules)[0]["kv"]
     assert ms.v_codes.spec == ms.k_gscale.spec == P(("fsdp", "expert"), "tensor")
 

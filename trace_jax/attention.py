@@ -143,6 +143,9 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
     if cache is not None and "kv" in cache:  # the "mgpu" layout: NVFP4 K and V^T in one
         from pallas_kernels.mgpu_kv_layout import write_rows
 
+        if q_kv is None:
+            raise ValueError(f"layer {layer}: an 'mgpu' (NVFP4) KV cache, but these numerics do "
+                             "not quantize the KV site (a cache built under other numerics?)")
         start = positions_BxT[:, 0]
         rows = lambda i: jax.tree.map(lambda a: _to_bhsd(a[:, :, i]), q_kv)  # noqa: E731
         new_cache = {"kv": write_rows(cache["kv"], rows(0), rows(1), start)}
