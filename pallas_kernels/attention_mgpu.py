@@ -93,7 +93,7 @@ def _decode_v(vw, vs_ref, valid, d):
         warp = arith.index_cast(index, arith.andi(arith.shrui(tid, ci(5)), ci(3)))
         q = arith.andi(tid, ci(3))
         if masked:  # t = valid - 2 q: row 32 e + 8 p + 2 q + h is valid iff 32 e + 8 p + h < t
-            t = arith.subi(_splat_i32(valid_fa[0]), arith.shli(q, ci(1)))
+            t = arith.subi(FM.splat_value(valid_fa[0], i32), arith.shli(q, ci(1)))
         out = np.empty(fa.WGMMA_LAYOUT.registers_shape((d, ROWS)), dtype=object)
         qi = arith.index_cast(index, q)
         for e in range(2):
@@ -126,18 +126,6 @@ def _decode_v(vw, vs_ref, valid, d):
     return dec(vw, vs_ref, *(() if valid is None else (valid,)))
 
 
-def _splat_i32(x):
-    """Inside ``inline_mgpu``: an integer scalar argument (``WG_SPLAT``) as an i32 value."""
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, vector
-
-    v = x.registers.flat[0]
-    if isinstance(v.type, ir.VectorType):
-        v = vector.extract(v, [], [0])
-    i32 = ir.IntegerType.get_signless(32)
-    return v if v.type == i32 else arith.index_cast(i32, v)
-
-
 def _mask_rows(x, valid, fill):
     """inline_mgpu: f32 [64, n] (WGMMA layout) with rows >= ``valid`` replaced by ``fill``."""
     import jax.experimental.mosaic.gpu as mgpu
@@ -152,7 +140,7 @@ def _mask_rows(x, valid, fill):
     def mask(ctx, x_fa, valid_fa):
         del ctx
         i32 = ir.IntegerType.get_signless(32)
-        nv = _splat_i32(valid_fa)
+        nv = FM.splat_value(valid_fa, i32)
         f32 = ir.F32Type.get()
         fv = arith.constant(f32, fill)
         out = np.empty(x_fa.registers.shape, dtype=object)

@@ -293,17 +293,20 @@ def _cumsum_small(v):
     return jnp.sum(jnp.where(i[None, :] <= i[:, None], v[None, :], 0), axis=1, dtype=v.dtype)
 
 
-def splat_value(x):
+def splat_value(x, int_type=None):
     """Inside ``inline_mgpu``: a scalar argument (a splat FragmentedArray, arg type
     ``plgpu.Layout.WG_SPLAT(shape=())``) -> its one register, an f32 as it is, an integer as an
-    MLIR index."""
+    MLIR index (or as ``int_type``, e.g. i32)."""
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import arith, vector
 
     v = x.registers.flat[0]
     if isinstance(v.type, ir.VectorType):
         v = vector.extract(v, [], [0])
-    return v if v.type == ir.F32Type.get() else arith.index_cast(ir.IndexType.get(), v)
+    if v.type == ir.F32Type.get():
+        return v
+    t = ir.IndexType.get() if int_type is None else int_type
+    return v if v.type == t else arith.index_cast(t, v)
 
 
 def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
