@@ -3,7 +3,7 @@ output against the pure-JAX reference and the Triton v6 kernel, then device time
 a copy measured the same way.
 
   python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
-      [--variants "K=V,K=V;..."] [--no-triton]
+      [--variants "K=V,K=V;..."] [--triton-variants "K=V;..."] [--no-triton]
   python experiments/check_mgpu_attention.py --summary DIR/kernels_attention_mgpu.json
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
@@ -43,18 +43,22 @@ SHAPES = ((4, 1024), (32, 8192), (32, 32768), (111, 32768))
 
 _SHORT = {"sub": "s", "lazy_sum": "L", "steps": "k", "p_terms": "t", "fast_full": "F",
           "approx": "A", "no_auto_barriers": "N", "num_splits": "p"}
+# The Triton v6 kernel's knobs (keywords of attention_triton.decode_attention_triton)
+_TRITON_SHORT = {"num_splits": "p", "split_target": "T", "block_k": "b", "num_warps": "w",
+                 "num_stages": "n"}
 
 
-def parse_variants(spec: str) -> list[dict]:
+def parse_variants(spec: str, known: dict = _SHORT) -> list[dict]:
     """'sub=2,lazy_sum=1;fast_full=1' -> [{'sub': 2, 'lazy_sum': 1}, {'fast_full': 1}] (integer
-    values; an empty spec is one variant with the defaults); unknown keywords are refused."""
+    values; an empty spec is one variant with the defaults); keywords not in ``known`` (the
+    Mosaic kernel's by default) are refused."""
     out = []
     for entry in spec.split(";") if spec else [""]:
         kw = {}
         for item in filter(None, entry.split(",")):
             k, _, v = item.partition("=")
-            if k not in _SHORT:
-                raise SystemExit(f"unknown variant keyword {k!r} (known: {', '.join(_SHORT)})")
+            if k not in known:
+                raise SystemExit(f"unknown variant keyword {k!r} (known: {', '.join(known)})")
             if not v.lstrip("-").isdigit():
                 raise SystemExit(f"variant keyword {k!r} needs an integer value, got {item!r}")
             kw[k] = int(v)
@@ -62,9 +66,9 @@ def parse_variants(spec: str) -> list[dict]:
     return out
 
 
-def variant_name(kw: dict) -> str:
+def variant_name(kw: dict, known: dict = _SHORT) -> str:
     """A short column name: sub=2,lazy_sum=1,fast_full=1 -> 's2L1F1'."""
-    return "".join(f"{_SHORT[k]}{v}" for k, v in kw.items()) or "default"
+    return "".join(f"{known[k]}{v}" for k, v in kw.items()) or "default"
 
 
 def summary_lines(path: str) -> list[str]:
@@ -82,6 +86,10 @@ def summary_lines(path: str) -> list[str]:
     return out
 
 
+def _triton(q, c, n, **knobs):
+    return decode_attention_triton(q, c[0], c[1], n, sm_scale=D ** -0.5, **knobs)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
@@ -92,6 +100,10 @@ def main(argv=None) -> int:
                          "of attention_mgpu.decode_attention_mgpu, e.g. "
                          "'sub=2,lazy_sum=1;sub=2,lazy_sum=1,fast_full=1' (each its own "
                          "columns; default: the defaults)")
+    ap.add_argument("--triton-variants", default="",
+                    help="';'-separated Triton v6 variants, keywords of "
+                         "attention_triton.decode_attention_triton among "
+                         f"{', '.join(_TRITON_SHORT)}, e.g. 'num_splits=64;split_target=4096'")
     ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
     ap.add_argument("--summary", metavar="JSON", default=None,
                     help="print a written kernels_attention_mgpu.json compactly and exit")
@@ -104,6 +116,7 @@ def main(argv=None) -> int:
     bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)
     quant = jax.jit(lambda x: Q.quantize(x, "nvfp4", axis=-1, global_scope="row"))
     variants = parse_variants(a.variants)
+    triton_variants = parse_variants(a.triton_variants, _TRITON_SHORT)
     rows = []
     for b, s in shapes:
         ks = jax.random.split(jax.random.PRNGKey(b * 7 + s), 3)
@@ -119,9 +132,9 @@ def main(argv=None) -> int:
             name = "mgpu" if len(variants) == 1 else "mgpu_" + variant_name(knobs)
             runs[name] = (jax.jit(functools.partial(AM.decode_attention_mgpu, **knobs,
                                                     backend="mgpu")), cache)
-        if not a.no_triton:
-            runs["triton"] = (jax.jit(lambda q, c, n: decode_attention_triton(
-                q, c[0], c[1], n, sm_scale=D ** -0.5)), (kw, vw))
+        for knobs in [] if a.no_triton else triton_variants:
+            name = "triton" if not knobs else "triton_" + variant_name(knobs, _TRITON_SHORT)
+            runs[name] = (jax.jit(functools.partial(_triton, **knobs)), (kw, vw))
         outs = {}
         for name, (f, c) in runs.items():
             try:
@@ -134,7 +147,7 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001  (report and go on)
                 print(f"  {name} B={b} S={s}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
                 traceback.print_exc(limit=4)
-        for name, o in outs.items():  # each Mosaic variant against the Triton kernel
+        for name, o in outs.items():  # each other variant against the default Triton kernel
             if name != "triton" and "triton" in outs:
                 row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(o - outs["triton"])))
         rows.append(row)

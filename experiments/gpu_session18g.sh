@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Not run yet: prepared at commit 9030006 (session 18), when no device time was left.
+# Ran at commit 5501a86 (session 19; prepared at 9030006 in session 18, when no device time was left).
 # One H200: the Mosaic FP4-KV attention with its split rule (default_splits) against the Triton
 # v6 kernel, including the 48-layer rollout's 128K shape (27 sequences) where 18f's 8 x 128K had
 # Mosaic 239 us vs Triton 325; then the 4-layer 30B FP4 decode step at 128K with the caches in

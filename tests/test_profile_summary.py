@@ -134,6 +134,11 @@ def test_mgpu_attention_check_variants_and_summary(tmp_path):
     assert [CM.variant_name(x) for x in v] == ["s2L1", "p8"]
     with pytest.raises(SystemExit, match="unknown variant keyword 'sbu'"):
         CM.parse_variants("sbu=2")
+    t = CM.parse_variants(";num_splits=64;split_target=4096", CM._TRITON_SHORT)
+    assert t == [{}, {"num_splits": 64}, {"split_target": 4096}]
+    assert [CM.variant_name(x, CM._TRITON_SHORT) for x in t] == ["default", "p64", "T4096"]
+    with pytest.raises(SystemExit, match="unknown variant keyword 'sub'"):
+        CM.parse_variants("sub=2", CM._TRITON_SHORT)  # a Mosaic knob is not a Triton one
     rows = [dict(batch=8, context=1024, mgpu_us=10.0, mgpu_pct_copy=50.0, mgpu_relerr=1e-5,
                  triton_us=12.5, triton_pct_copy=40.0, triton_relerr=2e-5)]
     devtime.write_sweep(str(tmp_path), "kernels_attention_mgpu", ["# t"], rows, 4.3e12)
