@@ -141,9 +141,13 @@ def main(argv=None) -> int:
                 outs[name] = f(q, c, lengths).astype(jnp.float32)
                 row[f"{name}_relerr"] = devtime.relerr(outs[name], ref)
                 if bw:
-                    t = devtime.device_seconds(f, q, c, lengths)
+                    prof = devtime.device_summary(f, q, c, lengths)
+                    t = devtime.selected_seconds(prof)
                     row[f"{name}_us"] = 1e6 * t
                     row[f"{name}_pct_copy"] = 100 * kv_bytes(b, H, s, D, "nvfp4") / t / bw
+                    comb = sum(r["ns_per_call"] for r in prof["rows"] if "combine" in r["kernel"])
+                    if comb:  # the split combine's share (Triton's second kernel)
+                        row[f"{name}_combine_us"] = 1e-3 * comb
             except Exception as e:  # noqa: BLE001  (report and go on)
                 print(f"  {name} B={b} S={s}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
                 traceback.print_exc(limit=4)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit X (session 19).
+# Ran at commit 9185dcb (session 19).
 # One H200: the Triton v6 FP4-KV attention's split count. Session 18g: with the default rule
 # (smallest divisor P of the 32-row blocks with B * 4 heads * P >= 8192 programs) Triton reaches
 # 69-71% of copy at 111 x 32K and 27 x 128K, where a program reads 1024 rows, but 45% at

@@ -524,6 +524,9 @@ SPLIT_COMBINE = "kernel"
 PARTIAL_DTYPE = jnp.float32
 SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 _COMBINE_TD = 16  # D2 columns per combine program
+# Splits the combine kernel reads per loop step (session 19): the whole [P, 16, Gq] block at
+# once spilled registers at P = 256 (8 x 128K: 330 us per call against 218 at P = 128).
+COMBINE_P_CHUNK = 32
 
 
 def _pow2(n: int) -> bool:
@@ -536,30 +539,39 @@ def combine_kernel_fits(p: int, d2: int, gq: int) -> bool:
     return _pow2(p) and _pow2(gq) and d2 % _COMBINE_TD == 0
 
 
-def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref):
+def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref, *, p_chunk):
     m = m_ref[...]  # [P, Gq]
-    w = jnp.exp2(m - jnp.max(m, axis=0, keepdims=True))
-    den = jnp.sum(l_ref[...] * w, axis=0)  # [Gq]
+    mx = jnp.max(m, axis=0, keepdims=True)
+    den = jnp.sum(l_ref[...] * jnp.exp2(m - mx), axis=0)  # [Gq]
+    p, (td, gq) = m.shape[0], acc_e_ref.shape[1:]
     for half, a_ref in enumerate((acc_e_ref, acc_o_ref)):
-        num = jnp.sum(a_ref[...].astype(jnp.float32) * w[:, None, :], axis=0)  # [TD, Gq]
+
+        def body(i, num, a_ref=a_ref):  # P_CHUNK splits' weighted partials added to [TD, Gq]
+            rows = pl.ds(pl.multiple_of(i * p_chunk, p_chunk), p_chunk)
+            w = jnp.exp2(m_ref[rows, :] - mx)
+            return num + jnp.sum(a_ref[rows, :, :].astype(jnp.float32) * w[:, None, :], axis=0)
+
+        num = jax.lax.fori_loop(0, p // p_chunk, body, jnp.zeros((td, gq), jnp.float32))
         o_ref[:, :, half] = (num / den[None, :]).T.astype(o_ref.dtype)  # [Gq, TD]: 2 c + half
 
 
 def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, out_dtype=jnp.float32,
-                                     interpret=False):
+                                     p_chunk=None, interpret=False):
     """:func:`combine_transposed_halves` as one Pallas kernel: a program per (b, h, 16 of the D2
-    columns) reads its [P, 16, Gq] partials of both halves once and writes the interleaved
-    [Gq, 32] output columns (no separate interleave pass) in ``out_dtype`` (one rounding of the
-    f32 result: no separate convert pass). Same f32 arithmetic, in another summation order."""
+    columns) reads its [P, 16, Gq] partials of both halves once, ``p_chunk`` splits at a time
+    (default ``COMBINE_P_CHUNK``, at most P), and writes the interleaved [Gq, 32] output columns
+    (no separate interleave pass) in ``out_dtype`` (one rounding of the f32 result: no separate
+    convert pass). Same f32 arithmetic, in another summation order."""
     b, h, p, d2, gq = acc_e.shape
-    if not combine_kernel_fits(p, d2, gq):
-        raise ValueError(f"combine kernel: P={p} and Gq={gq} must be powers of two and D2={d2} a "
-                         f"multiple of {_COMBINE_TD}")
+    p_chunk = min(p, p_chunk or COMBINE_P_CHUNK)
+    if not combine_kernel_fits(p, d2, gq) or not _pow2(p_chunk):
+        raise ValueError(f"combine kernel: P={p}, p_chunk={p_chunk} and Gq={gq} must be powers "
+                         f"of two and D2={d2} a multiple of {_COMBINE_TD}")
     td = _COMBINE_TD
     a_spec = pl.BlockSpec((None, None, p, td, gq), lambda i, j, c: (i, j, 0, c, 0))
     ml_spec = pl.BlockSpec((None, None, p, gq), lambda i, j, c: (i, j, 0, 0))
     out = pl.pallas_call(
-        _combine_kernel,
+        functools.partial(_combine_kernel, p_chunk=p_chunk),
         grid=(b, h, d2 // td),
         in_specs=[a_spec, a_spec, ml_spec, ml_spec],
         out_specs=pl.BlockSpec((None, None, gq, td, 2), lambda i, j, c: (i, j, 0, c, 0)),

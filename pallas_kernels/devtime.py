@@ -30,9 +30,14 @@ def device_seconds(f, *args, n: int = 5, kernel: str | None = None) -> float:
     """Device-busy seconds per call of ``f(*args)`` (its kernels, summed), over ``n`` profiled
     calls after one untraced warm-up call; with ``kernel``, only the kernels whose name
     contains it (e.g. a Pallas kernel without its wrapper's small XLA kernels)."""
+    return selected_seconds(device_summary(f, *args, n=n), kernel)
+
+
+def device_summary(f, *args, n: int = 5) -> dict:
+    """The :func:`profile_summary.profile_calls` summary of ``n`` profiled calls of ``f(*args)``
+    (per-kernel rows with ``ns_per_call``; ``busy_ns_per_call``)."""
     with tempfile.TemporaryDirectory(prefix="devtime_") as d:
-        s = PS.profile_calls(lambda: f(*args), n, d)
-    return selected_seconds(s, kernel)
+        return PS.profile_calls(lambda: f(*args), n, d)
 
 
 def selected_seconds(summary: dict, kernel: str | None = None) -> float:
