@@ -3,10 +3,10 @@ output against the pure-JAX reference and the Triton v6 kernel, then device time
 a copy measured the same way.
 
   python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
-      [--variants "K=V,K=V;..."] [--triton-variants "K=V;..."] [--no-triton]
+      [--variants "K=V,K=V;..."] [--triton-variants "K=V;..."] [--no-triton] [--fmt mxfp4]
   python experiments/check_mgpu_attention.py --summary DIR/kernels_attention_mgpu.json
 
-Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 caches quantized from random data; the
+Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 (or --fmt) caches from random data; the
 sequence lengths cover 1, a non-multiple of 64 and the full context): relative error (Frobenius,
 f32) of each kernel against ``decode_attention_reference`` on the natural caches, the largest
 difference between each Mosaic variant and the Triton kernel, and (unless ``--no-time``) device
@@ -105,6 +105,9 @@ def main(argv=None) -> int:
                          "attention_triton.decode_attention_triton among "
                          f"{', '.join(_TRITON_SHORT)}, e.g. 'num_splits=64;split_target=4096'")
     ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
+    ap.add_argument("--fmt", default="nvfp4", choices=["nvfp4", "mxfp4"],
+                    help="the caches' format; mxfp4: the Triton kernel only (the Mosaic kernel "
+                         "reads NVFP4)")
     ap.add_argument("--summary", metavar="JSON", default=None,
                     help="print a written kernels_attention_mgpu.json compactly and exit")
     a = ap.parse_args(argv)
@@ -114,8 +117,10 @@ def main(argv=None) -> int:
     shapes = SHAPES if a.shapes is None else [
         tuple(int(v) for v in x.split(":")) for x in a.shapes.split(",")]
     bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)
-    quant = jax.jit(lambda x: Q.quantize(x, "nvfp4", axis=-1, global_scope="row"))
-    variants = parse_variants(a.variants)
+    quant = jax.jit(lambda x: Q.quantize(x, a.fmt, axis=-1, global_scope="row"))
+    variants = parse_variants(a.variants) if a.fmt == "nvfp4" else []
+    if not variants and a.no_triton:
+        raise SystemExit("--no-triton with --fmt mxfp4 leaves nothing to run")
     triton_variants = parse_variants(a.triton_variants, _TRITON_SHORT)
     rows = []
     for b, s in shapes:
@@ -125,7 +130,7 @@ def main(argv=None) -> int:
         lengths = jnp.full((b,), s, jnp.int32).at[0].set(1).at[-1].set(max(1, s - 37))
         ref = jax.jit(decode_attention_reference)(q, k, v, lengths).astype(jnp.float32)
         row = dict(batch=b, context=s)
-        cache = jax.jit(MK.to_mgpu_kv)(k, v)
+        cache = jax.jit(MK.to_mgpu_kv)(k, v) if variants else None
         kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
         runs = {}
         for knobs in variants:
@@ -144,7 +149,7 @@ def main(argv=None) -> int:
                     prof = devtime.device_summary(f, q, c, lengths)
                     t = devtime.selected_seconds(prof)
                     row[f"{name}_us"] = 1e6 * t
-                    row[f"{name}_pct_copy"] = 100 * kv_bytes(b, H, s, D, "nvfp4") / t / bw
+                    row[f"{name}_pct_copy"] = 100 * kv_bytes(b, H, s, D, a.fmt) / t / bw
                     comb = sum(r["ns_per_call"] for r in prof["rows"] if "combine" in r["kernel"])
                     if comb:  # the split combine's share (Triton's second kernel)
                         row[f"{name}_combine_us"] = 1e-3 * comb
@@ -160,7 +165,7 @@ def main(argv=None) -> int:
              f"(jax {jax.__version__})", "",
              "command: `python experiments/check_mgpu_attention.py "
              f"{' '.join(argv or sys.argv[1:])}`",
-             "", f"GQA {HQ} / {H} heads, head_dim {D}, NVFP4; relerr vs the pure-JAX reference; "
+             "", f"GQA {HQ} / {H} heads, head_dim {D}, {a.fmt.upper()}; relerr vs the pure-JAX reference; "
              "device time per call" + (f" against a device-time copy of {bw / 1e12:.2f} TB/s"
                                        if bw else " not measured") + ".", "",
              *devtime.table_lines(rows)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit 9185dcb (session 19).
+# Ran at commit 4fe440b (session 19).
 # One H200: 19a's Triton split sweep again, with the split combine reading its partials 32
 # splits at a time (attention_triton.COMBINE_P_CHUNK; it read the whole [P, 16, 8] block) and
 # the combine kernel's own device time in its own column. 19a: the default rule's P = 256

@@ -481,13 +481,17 @@ def test_split_combine_barrier_keeps_the_result(monkeypatch):
 def test_split_target_default_sets_the_split_count(monkeypatch):
     """``SPLIT_TARGET`` (what ``bench_rollout.py --attn_split_target`` sets) is the split target
     when a call names none: it changes the number of splits (the partial outputs' P axis in the
-    lowered program) and not the result."""
-    q, k, v = _inputs(12, 2, 8, 2, 128, 64)
+    lowered program) and not the result. Without it the FP4 rule holds: >= FP4_SPLIT_TARGET
+    programs with FP4_SPLIT_ROWS[0] .. [1] cache rows per split."""
+    q, k, v = _inputs(12, 2, 8, 2, 512, 64)
     kc, vc = _cache(k, "nvfp4"), _cache(v, "nvfp4")
-    lengths = jnp.array([128, 45], jnp.int32)
+    lengths = jnp.array([512, 45], jnp.int32)
     outs, hlos = [], []
+    monkeypatch.setattr(AT, "FP4_SPLIT_ROWS", (64, 128))  # 8 .. 16 blocks of 8 rows per split
     try:
-        for target in (None, 16):  # default: 8192 programs -> P = 8 (cap: 16 blocks / 2); 16 -> 4
+        # None: the rule, 4096 programs capped at 64 blocks / 8 = P 8; then 16 programs -> P 4,
+        # 64 -> P 16 (at least 2 blocks per split; the rule's row bounds do not apply)
+        for target in (None, 16, 64):
             monkeypatch.setattr(AT, "SPLIT_TARGET", target)
             jax.clear_caches()
             f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
@@ -495,10 +499,15 @@ def test_split_target_default_sets_the_split_count(monkeypatch):
                 out_dtype=jnp.float32)
             hlos.append(jax.jit(f).lower(q, kc, vc, lengths).as_text())
             outs.append(np.asarray(f(q, kc, vc, lengths)))
+        monkeypatch.setattr(AT, "SPLIT_TARGET", None)
+        monkeypatch.setattr(AT, "FP4_SPLIT_TARGET", 8)  # 8 programs: P 2, raised to 4 by the
+        jax.clear_caches()  # rows bound (64 blocks / 16 per split)
+        hlos.append(jax.jit(f).lower(q, kc, vc, lengths).as_text())
     finally:
-        jax.clear_caches()  # no trace made with the non-default target outlives the test
-    assert "tensor<2x2x8x32x8xf32>" in hlos[0] and "tensor<2x2x8x32x8xf32>" not in hlos[1]
-    assert "tensor<2x2x4x32x8xf32>" in hlos[1]
-    np.testing.assert_allclose(outs[1], outs[0], rtol=0, atol=1e-5)  # summation order only
+        jax.clear_caches()  # no trace made with a non-default target outlives the test
+    for hlo, p in zip(hlos, (8, 4, 16, 4)):
+        assert f"tensor<2x2x{p}x32x8xf32>" in hlo, p
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=0, atol=1e-5)  # summation order only
     ref = _np_attention(q, dequantize(kc), dequantize(vc), lengths, 0.125)
     assert max(_rel(o, ref) for o in outs) < 1e-5
