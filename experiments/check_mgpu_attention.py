@@ -161,7 +161,7 @@ def main(argv=None) -> int:
                 row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(o - outs["triton"])))
         rows.append(row)
         print(devtime.format_row(row), flush=True)
-    lines = [f"# Mosaic GPU FP4-KV attention: {jax.devices()[0].device_kind} "
+    lines = [f"# FP4-KV decode attention (Mosaic GPU, Triton): {jax.devices()[0].device_kind} "
              f"(jax {jax.__version__})", "",
              "command: `python experiments/check_mgpu_attention.py "
              f"{' '.join(argv or sys.argv[1:])}`",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit X (session 19).
+# Ran at commit f4c49f5 (session 19).
 # One H200: the new default FP4 split rule of the Triton kernels (attention_triton
 # FP4_SPLIT_TARGET / FP4_SPLIT_ROWS: >= 4096 programs, 256..1024 cache rows per split), chosen
 # from 19b's sweep, against 19b's best fixed choices (P = 32, split_target 4096 = the old rule at
