@@ -538,7 +538,8 @@ SPLIT_COMBINE = "kernel"
 # stays.
 PARTIAL_DTYPE = jnp.float32
 SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
-_COMBINE_TD = 16  # D2 columns per combine program
+COMBINE_TD = 16  # D2 columns per combine program
+COMBINE_WARPS = 4  # warps per combine program
 # Splits the combine kernel reads per loop step (session 19): the whole [P, 16, Gq] block at
 # once spilled registers at P = 256 (8 x 128K: 330 us per call against 218 at P = 128).
 COMBINE_P_CHUNK = 32
@@ -548,10 +549,10 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def combine_kernel_fits(p: int, d2: int, gq: int) -> bool:
+def combine_kernel_fits(p: int, d2: int, gq: int, td: int | None = None) -> bool:
     """Whether :func:`combine_transposed_halves_pallas` tiles these partials (Triton blocks are
     powers of two)."""
-    return _pow2(p) and _pow2(gq) and d2 % _COMBINE_TD == 0
+    return _pow2(p) and _pow2(gq) and d2 % (td or COMBINE_TD) == 0
 
 
 def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref, *, p_chunk):
@@ -571,18 +572,19 @@ def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref, *, p_chunk):
 
 
 def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, out_dtype=jnp.float32,
-                                     p_chunk=None, interpret=False):
-    """:func:`combine_transposed_halves` as one Pallas kernel: a program per (b, h, 16 of the D2
-    columns) reads its [P, 16, Gq] partials of both halves once, ``p_chunk`` splits at a time
-    (default ``COMBINE_P_CHUNK``, at most P), and writes the interleaved [Gq, 32] output columns
-    (no separate interleave pass) in ``out_dtype`` (one rounding of the f32 result: no separate
-    convert pass). Same f32 arithmetic, in another summation order."""
+                                     p_chunk=None, td=None, num_warps=None, interpret=False):
+    """:func:`combine_transposed_halves` as one Pallas kernel: a program per (b, h, ``td`` of the
+    D2 columns; default ``COMBINE_TD``) reads its [P, td, Gq] partials of both halves once,
+    ``p_chunk`` splits at a time (default ``COMBINE_P_CHUNK``, at most P), and writes the
+    interleaved [Gq, 2 td] output columns (no separate interleave pass) in ``out_dtype`` (one
+    rounding of the f32 result: no separate convert pass); ``num_warps`` per program (default
+    ``COMBINE_WARPS``). Same f32 arithmetic, in another summation order."""
     b, h, p, d2, gq = acc_e.shape
     p_chunk = min(p, p_chunk or COMBINE_P_CHUNK)
-    if not combine_kernel_fits(p, d2, gq) or not _pow2(p_chunk):
-        raise ValueError(f"combine kernel: P={p}, p_chunk={p_chunk} and Gq={gq} must be powers "
-                         f"of two and D2={d2} a multiple of {_COMBINE_TD}")
-    td = _COMBINE_TD
+    td = td or COMBINE_TD
+    if not combine_kernel_fits(p, d2, gq, td) or not _pow2(p_chunk) or not _pow2(td):
+        raise ValueError(f"combine kernel: P={p}, p_chunk={p_chunk}, td={td} and Gq={gq} must be "
+                         f"powers of two and D2={d2} a multiple of td")
     a_spec = pl.BlockSpec((None, None, p, td, gq), lambda i, j, c: (i, j, 0, c, 0))
     ml_spec = pl.BlockSpec((None, None, p, gq), lambda i, j, c: (i, j, 0, 0))
     out = pl.pallas_call(
@@ -591,7 +593,8 @@ def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, out_dtype=jnp.float3
         in_specs=[a_spec, a_spec, ml_spec, ml_spec],
         out_specs=pl.BlockSpec((None, None, gq, td, 2), lambda i, j, c: (i, j, 0, c, 0)),
         out_shape=jax.ShapeDtypeStruct((b, h, gq, d2, 2), out_dtype),
-        compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=1),
+        compiler_params=plgpu.CompilerParams(num_warps=num_warps or COMBINE_WARPS,
+                                             num_stages=1),
         interpret=interpret,
         name="decode_attention_combine",
     )(acc_e, acc_o, m, l)

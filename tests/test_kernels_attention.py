@@ -282,9 +282,10 @@ def test_split_combine_kernel_equals_the_xla_combine():
     ref = np.asarray(AT.combine_transposed_halves(acc_e, acc_o, m, l))
     got = np.asarray(AT.combine_transposed_halves_pallas(acc_e, acc_o, m, l, interpret=True))
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
-    for chunk in (2, 4):  # the P splits read in a loop of chunks, an empty chunk included
-        np.testing.assert_allclose(np.asarray(AT.combine_transposed_halves_pallas(
-            acc_e, acc_o, m, l, p_chunk=chunk, interpret=True)), ref, rtol=1e-5, atol=1e-6)
+    for chunk, td in ((2, 16), (4, 8), (8, 4)):  # P read in chunks (an empty chunk included);
+        np.testing.assert_allclose(np.asarray(AT.combine_transposed_halves_pallas(  # narrower
+            acc_e, acc_o, m, l, p_chunk=chunk, td=td, interpret=True)),  # column tiles
+            ref, rtol=1e-5, atol=1e-6)
     assert not np.allclose(got[..., 0::2], got[..., 1::2])  # the halves stay apart
     got16 = AT.combine_transposed_halves_pallas(acc_e, acc_o, m, l, out_dtype=jnp.bfloat16,
                                                 interpret=True)  # one rounding of the same f32
