@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit X (session 19).
+# Ran at commit 7bbd245 (session 19).
 # One H200: the FP4 attention's split combine kernel alone, knob sweep (experiments/
 # sweep_attention_combine.py): D2 columns per program (td 16 = default, 8, 4), warps, splits per
 # loop step, at the (B, P) partials of the default split rule. 19c: the combine is 10.6 of
