@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit X (session 19).
+# Ran at commit 9824129 (session 19).
 # One H200: the full-depth (48-layer) 30B decode step at the end of session 19 (the Triton
 # attention's chunked split combine and split rule; the rollout's shapes 111 x 32K / 27 x 128K
 # keep their split counts 32 / 128; 19c: the 27 x 128K call 707 -> 702 us).
