@@ -836,7 +836,8 @@ def main(argv=None):
                          "step copies every layer's expert weights out for the Pallas calls)")
     ap.add_argument("--attn_split_target", type=int, default=0,
                     help="the Pallas decode attention's split target (programs B*H*splits it "
-                         "aims for; 0 = the kernel's default, max(2048, 8192 // num_warps))")
+                         "aims for, >= 2 blocks per split; 0 = the kernel's default: "
+                         "attention_triton.default_splits)")
     ap.add_argument("--attn_combine", default=None, choices=["kernel", "xla"],
                     help="the FP4 decode attention's split combine: a second Pallas kernel or "
                          "XLA's reduction (default: attention_triton.SPLIT_COMBINE)")

@@ -103,7 +103,9 @@ def main(argv=None) -> int:
     ap.add_argument("--triton-variants", default="",
                     help="';'-separated Triton v6 variants, keywords of "
                          "attention_triton.decode_attention_triton among "
-                         f"{', '.join(_TRITON_SHORT)}, e.g. 'num_splits=64;split_target=4096'")
+                         f"{', '.join(_TRITON_SHORT)}, e.g. ';num_splits=64;split_target=4096' (the "
+                         "leading empty entry: the defaults; the first Triton variant is what "
+                         "the others' max-diff columns compare with)")
     ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
     ap.add_argument("--fmt", default="nvfp4", choices=["nvfp4", "mxfp4"],
                     help="the caches' format; mxfp4: the Triton kernel only (the Mosaic kernel "
@@ -118,6 +120,8 @@ def main(argv=None) -> int:
         tuple(int(v) for v in x.split(":")) for x in a.shapes.split(",")]
     bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)
     quant = jax.jit(lambda x: Q.quantize(x, a.fmt, axis=-1, global_scope="row"))
+    if a.fmt != "nvfp4" and a.variants:
+        raise SystemExit("--variants are the Mosaic kernel's, which reads NVFP4 caches only")
     variants = parse_variants(a.variants) if a.fmt == "nvfp4" else []
     if not variants and a.no_triton:
         raise SystemExit("--no-triton with --fmt mxfp4 leaves nothing to run")
@@ -156,9 +160,10 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001  (report and go on)
                 print(f"  {name} B={b} S={s}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
                 traceback.print_exc(limit=4)
-        for name, o in outs.items():  # each other variant against the default Triton kernel
-            if name != "triton" and "triton" in outs:
-                row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(o - outs["triton"])))
+        base = next((n for n in outs if n.startswith("triton")), None)  # the first Triton run
+        for name, o in outs.items():  # each other variant against it
+            if base and name != base:
+                row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(o - outs[base])))
         rows.append(row)
         print(devtime.format_row(row), flush=True)
     lines = [f"# FP4-KV decode attention (Mosaic GPU, Triton): {jax.devices()[0].device_kind} "

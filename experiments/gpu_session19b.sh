@@ -8,7 +8,7 @@
 # not known.
 # Prediction (written before the run): if the combine is the cause, 8 x 32K default ~65 us and
 # 8 x 128K ~220 us; the other columns within 2% of 19a (their combines are < 5% of the call).
-# Usage (repo root, with .whl/ carried): bash experiments/gpu_session19a.sh
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_session19b.sh
 source "$(dirname "$0")/gpu_prelude.sh" r19b
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1

@@ -45,25 +45,43 @@ _NEG = -1e30  # finite "minus infinity" for the running max (keeps exp2(m_old - 
 
 def _pick_splits(batch, kv_heads, n_blocks, target_programs=2048, min_blocks_per_split=2,
                  max_blocks_per_split=None):
-    """Smallest divisor P of n_blocks with B*H*P >= target and n_blocks / P <=
-    max_blocks_per_split (if given), at most n_blocks / min_blocks_per_split."""
+    """A divisor P of n_blocks. Without ``max_blocks_per_split`` (the old rule): the smallest
+    with B*H*P >= target, starting at most at n_blocks / min_blocks_per_split (a block count
+    without a divisor there gets a larger P). With it (the FP4 rule): the smallest in [want,
+    cap], want = max(B*H*P >= target, n_blocks / P <= max_blocks_per_split) and cap =
+    n_blocks / min_blocks_per_split, else the largest divisor below want, so that a split
+    never holds fewer than min_blocks_per_split blocks (unless n_blocks itself is fewer)."""
     want = max(1, -(-target_programs // (batch * kv_heads)))
     if max_blocks_per_split:
         want = max(want, -(-n_blocks // max_blocks_per_split))
     cap = max(1, n_blocks // min_blocks_per_split)
     want = min(want, cap)
-    for p in range(want, n_blocks + 1):
-        if n_blocks % p == 0:
-            return p
-    return n_blocks
+    if max_blocks_per_split is None:
+        return next(p for p in range(want, n_blocks + 1) if n_blocks % p == 0)
+    above = [p for p in range(want, cap + 1) if n_blocks % p == 0]
+    return above[0] if above else max(p for p in range(1, want) if n_blocks % p == 0)
 
 
-# The split rule of the FP4 v3+ kernels when a call names neither ``num_splits`` nor a split
+def default_splits(b: int, h: int, n_blocks: int, step: int, decode: str | None,
+                   num_warps: int) -> int:
+    """The split count a call without ``num_splits`` gets (``SPLIT_TARGET`` None): the FP4
+    rule for decode v6 (``FP4_SPLIT_TARGET``, ``FP4_SPLIT_ROWS``; ``step`` = cache rows per
+    block), else the old rule of 8192 // num_warps programs (at least 2048)."""
+    if SPLIT_TARGET is None and decode == "v6":
+        lo = max(1, -(-FP4_SPLIT_ROWS[0] // step))
+        hi = max(1, FP4_SPLIT_ROWS[1] // step)
+        return _pick_splits(b, h, n_blocks, FP4_SPLIT_TARGET, min_blocks_per_split=lo,
+                            max_blocks_per_split=hi)
+    return _pick_splits(b, h, n_blocks, SPLIT_TARGET or max(2048, 8192 // num_warps))
+
+
+# The split rule of the v6 FP4 kernel when a call names neither ``num_splits`` nor a split
 # target (session 19, NVFP4 v6 on the H200, 19b, 8 shapes B 8..128 x 8K..128K,
 # NOTES_attention.md): at least FP4_SPLIT_TARGET programs (B * H * P), at most
 # FP4_SPLIT_ROWS[1] cache rows per split (one program), at least FP4_SPLIT_ROWS[0]. Best or within
-# 3.5% of the best of 7 split choices at each shape; the old rule (8192 programs, >= 2 blocks per
-# split) was up to 1.45x slower at small batch (8 x 8K: 30.7 us vs 21.3).
+# 3.6% of the best of 7 split choices at each shape; the old rule (8192 programs, >= 2 blocks per
+# split) was up to 1.44x slower at small batch (8 x 8K: 30.7 us vs 21.3). MXFP4 v6 (19c): within
+# 5.1% of its best except 8 x 32K (+11%). v3-v5 keep the old rule (their knobs were tuned on it).
 FP4_SPLIT_TARGET = 4096
 FP4_SPLIT_ROWS = (256, 1024)
 
@@ -493,7 +511,7 @@ def combine(acc_BHPGD, m_BHPG, l_BHPG):
 
 
 # Programs (B * H * splits) the split count aims for when neither ``num_splits`` nor
-# ``split_target`` is given; None = the FP4 v3+ kernels' rows-per-split rule (FP4_SPLIT_TARGET,
+# ``split_target`` is given; None = the v6 FP4 kernel's rows-per-split rule (FP4_SPLIT_TARGET,
 # FP4_SPLIT_ROWS), else 8192 // num_warps (at least 2048). A module default so that a
 # benchmark can change it for a whole model step (``bench_rollout.py --attn_split_target``); read
 # at trace time, so set it before the first call.
@@ -540,8 +558,9 @@ PARTIAL_DTYPE = jnp.float32
 SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 COMBINE_TD = 16  # D2 columns per combine program
 COMBINE_WARPS = 4  # warps per combine program
-# Splits the combine kernel reads per loop step (session 19): the whole [P, 16, Gq] block at
-# once spilled registers at P = 256 (8 x 128K: 330 us per call against 218 at P = 128).
+# Splits the combine kernel reads per loop step (session 19): with the whole [P, 16, Gq] block in
+# one load the call took 330 us at 8 x 128K and P = 256 against 227 us chunked (19b; the cause is
+# not known: compiled for sm_90 that kernel used 212 registers and no local memory).
 COMBINE_P_CHUNK = 32
 
 
@@ -549,10 +568,12 @@ def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def combine_kernel_fits(p: int, d2: int, gq: int, td: int | None = None) -> bool:
-    """Whether :func:`combine_transposed_halves_pallas` tiles these partials (Triton blocks are
-    powers of two)."""
-    return _pow2(p) and _pow2(gq) and d2 % (td or COMBINE_TD) == 0
+def combine_kernel_fits(p: int, d2: int, gq: int, td: int | None = None,
+                        p_chunk: int | None = None) -> bool:
+    """Whether :func:`combine_transposed_halves_pallas` tiles these partials with these knobs
+    (None: the module defaults; Triton blocks are powers of two)."""
+    td, p_chunk = td or COMBINE_TD, min(p, p_chunk or COMBINE_P_CHUNK)
+    return all(map(_pow2, (p, gq, td, p_chunk))) and d2 % td == 0
 
 
 def _combine_kernel(acc_e_ref, acc_o_ref, m_ref, l_ref, o_ref, *, p_chunk):
@@ -582,7 +603,7 @@ def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, out_dtype=jnp.float3
     b, h, p, d2, gq = acc_e.shape
     p_chunk = min(p, p_chunk or COMBINE_P_CHUNK)
     td = td or COMBINE_TD
-    if not combine_kernel_fits(p, d2, gq, td) or not _pow2(p_chunk) or not _pow2(td):
+    if not combine_kernel_fits(p, d2, gq, td, p_chunk):
         raise ValueError(f"combine kernel: P={p}, p_chunk={p_chunk}, td={td} and Gq={gq} must be "
                          f"powers of two and D2={d2} a multiple of td")
     a_spec = pl.BlockSpec((None, None, p, td, gq), lambda i, j, c: (i, j, 0, c, 0))
@@ -642,9 +663,10 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     for side-by-side measurement. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None, with at
-    least 2 blocks per split; None = the module default ``SPLIT_TARGET``, whose None is, for the
-    FP4 v3+ kernels, the measured rule of ``FP4_SPLIT_TARGET`` / ``FP4_SPLIT_ROWS`` (>= 4096
-    programs, 256..1024 cache rows per split) and otherwise 8192 // num_warps (at least 2048).
+    least 2 blocks per split; None = :func:`default_splits`: the module default ``SPLIT_TARGET``
+    the same way, or when that is None too, for decode v6 the measured rule of
+    ``FP4_SPLIT_TARGET`` / ``FP4_SPLIT_ROWS`` (>= 4096 programs, 256..1024 cache rows per split)
+    and otherwise 8192 // num_warps programs (at least 2048).
     ``split_combine`` (v3+): how the split partials merge, ``"kernel"`` (a second Pallas
     kernel, :func:`combine_transposed_halves_pallas`, where the shapes tile: powers of two; else
     XLA's) or ``"xla"``; None = the module default ``SPLIT_COMBINE`` on the GPU, ``"xla"`` in
@@ -731,15 +753,12 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             k_cache, v_cache = padrows(k_cache), padrows(v_cache)
         s += pad
     n_blocks = s // step
-    target = split_target or SPLIT_TARGET
     if num_splits:
         p = num_splits
-    elif target is None and v3:  # the measured FP4 rule
-        lo, hi = (max(1, r // step) for r in FP4_SPLIT_ROWS)
-        p = _pick_splits(b, h, n_blocks, FP4_SPLIT_TARGET, min_blocks_per_split=lo,
-                         max_blocks_per_split=hi)
+    elif split_target:
+        p = _pick_splits(b, h, n_blocks, target_programs=split_target)
     else:
-        p = _pick_splits(b, h, n_blocks, target_programs=target or max(2048, 8192 // num_warps))
+        p = default_splits(b, h, n_blocks, step, decode if fp4 else None, num_warps)
     if n_blocks % p:
         raise ValueError(f"num_splits={p} must divide the {n_blocks} cache blocks")
     if p == 1:  # nothing to merge: the f32 accumulator goes straight to the output rounding

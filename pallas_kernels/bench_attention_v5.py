@@ -203,7 +203,7 @@ def splits(a, argv) -> int:
     import tempfile
 
     from experiments import profile_summary as PS
-    from pallas_kernels.attention_triton import _pick_splits, tuned_knobs
+    from pallas_kernels.attention_triton import default_splits, tuned_knobs
 
     interpret = jax.default_backend() == "cpu"
     table = {(2, 256): (1, 2), (1, 512): (2, 4)} if a.quick else SPLITS
@@ -215,7 +215,7 @@ def splits(a, argv) -> int:
         kw, vw = _caches("nvfp4", b, s, jax.random.PRNGKey(2))
         q = jax.random.normal(jax.random.PRNGKey(b), (b, HQ, D), jnp.bfloat16)
         lengths = jnp.full((b,), s, jnp.int32)
-        auto = _pick_splits(b, H, s // bk0, target_programs=max(2048, 8192 // nw0))
+        auto = default_splits(b, H, s // bk0, bk0, "v6", nw0)
         configs = [dict(num_splits=p) for p in ps if p != auto] + [dict()]  # dict(): the default
         configs += [dict(v) for v in variants]
         ref = None

@@ -271,8 +271,9 @@ def test_f32_p_precision_beats_bf16_p(fmt):
 def test_split_combine_kernel_equals_the_xla_combine():
     """The Pallas split combine (interpret mode) equals the XLA one on random partials with
     fully masked splits (running max -1e30, sum 0, as a split past the sequence's length
-    leaves them) and interleaves the even / odd halves; through the wrapper the two combines
-    agree, and shapes the kernel cannot tile take the XLA one."""
+    leaves them) and interleaves the even / odd halves, also reading the splits in chunks and
+    narrower column tiles (td); through the wrapper the two combines agree, and shapes or knobs
+    the kernel cannot tile take the XLA one."""
     ks = jax.random.split(jax.random.key(31), 4)
     b, h, p, d2, gq = 2, 3, 8, 32, 8
     acc_e, acc_o = (jax.random.normal(k, (b, h, p, d2, gq)) for k in ks[:2])
@@ -292,6 +293,8 @@ def test_split_combine_kernel_equals_the_xla_combine():
     assert got16.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(got16), np.asarray(jnp.asarray(got, jnp.bfloat16)))
     assert AT.combine_kernel_fits(8, 64, 8) and not AT.combine_kernel_fits(3, 64, 8)
+    assert not AT.combine_kernel_fits(8, 64, 8, td=12) and not AT.combine_kernel_fits(
+        8, 64, 8, p_chunk=3)
     with pytest.raises(ValueError, match="powers of two"):
         AT.combine_transposed_halves_pallas(acc_e[:, :, :3], acc_o[:, :, :3], m[:, :, :3],
                                             l[:, :, :3])
@@ -479,13 +482,32 @@ def test_split_combine_barrier_keeps_the_result(monkeypatch):
     assert _rel(outs[1], ref) < 1e-5
 
 
+def test_default_split_rule():
+    """``default_splits``: for decode v6 the split counts session 19 measured best or within
+    3.6% of the best at 8 NVFP4 shapes (NOTES_attention, 19b / 19c); a block count without a
+    divisor in the rule's range gets the largest divisor below it, never splits of fewer than
+    256 rows; other decode versions and ``SPLIT_TARGET`` keep the old program-count rule."""
+    measured = {(8, 8192): 32, (32, 8192): 32, (128, 8192): 8, (8, 32768): 128,
+                (32, 32768): 32, (111, 32768): 32, (8, 131072): 128, (27, 131072): 128}
+    for (b, s), p in measured.items():
+        assert AT.default_splits(b, 4, s // 32, 32, "v6", 1) == p, (b, s)
+    assert AT.default_splits(8, 4, 74, 32, "v6", 1) == 2  # 74 = 2 x 37: 37 blocks per split
+    assert AT.default_splits(8, 4, 127, 32, "v6", 1) == 1  # prime: one split, not 127 of 1
+    assert AT.default_splits(8, 4, 4, 32, "v6", 1) == 1  # 128 rows: fewer than 256 anyway
+    assert AT.default_splits(8, 4, 4096, 32, "v4", 1) == 256  # old rule: 8192 programs
+    assert AT.default_splits(8, 4, 127, 32, "v4", 1) == 127  # (which may split to 1 block)
+    assert AT.default_splits(8, 4, 2048, 64, "v6", 1) == 128  # MXFP4 v6 at 8 x 128K (64-row
+    # blocks): 19c's best there
+
+
 def test_split_target_default_sets_the_split_count(monkeypatch):
     """``SPLIT_TARGET`` (what ``bench_rollout.py --attn_split_target`` sets) is the split target
     when a call names none: it changes the number of splits (the partial outputs' P axis in the
-    lowered program) and not the result. Without it the FP4 rule holds: >= FP4_SPLIT_TARGET
-    programs with FP4_SPLIT_ROWS[0] .. [1] cache rows per split."""
+    lowered program) and not the result. Without it decode v6 takes the FP4 rule: >=
+    FP4_SPLIT_TARGET programs with FP4_SPLIT_ROWS[0] .. [1] cache rows per split."""
     q, k, v = _inputs(12, 2, 8, 2, 512, 64)
     kc, vc = _cache(k, "nvfp4"), _cache(v, "nvfp4")
+    kw, vw = KL.to_kv_words(kc), KL.to_kv_words(vc)  # v6's cache layout
     lengths = jnp.array([512, 45], jnp.int32)
     outs, hlos = [], []
     monkeypatch.setattr(AT, "FP4_SPLIT_ROWS", (64, 128))  # 8 .. 16 blocks of 8 rows per split
@@ -496,14 +518,14 @@ def test_split_target_default_sets_the_split_count(monkeypatch):
             monkeypatch.setattr(AT, "SPLIT_TARGET", target)
             jax.clear_caches()
             f = lambda q, kc, vc, n: AT.decode_attention_triton(  # noqa: E731
-                q, kc, vc, n, sm_scale=0.125, block_k=8, decode="v4", interpret=True,
+                q, kc, vc, n, sm_scale=0.125, block_k=8, decode="v6", interpret=True,
                 out_dtype=jnp.float32)
-            hlos.append(jax.jit(f).lower(q, kc, vc, lengths).as_text())
-            outs.append(np.asarray(f(q, kc, vc, lengths)))
+            hlos.append(jax.jit(f).lower(q, kw, vw, lengths).as_text())
+            outs.append(np.asarray(f(q, kw, vw, lengths)))
         monkeypatch.setattr(AT, "SPLIT_TARGET", None)
         monkeypatch.setattr(AT, "FP4_SPLIT_TARGET", 8)  # 8 programs: P 2, raised to 4 by the
         jax.clear_caches()  # rows bound (64 blocks / 16 per split)
-        hlos.append(jax.jit(f).lower(q, kc, vc, lengths).as_text())
+        hlos.append(jax.jit(f).lower(q, kw, vw, lengths).as_text())
     finally:
         jax.clear_caches()  # no trace made with a non-default target outlives the test
     for hlo, p in zip(hlos, (8, 4, 16, 4)):

@@ -78,7 +78,7 @@ def test_mgpu_cache_layout_holds_the_same_cache_and_logits(params, tokens, monke
     from pallas_kernels import kv_layout as KL
     from pallas_kernels import mgpu_kv_layout as MK
 
-    cfg = dataclasses.replace(CFG32, head_dim=64, n_layers=2)  # the layout's head_dim multiple
+    cfg = dataclasses.replace(CFG32, head_dim=64, n_layers=1)  # the layout's head_dim multiple
     num = nx.make_numerics("fp4_rollout", cfg.n_layers)
     p = pack_params(init_params(cfg, jax.random.key(3)), num, jnp.float32)
     B, T = tokens.shape
