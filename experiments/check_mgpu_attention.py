@@ -3,7 +3,8 @@ output against the pure-JAX reference and the Triton v6 kernel, then device time
 a copy measured the same way.
 
   python experiments/check_mgpu_attention.py [--out DIR] [--shapes 32:8192,...] [--no-time]
-      [--variants "K=V,K=V;..."] [--triton-variants "K=V;..."] [--no-triton] [--fmt mxfp4]
+      [--variants "K=V,K=V;..."] [--triton-variants "K=V;..."] [--no-triton | --no-mosaic]
+      [--fmt mxfp4]
   python experiments/check_mgpu_attention.py --summary DIR/kernels_attention_mgpu.json
 
 Per shape (GQA 32 q / 4 kv heads, head_dim 128, NVFP4 (or --fmt) caches from random data; the
@@ -107,6 +108,7 @@ def main(argv=None) -> int:
                          "leading empty entry: the defaults; the first Triton variant is what "
                          "the others' max-diff columns compare with)")
     ap.add_argument("--no-triton", action="store_true", help="the Mosaic kernel only")
+    ap.add_argument("--no-mosaic", action="store_true", help="the Triton kernel only")
     ap.add_argument("--fmt", default="nvfp4", choices=["nvfp4", "mxfp4"],
                     help="the caches' format; mxfp4: the Triton kernel only (the Mosaic kernel "
                          "reads NVFP4)")
@@ -122,9 +124,9 @@ def main(argv=None) -> int:
     quant = jax.jit(lambda x: Q.quantize(x, a.fmt, axis=-1, global_scope="row"))
     if a.fmt != "nvfp4" and a.variants:
         raise SystemExit("--variants are the Mosaic kernel's, which reads NVFP4 caches only")
-    variants = parse_variants(a.variants) if a.fmt == "nvfp4" else []
+    variants = parse_variants(a.variants) if a.fmt == "nvfp4" and not a.no_mosaic else []
     if not variants and a.no_triton:
-        raise SystemExit("--no-triton with --fmt mxfp4 leaves nothing to run")
+        raise SystemExit("--no-triton with --no-mosaic or --fmt mxfp4 leaves nothing to run")
     triton_variants = parse_variants(a.triton_variants, _TRITON_SHORT)
     rows = []
     for b, s in shapes:
