@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit X (session 19).
+# Ran at commit 89ff0fc (session 19).
 # One H200: the v6 FP4 attention's per-program knobs at small batch, under the session-19 split
 # rule (which counts cache rows, so a 64-row block keeps the rows per split). 19c: 43-64% of copy
 # at 8K or 8-32 sequences x 32K, where B x 4 heads x P programs of one warp are few (1024-4096)
