@@ -168,14 +168,11 @@ def main(argv=None) -> int:
                 row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(o - outs[base])))
         rows.append(row)
         print(devtime.format_row(row), flush=True)
-    lines = [f"# FP4-KV decode attention (Mosaic GPU, Triton): {jax.devices()[0].device_kind} "
-             f"(jax {jax.__version__})", "",
-             "command: `python experiments/check_mgpu_attention.py "
-             f"{' '.join(argv or sys.argv[1:])}`",
-             "", f"GQA {HQ} / {H} heads, head_dim {D}, {a.fmt.upper()}; relerr vs the pure-JAX reference; "
-             "device time per call" + (f" against a device-time copy of {bw / 1e12:.2f} TB/s"
-                                       if bw else " not measured") + ".", "",
-             *devtime.table_lines(rows)]
+    lines = devtime.sweep_header(
+        "FP4-KV decode attention (Mosaic GPU, Triton)", "python experiments/check_mgpu_attention.py",
+        f"GQA {HQ} / {H} heads, head_dim {D}, {a.fmt.upper()}; relerr vs the pure-JAX reference; "
+        "device time per call" + (f" against a device-time copy of {bw / 1e12:.2f} TB/s"
+                                  if bw else " not measured") + ".", argv) + devtime.table_lines(rows)
     devtime.write_sweep(a.out, "kernels_attention_mgpu", lines, rows, bw or 0.0)
     return 0
 

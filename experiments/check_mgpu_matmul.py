@@ -186,13 +186,12 @@ def grouped(a, argv) -> int:
                     row[f"{name}_w4a4_us"] = 1e6 * devtime.device_seconds(f4, xq, w, gs)
             rows.append(row)
             print(devtime.format_row(row), flush=True)
-    lines = [f"# Mosaic GPU FP4 grouped matmul prototype: {jax.devices()[0].device_kind} "
-             f"(jax {jax.__version__})", "",
-             f"command: `python experiments/check_mgpu_matmul.py {' '.join(argv or sys.argv[1:])}`",
-             "", f"{E} experts, top-{TOPK} random routing; device time per call (all kernels of "
-             f"the call); % copy = codes + scales of the experts with tokens / time against a "
-             f"device-time copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 ragged_dot.",
-             "", *devtime.table_lines(rows)]
+    lines = devtime.sweep_header(
+        "Mosaic GPU FP4 grouped matmul prototype", "python experiments/check_mgpu_matmul.py",
+        f"{E} experts, top-{TOPK} random routing; device time per call (all kernels of the "
+        f"call); % copy = codes + scales of the experts with tokens / time against a device-time "
+        f"copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 ragged_dot.", argv
+    ) + devtime.table_lines(rows)
     suffix = "_prefill" if a.prefill else "_sweep" if a.sweep else ""
     devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped" + suffix,
                         lines, rows, bw)

@@ -10,7 +10,9 @@
 # reaches 60% (160 MB in ~40 us: launch and combine dominate); the big shapes stay best at the
 # default (within 2%).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session19a.sh
-source "$(dirname "$0")/gpu_prelude.sh" r19a
+# (NAME=r19b: the same sweep under another name, gpu_session19b.sh.)
+NAME=${NAME:-r19a}
+source "$(dirname "$0")/gpu_prelude.sh" "$NAME"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
 timeout 420 python3 experiments/check_mgpu_attention.py --out "$R/splits" \
@@ -18,7 +20,7 @@ timeout 420 python3 experiments/check_mgpu_attention.py --out "$R/splits" \
   --triton-variants ";split_target=2048;split_target=4096;split_target=16384;num_splits=16;num_splits=32;num_splits=64" \
   > "$R/splits.txt" 2>&1
 echo "splits rc=$?"
-tar -C "$R" -czf "$OUT/r19a.tar.gz" .
+tar -C "$R" -czf "$OUT/$NAME.tar.gz" .
 grep -iE "error|Traceback" "$R/splits.txt" | head -5
 mgpu_attention_summary splits
 exit 0

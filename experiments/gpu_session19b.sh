@@ -9,15 +9,6 @@
 # Prediction (written before the run): if the combine is the cause, 8 x 32K default ~65 us and
 # 8 x 128K ~220 us; the other columns within 2% of 19a (their combines are < 5% of the call).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session19b.sh
-source "$(dirname "$0")/gpu_prelude.sh" r19b
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-timeout 420 python3 experiments/check_mgpu_attention.py --out "$R/splits" \
-  --shapes 8:8192,32:8192,128:8192,8:32768,32:32768,111:32768,8:131072,27:131072 \
-  --triton-variants ";split_target=2048;split_target=4096;split_target=16384;num_splits=16;num_splits=32;num_splits=64" \
-  > "$R/splits.txt" 2>&1
-echo "splits rc=$?"
-tar -C "$R" -czf "$OUT/r19b.tar.gz" .
-grep -iE "error|Traceback" "$R/splits.txt" | head -5
-mgpu_attention_summary splits
-exit 0
+# (19a's sweep, run again at this commit; it ran as a copy of 19a's lines, folded into this call
+# of 19a's script afterwards.)
+NAME=r19b exec bash "$(dirname "$0")/gpu_session19a.sh"

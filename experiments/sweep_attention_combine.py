@@ -89,12 +89,10 @@ def main(argv=None) -> int:
             row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(out - first)))
         rows.append(row)
         print(devtime.format_row(row), flush=True)
-    lines = [f"# FP4 attention split combine knobs: {jax.devices()[0].device_kind} "
-             f"(jax {jax.__version__})", "",
-             f"command: `python experiments/sweep_attention_combine.py {' '.join(argv or sys.argv[1:])}`",
-             "", f"f32 partials [B, {H}, P, {D2}, {GQ}] x 2 halves, bf16 output; device time per "
-             f"call against a device-time copy of {bw / 1e12:.2f} TB/s.", "",
-             *devtime.table_lines(rows)]
+    lines = devtime.sweep_header(
+        "FP4 attention split combine knobs", "python experiments/sweep_attention_combine.py",
+        f"f32 partials [B, {H}, P, {D2}, {GQ}] x 2 halves, bf16 output; device time per call "
+        f"against a device-time copy of {bw / 1e12:.2f} TB/s.", argv) + devtime.table_lines(rows)
     devtime.write_sweep(a.out, "kernels_attention_combine_knobs", lines, rows, bw)
     return 0
 

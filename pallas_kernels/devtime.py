@@ -82,6 +82,15 @@ def table_lines(rows: list[dict]) -> list[str]:
                           if c in r else "-" for c in cols) + " |" for r in rows]
 
 
+def sweep_header(title: str, command: str, note: str, argv=None) -> list[str]:
+    """The markdown lines that open a sweep's table: ``# title: device (jax version)``, the
+    command line (``command`` and ``argv``, or sys.argv[1:] when that is empty) and ``note``,
+    each followed by a blank line."""
+    line = " ".join([command, *(argv or sys.argv[1:])])
+    return [f"# {title}: {jax.devices()[0].device_kind} (jax {jax.__version__})", "",
+            f"command: `{line}`", "", note, ""]
+
+
 def write_sweep(out_dir: str, stem: str, lines: list[str], rows: list[dict], copy_Bps: float):
     """A knob sweep's results: ``stem.md`` (``lines``), ``stem.json`` (device, jax, the copy
     bandwidth and ``rows``) under ``out_dir``; prints the table (its last len(rows) + 2 lines)."""

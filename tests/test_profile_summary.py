@@ -123,6 +123,13 @@ def test_devtime_table_lines_keep_every_key_and_mark_missing_ones():
     assert devtime.format_row(dict(shape="a", t_us=12.34567)) == "  shape=a  t_us=12.35"
 
 
+def test_sweep_header_names_the_device_and_the_command():
+    from pallas_kernels import devtime
+    lines = devtime.sweep_header("My sweep", "python x.py", "a note.", ["--a", "1"])
+    assert lines[0].startswith("# My sweep: ") and "(jax " in lines[0]
+    assert lines[1:] == ["", "command: `python x.py --a 1`", "", "a note.", ""]
+
+
 def test_mgpu_attention_check_variants_and_summary(tmp_path):
     """check_mgpu_attention.py's variant specs (keyword sets, unknown keywords refused by name),
     their column names, and --summary's lines from a written sweep."""
