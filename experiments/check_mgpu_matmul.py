@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill", action="store_true",
                     help="with --grouped: prefill-sized calls (2048, 8192 tokens), a knob sweep "
                          "for large groups; writes kernels_matmul_mgpu_grouped_prefill.*")
+    ap.add_argument("--no-x-pad", action="store_true",
+                    help="with --grouped: also time the Mosaic kernel on x without the read "
+                         "pad (x_pad=False: TMA fills the rows past M), column mgpu_nopad")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -160,6 +163,9 @@ def grouped(a, argv) -> int:
                                            FM.fp4_grouped_matmul_mgpu(x, w, g, mp=mp, tk=tk,
                                                                       steps=steps,
                                                                       backend="mgpu")), wm, "body"))
+            if a.no_x_pad:
+                runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
+                    x, w, g, backend="mgpu", x_pad=False)), wm, "body"))
             for name, f, w, kname in runs:
                 try:
                     out = f(x, w, gs)

@@ -355,6 +355,12 @@ def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
     store(acc, refs_in, scale, t0, lo, hi, zstart, n0)
 
 
+# Whether the grouped wrapper copies x with read_pad rows appended (session 19: the copy is
+# 2.9-5.1 us of a 36-49 us call at the 30B decode shapes, session 17); False relies on TMA's
+# out-of-bounds fill for the last chunks' read-ahead rows. Read at trace time.
+GROUPED_X_PAD = True
+
+
 def read_pad(m: int, mp: int) -> int:
     """Rows the wrapper appends to the M sorted x rows: a chunk reads mp + 8 rows from an
     8-aligned start at most mp + 7 rows before M, and TMA tiles come in 8 rows."""
@@ -465,7 +471,7 @@ def default_grouped_knobs(m: int, e: int, k: int) -> tuple[int, int, int]:
 def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array, *,
                             mp: int | None = None, tk: int | None = None,
                             steps: int | None = None, row_scale: jax.Array | None = None,
-                            backend: str = "auto") -> jax.Array:
+                            backend: str = "auto", x_pad: bool | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -475,7 +481,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     multiplies the f32 result rows (an activation QTensor's global scale). ``backend``:
     ``"auto"`` (the kernel on a GPU, the reference elsewhere), ``"mgpu"``, ``"reference"``,
     ``"emulate"`` (the wrapper with the kernel replaced by plain JAX that visits the kernel's
-    windows: CPU tests)."""
+    windows: CPU tests). ``x_pad`` (None: ``GROUPED_X_PAD``): copy x with :func:`read_pad`
+    rows appended so that every chunk's read stays inside it; False passes x itself and lets
+    TMA fill the rows past M (they only reach accumulator columns that are never stored;
+    the emulation always pads: its slices clamp instead)."""
     e, k, n = w.shape
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k)
     mp = dmp if mp is None else mp
@@ -497,7 +506,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
     rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-    xp = jnp.pad(x.astype(jnp.bfloat16), ((0, read_pad(m, mp)), (0, 0)))
+    pad = backend == "emulate" or (GROUPED_X_PAD if x_pad is None else x_pad)
+    xp = x.astype(jnp.bfloat16)
+    if pad:
+        xp = jnp.pad(xp, ((0, read_pad(m, mp)), (0, 0)))
     return f(w.codes, w.scales, xp, gs,
              _cumsum_small(gs), gscale, rs, mp=mp, tk=min(tk, k), steps=steps, m=m,
              scaled=row_scale is not None)

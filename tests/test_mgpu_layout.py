@@ -258,5 +258,10 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), gs, jnp.cumsum(gs),
         jnp.ones((2,), jnp.float32), jnp.ones((23,) if sc else (2,), jnp.float32)).lower(
         lowering_platforms=("cuda",)).as_text() for sc in (False, True)]
-    for txt in (dense, *direct):
+    unpadded = jax.jit(lambda *a: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
+                                                     scaled=False)).trace(  # x_pad=False: M rows,
+        w.codes, w.scales, jnp.zeros((24, 512), jnp.bfloat16), gs, jnp.cumsum(gs),  # to 8
+        jnp.ones((2,), jnp.float32), jnp.ones((2,), jnp.float32)).lower(
+        lowering_platforms=("cuda",)).as_text()
+    for txt in (dense, *direct, unpadded):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
