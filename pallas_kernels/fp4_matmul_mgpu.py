@@ -483,8 +483,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``"emulate"`` (the wrapper with the kernel replaced by plain JAX that visits the kernel's
     windows: CPU tests). ``x_pad`` (None: ``GROUPED_X_PAD``): copy x with :func:`read_pad`
     rows appended so that every chunk's read stays inside it; False passes x itself and lets
-    TMA fill the rows past M (they only reach accumulator columns that are never stored;
-    the emulation always pads: its slices clamp instead)."""
+    TMA fill the rows past M (they only reach accumulator columns that are never stored; x is
+    still padded to a multiple of 8 rows, which M = tokens x top-k usually is, and to one chunk's
+    read; the emulation always pads: its slices clamp instead)."""
     e, k, n = w.shape
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k)
     mp = dmp if mp is None else mp
@@ -507,9 +508,11 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
     pad = backend == "emulate" or (GROUPED_X_PAD if x_pad is None else x_pad)
+    # (TMA's tiled x: a multiple of 8 rows, and at least one chunk's read)
+    rows = read_pad(m, mp) if pad or m < mp + 8 else -m % 8
     xp = x.astype(jnp.bfloat16)
-    if pad:
-        xp = jnp.pad(xp, ((0, read_pad(m, mp)), (0, 0)))
+    if rows:
+        xp = jnp.pad(xp, ((0, rows), (0, 0)))
     return f(w.codes, w.scales, xp, gs,
              _cumsum_small(gs), gscale, rs, mp=mp, tk=min(tk, k), steps=steps, m=m,
              scaled=row_scale is not None)
