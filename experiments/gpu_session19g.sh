@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit bdbab4e (session 19).
+# Ran at commit 7244250 (session 19).
 # One H200: the grouped Mosaic FP4 expert kernel on x without the wrapper's read pad
 # (fp4_grouped_matmul_mgpu(x_pad=False): the last chunks' read-ahead rows past M come from TMA's
 # out-of-bounds fill instead of a padded copy of x; they only reach accumulator columns that are

@@ -355,16 +355,25 @@ def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
     store(acc, refs_in, scale, t0, lo, hi, zstart, n0)
 
 
-# Whether the grouped wrapper copies x with read_pad rows appended (session 19: the copy is
-# 2.9-5.1 us of a 36-49 us call at the 30B decode shapes, session 17); False relies on TMA's
-# out-of-bounds fill for the last chunks' read-ahead rows. Read at trace time.
-GROUPED_X_PAD = True
+# Whether the grouped wrapper copies x with read_pad rows appended (True, sessions 14-18) or
+# passes it as it is (False) and lets TMA's out-of-bounds fill supply the last chunks'
+# read-ahead rows. Session 19 (19g, H200, the four 30B decode shapes, side by side): the same
+# relative errors, the call 1.8-3.6 us faster (36.3 -> 34.5, 44.6 -> 40.9, 40.3 -> 38.4,
+# 48.7 -> 46.8 us), the kernel alone unchanged. Read at trace time.
+GROUPED_X_PAD = False
 
 
 def read_pad(m: int, mp: int) -> int:
     """Rows the wrapper appends to the M sorted x rows: a chunk reads mp + 8 rows from an
     8-aligned start at most mp + 7 rows before M, and TMA tiles come in 8 rows."""
     return -(-(m + mp + 8) // 8) * 8 - m
+
+
+def appended_rows(m: int, mp: int, pad: bool) -> int:
+    """Rows the grouped wrapper appends to the M sorted x rows: :func:`read_pad` with ``pad``;
+    without, only what TMA's tiled x needs (a multiple of 8 rows, at least one chunk's mp + 8)
+    and the chunks' read-ahead past M comes from TMA's out-of-bounds fill."""
+    return read_pad(m, mp) if pad or m < mp + 8 else -m % 8
 
 
 def program_plan(size, end, last, m, mp):
@@ -508,8 +517,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
     pad = backend == "emulate" or (GROUPED_X_PAD if x_pad is None else x_pad)
-    # (TMA's tiled x: a multiple of 8 rows, and at least one chunk's read)
-    rows = read_pad(m, mp) if pad or m < mp + 8 else -m % 8
+    rows = appended_rows(m, mp, pad)
     xp = x.astype(jnp.bfloat16)
     if rows:
         xp = jnp.pad(xp, ((0, rows), (0, 0)))

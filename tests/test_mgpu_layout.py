@@ -241,6 +241,14 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
             jax.ShapeDtypeStruct((m, k), jnp.bfloat16), wq)
 
 
+def test_appended_x_rows_with_and_without_the_read_pad():
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    assert FM.appended_rows(888, 16, True) == FM.read_pad(888, 16) == 24
+    assert FM.appended_rows(888, 16, False) == 0  # TMA fills the read-ahead rows
+    assert FM.appended_rows(30, 8, False) == 2  # to a multiple of 8 rows
+    assert FM.appended_rows(23, 16, False) == FM.read_pad(23, 16)  # shorter than one read
+
+
 def test_kernels_lower_to_mosaic_gpu_on_cpu():
     """Both Mosaic GPU kernels trace and lower for CUDA on a CPU machine (layouts, inline_mgpu and
     wgmma operands are checked there; only the PTX compile needs a GPU)."""
