@@ -70,6 +70,16 @@ rollout_rows() {
   done
 }
 
+# attention_check NAME TIMEOUT [ARGS...]: experiments/check_mgpu_attention.py ARGS into $R/NAME/
+# (its kernels_attention_mgpu.{md,json}) and $R/NAME.txt, then its return code and error lines.
+attention_check() {
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" python3 "$REPO/experiments/check_mgpu_attention.py" --out "$R/$name" "$@" \
+    > "$R/$name.txt" 2>&1
+  echo "$name rc=$?"
+  grep -iE "error|Traceback" "$R/$name.txt" | head -5
+}
+
 # mgpu_attention_summary NAME: $R/NAME/kernels_attention_mgpu.json (check_mgpu_attention.py's
 # output) as three lines per shape: device us, % of copy and relerr of every column.
 mgpu_attention_summary() {

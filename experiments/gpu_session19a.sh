@@ -15,12 +15,9 @@ NAME=${NAME:-r19a}
 source "$(dirname "$0")/gpu_prelude.sh" "$NAME"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-timeout 420 python3 experiments/check_mgpu_attention.py --out "$R/splits" \
+attention_check splits 420 \
   --shapes 8:8192,32:8192,128:8192,8:32768,32:32768,111:32768,8:131072,27:131072 \
-  --triton-variants ";split_target=2048;split_target=4096;split_target=16384;num_splits=16;num_splits=32;num_splits=64" \
-  > "$R/splits.txt" 2>&1
-echo "splits rc=$?"
+  --triton-variants ";split_target=2048;split_target=4096;split_target=16384;num_splits=16;num_splits=32;num_splits=64"
 tar -C "$R" -czf "$OUT/$NAME.tar.gz" .
-grep -iE "error|Traceback" "$R/splits.txt" | head -5
 mgpu_attention_summary splits
 exit 0

@@ -13,12 +13,9 @@
 source "$(dirname "$0")/gpu_prelude.sh" r19f
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
-timeout 230 python3 experiments/check_mgpu_attention.py --out "$R/knobs" \
+attention_check knobs 230 \
   --shapes 8:8192,32:8192,8:32768,32:32768,8:131072,111:32768 --no-mosaic \
-  --triton-variants ";block_k=64,num_warps=2;block_k=64,num_warps=2,num_stages=2;block_k=128,num_warps=4,num_stages=2;num_stages=4;num_stages=2" \
-  > "$R/knobs.txt" 2>&1
-echo "knobs rc=$?"
+  --triton-variants ";block_k=64,num_warps=2;block_k=64,num_warps=2,num_stages=2;block_k=128,num_warps=4,num_stages=2;num_stages=4;num_stages=2"
 tar -C "$R" -czf "$OUT/r19f.tar.gz" .
-grep -iE "error|Traceback" "$R/knobs.txt" | head -5
 mgpu_attention_summary knobs
 exit 0
