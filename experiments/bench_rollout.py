@@ -853,8 +853,15 @@ def main(argv=None):
                     help="the FP4 KV caches' code layout: kv_words (attention.init_cache's "
                          "default, read by decode v6), natural (decode v4) or mgpu (NVFP4: "
                          "the Mosaic GPU kernel attention_mgpu)")
+    ap.add_argument("--grouped_x_pad", default=None, choices=["pad", "nopad"],
+                    help="the grouped Mosaic expert kernel's x: copied with the read pad or "
+                         "passed as it is (fp4_matmul_mgpu.GROUPED_X_PAD; default nopad)")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
+    if args.grouped_x_pad:
+        from pallas_kernels import fp4_matmul_mgpu
+
+        fp4_matmul_mgpu.GROUPED_X_PAD = args.grouped_x_pad == "pad"
     if args.attn_split_target < 0:
         raise SystemExit(f"--attn_split_target must be >= 0, got {args.attn_split_target}")
     from pallas_kernels import attention_triton

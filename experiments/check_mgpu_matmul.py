@@ -42,6 +42,13 @@ def main(argv=None) -> int:
     ap.add_argument("--tk", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--chunked", action="store_true")
+    ap.add_argument("--shapes", default="",
+                    help="dense K x N shapes instead of the issue's, e.g. 8192x25344,8192x28672")
+    ap.add_argument("--ms", default="", help="dense token counts instead of 1,8,32,64")
+    ap.add_argument("--splits", default="1",
+                    help="dense: K splits per 64 weight rows to time, e.g. 1,2 (column splits)")
+    ap.add_argument("--baselines", default="triton,bf16",
+                    help="dense: which baselines to time beside the Mosaic kernel ('' = none)")
     ap.add_argument("--prefill", action="store_true",
                     help="with --grouped: prefill-sized calls (2048, 8192 tokens), a knob sweep "
                          "for large groups; writes kernels_matmul_mgpu_grouped_prefill.*")
@@ -66,24 +73,30 @@ def main(argv=None) -> int:
             return None
         return t
 
-    for k, n in (SHAPES[:1] if a.sweep else SHAPES):
+    shapes = ([tuple(int(v) for v in kn.split("x")) for kn in a.shapes.split(",")] if a.shapes
+              else SHAPES[:1] if a.sweep else SHAPES)
+    ms = tuple(int(v) for v in a.ms.split(",")) if a.ms else (1, 8) if a.sweep else MS
+    splits = [int(v) for v in a.splits.split(",")]
+    baselines = [b for b in a.baselines.split(",") if b]
+    for k, n in shapes:
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
             jax.random.normal(jax.random.PRNGKey(k + n), (k, n), jnp.float32))
         wm, wt = jax.jit(FM.prepare_mgpu)(q), jax.jit(fm.prepare_weights)(q)
         wb = jax.jit(lambda q: fm.dequantize_bf16(fm.prepare_weights(q)))(q)
         nbytes = wm.nbytes
-        for m in ((1, 8) if a.sweep else MS):
+        for m in ms:
             x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
-            configs = ([(*c, False, False) for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, True)] if a.sweep
-                       else [(min(a.tk, k), a.steps, a.chunked, False)])
-            for tk, steps, chunked, diag in configs:
-                if k % tk:
+            configs = ([(*c, False, False, 1) for c in itertools.product((256, 512), (2, 3, 4))]
+                       + [(256, 4, False, True, 1)] if a.sweep
+                       else [(min(a.tk, k // sp), a.steps, a.chunked, False, sp) for sp in splits])
+            for tk, steps, chunked, diag, sp in configs:
+                if k % (tk * sp):
                     continue
                 FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
-                f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked: FM.fp4_matmul_mgpu(
-                    x, w, tk=tk, steps=steps, chunked=chunked, backend="mgpu"))
+                f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp:
+                            FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
+                                               splits=sp, backend="mgpu"))
                 try:
                     out = f(x, wm)
                     err = rel(out, ref)
@@ -96,31 +109,28 @@ def main(argv=None) -> int:
                 if t is None:
                     continue
                 FM._DIAG_RAW_SCALES = False
-                row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked,
-                           raw_scales_diag=diag, mgpu_us=t * 1e6,
+                row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
+                           ctas=(n // FM.ROWS) * sp, raw_scales_diag=diag, mgpu_us=t * 1e6,
                            mgpu_pct_copy=100 * nbytes / t / bw, mgpu_relerr=err)
-                if not a.sweep:
-                    ft = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))
-                    tt = timed("triton", ft, x, wt)
-                    row.update(triton_us=tt and tt * 1e6,
-                               triton_relerr=rel(ft(x, wt), ref),
-                               mgpu_vs_triton=tt and tt / t)
-                    tb = timed("bf16", jax.jit(lambda x, w: jnp.dot(x, w)), x, wb)
-                    row.update(bf16_us=tb and tb * 1e6, mgpu_vs_bf16=tb and tb / t)
+                if not a.sweep and sp == splits[0]:
+                    if "triton" in baselines:
+                        ft = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))
+                        tt = timed("triton", ft, x, wt)
+                        row.update(triton_us=tt and tt * 1e6,
+                                   triton_relerr=rel(ft(x, wt), ref),
+                                   mgpu_vs_triton=tt and tt / t)
+                    if "bf16" in baselines:
+                        tb = timed("bf16", jax.jit(lambda x, w: jnp.dot(x, w)), x, wb)
+                        row.update(bf16_us=tb and tb * 1e6, mgpu_vs_bf16=tb and tb / t)
                 rows.append(row)
                 print("  " + "  ".join(f"{kk}={v:.4g}" if isinstance(v, float) else f"{kk}={v}"
                                        for kk, v in row.items()), flush=True)
     stem = "kernels_matmul_mgpu" + ("_sweep" if a.sweep else "")
-    cols = list(rows[0]) if rows else []
-    lines = [f"# Mosaic GPU FP4 matmul prototype: {jax.devices()[0].device_kind} "
-             f"(jax {jax.__version__})", "",
-             f"command: `python experiments/check_mgpu_matmul.py {' '.join(argv or sys.argv[1:])}`",
-             "", f"device time per call; % copy = FP4 codes + scales / time against a device-time "
-             f"copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 dot.", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join(f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c])
-                                       for c in cols) + " |")
+    lines = devtime.sweep_header(
+        "Mosaic GPU FP4 matmul prototype", "python experiments/check_mgpu_matmul.py",
+        f"device time per call; % copy = FP4 codes + scales / time against a device-time copy of "
+        f"{bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 dot; ctas = (N / 64) x splits.",
+        argv) + devtime.table_lines(rows)
     devtime.write_sweep(a.out, stem, lines, rows, bw)
     return 0
 

@@ -216,41 +216,53 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False):
     return pl.run_scoped(compute, plgpu.ACC((ROWS, mp), jnp.float32))
 
 
-@functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked"))
-def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False):
-    """out^T [N, Mp] f32 (values * 2**-SHIFT, no global scale) for x padded to [Mp, K]."""
+@functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits"))
+def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1):
+    """out^T partials [splits, N, Mp] f32 (values * 2**-SHIFT, no global scale; their sum over
+    axis 0 is the product) for x padded to [Mp, K]: CTA (n, j) takes 64 weight rows and the j-th
+    of ``splits`` equal K ranges."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     n, k8 = codes.shape
     k, mp = 8 * k8, xp.shape[0]
-    if k % tk or tk % MG.SPAN:
-        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+    kc = k // splits  # K per CTA
+    if k % splits or kc % tk or tk % MG.SPAN:
+        raise ValueError(f"K={k} must split into {splits} ranges that are multiples of tk={tk}, "
+                         f"tk a multiple of {MG.SPAN}")
 
     def body(u_gmem, s_gmem, x_gmem, o_gmem, o_smem):
         ni = jax.lax.axis_index("n")
+        ji = jax.lax.axis_index("k")
         rows = pl.ds(ni * ROWS, ROWS)
-        acc = _k_loop(u_gmem.at[rows, :], s_gmem.at[:, rows], x_gmem, k=k, mp=mp, tk=tk,
-                      steps=steps, chunked=chunked)
+        acc = _k_loop(u_gmem.at[rows, pl.ds(ji * (kc // 8), kc // 8)],
+                      s_gmem.at[pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN), rows],
+                      x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk, steps=steps,
+                      chunked=chunked)
         o_smem[...] = acc
         plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[rows, :])
+        plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[ji, rows, :])
         plgpu.wait_smem_to_gmem(0)
 
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((n, mp), jnp.float32), grid=(n // ROWS,),
-        grid_names=("n",), scratch_types=[plgpu.SMEM((ROWS, mp), jnp.float32)],
+        body, out_type=jax.ShapeDtypeStruct((splits, n, mp), jnp.float32),
+        grid=(n // ROWS, splits), grid_names=("n", "k"),
+        scratch_types=[plgpu.SMEM((ROWS, mp), jnp.float32)],
     )(codes, scales, xp)
 
 
 def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int = 4,
-                    chunked: bool = False, backend: str = "auto") -> jax.Array:
+                    chunked: bool = False, splits: int = 1, backend: str = "auto") -> jax.Array:
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
-    equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``backend="auto"``: the
-    kernel on a GPU, the reference elsewhere; ``"mgpu"`` forces the kernel."""
+    equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``splits`` > 1 splits K
+    over that many CTAs per 64 weight rows (their f32 partials summed by XLA with the output's
+    transpose). ``backend="auto"``: the kernel on a GPU, the reference elsewhere; ``"mgpu"``
+    forces the kernel."""
     k, n = w.shape
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {x.shape}")
+    if splits < 1 or k % (splits * MG.SPAN):
+        raise ValueError(f"splits={splits}: K={k} must split into multiples of {MG.SPAN}")
     m = x.shape[0]
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return fp4_matmul_mgpu_reference(x, w)
@@ -258,9 +270,10 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int =
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
-    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k), steps=steps, chunked=chunked)
+    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k // splits), steps=steps,
+                      chunked=chunked, splits=splits)
     scale = w.global_scale * (2.0 ** SHIFT)
-    return (out_t[:, :m].T * scale).astype(jnp.bfloat16)
+    return (jnp.sum(out_t, axis=0)[:, :m].T * scale).astype(jnp.bfloat16)
 
 
 # --- grouped (MoE) version ----------------------------------------------------------------------

@@ -258,8 +258,12 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
                  global_scope="tensor")
     w = FM.prepare_mgpu(q)
     xp = jnp.zeros((8, 512), jnp.bfloat16)
-    dense = jax.jit(lambda c, s, x: FM._matmul_t(c, s, x, tk=256, steps=2)).trace(
-        w.codes[0], w.scales[0], xp).lower(lowering_platforms=("cuda",)).as_text()
+    dense, dense_split = [jax.jit(lambda c, s, x, sp=sp: FM._matmul_t(
+        c, s, x, tk=256, steps=2, splits=sp)).trace(w.codes[0], w.scales[0], xp).lower(
+        lowering_platforms=("cuda",)).as_text() for sp in (1, 2)]
+    assert dense_split != dense
+    with pytest.raises(ValueError, match="splits=3"):
+        FM.fp4_matmul_mgpu(xp, jax.tree.map(lambda a: a[0], w), splits=3)  # K 512: not 3 x 64
     gs = jnp.array([3, 20], jnp.int32)
     direct = [jax.jit(lambda *a, sc=sc: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
                                                           scaled=sc)).trace(
@@ -271,5 +275,5 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         w.codes, w.scales, jnp.zeros((24, 512), jnp.bfloat16), gs, jnp.cumsum(gs),  # to 8
         jnp.ones((2,), jnp.float32), jnp.ones((2,), jnp.float32)).lower(
         lowering_platforms=("cuda",)).as_text()
-    for txt in (dense, *direct, unpadded):
+    for txt in (dense, dense_split, *direct, unpadded):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
