@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     shapes = ([tuple(int(v) for v in kn.split("x")) for kn in a.shapes.split(",")] if a.shapes
               else SHAPES[:1] if a.sweep else SHAPES)
     ms = tuple(int(v) for v in a.ms.split(",")) if a.ms else (1, 8) if a.sweep else MS
-    splits = [int(v) for v in a.splits.split(",")]
+    splits = [None if v == "auto" else int(v) for v in a.splits.split(",")]
     baselines = [b for b in a.baselines.split(",") if b]
     for k, n in shapes:
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
@@ -89,8 +89,12 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             configs = ([(*c, False, False, 1) for c in itertools.product((256, 512), (2, 3, 4))]
                        + [(256, 4, False, True, 1)] if a.sweep
-                       else [(min(a.tk, k // sp), a.steps, a.chunked, False, sp) for sp in splits])
-            for tk, steps, chunked, diag, sp in configs:
+                       else [(min(a.tk, k // (sp or 1)), a.steps, a.chunked, False, sp)
+                             for sp in splits])
+            for ci, (tk, steps, chunked, diag, sp) in enumerate(configs):
+                auto = sp is None  # the default rule's choice (column auto_splits)
+                if auto:
+                    sp = FM.default_splits(n, k, max(8, -(-m // 8) * 8), tk, steps)
                 if k % (tk * sp):
                     continue
                 FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
@@ -110,9 +114,10 @@ def main(argv=None) -> int:
                     continue
                 FM._DIAG_RAW_SCALES = False
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
+                           auto_splits=auto,
                            ctas=(n // FM.ROWS) * sp, raw_scales_diag=diag, mgpu_us=t * 1e6,
                            mgpu_pct_copy=100 * nbytes / t / bw, mgpu_relerr=err)
-                if not a.sweep and sp == splits[0]:
+                if not a.sweep and ci == 0:  # the baselines once per shape and M
                     if "triton" in baselines:
                         ft = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))
                         tt = timed("triton", ft, x, wt)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 20).
+# Ran at commit 438c3c5 (session 20).
 # One H200, issue 6. (1) Is the dense Mosaic FP4 kernel bound per SM or per CTA? Its grid at
 # 8192 x 28672 is 448 CTAs = 3.39 per SM (4 fit: 0.85 waves), and session 14 found its time
 # insensitive to pipeline depth and tile width but 9% faster with 10% fewer ALU instructions

@@ -251,22 +251,63 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1):
     )(codes, scales, xp)
 
 
+# Aggregate rate of one SM (% of copy bandwidth) with c of the dense kernel's CTAs resident,
+# measured at M = 8 (session 20, gpu_session20a.sh, H200): N = 8448 / 16896 / 25344 / 33792
+# (K 8192) give exactly 1 / 2 / 3 / 4 CTAs per SM. The per-SM issue rate, not the CTA, is the
+# limit: at 8192 x 28672 (3.39 CTAs per SM) the SMs holding 4 CTAs set the time.
+SM_RATE = {1: 47.4, 2: 63.9, 3: 74.2, 4: 77.3}
+SPLIT_COST = 0.03  # per extra split: shorter CTAs and the partial sum (20a: splits 4 vs 2)
+_SMEM_PER_SM = 233472  # bytes a Hopper SM gives its CTAs (ncu: 233.47 KB), 1 KB each reserved
+
+
+def dense_ctas_per_sm(mp: int, tk: int, steps: int) -> int:
+    """CTAs of the dense kernel one SM holds, by shared memory (pipeline stages of codes, scales
+    and x, the f32 output tile), capped at 4 (registers allow 5 at M = 8; SM_RATE stops at 4)."""
+    stage = ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4 + mp * tk * 2
+    return max(1, min(4, _SMEM_PER_SM // (steps * stage + ROWS * mp * 4 + 1024)))
+
+
+def default_splits(n: int, k: int, mp: int, tk: int, steps: int, sms: int | None = None) -> int:
+    """K splits per 64 weight rows for the dense kernel: the s in {1, 2, 4} (K / s a multiple of
+    tk, at least 4 pipeline steps) whose busiest SM finishes first, in a model of SM_RATE: CTAs
+    are dealt to the SMs evenly (the most loaded gets ceil(CTAs / SMs)), run in rounds of the
+    resident count, a round of c CTAs at SM_RATE[c]; plus SPLIT_COST per extra split. At 8192 x
+    28672 (M <= 8) it picks 2 (20a: 1.12x the unsplit kernel, 75% of copy at M = 8)."""
+    from pallas_kernels import matmul_triton
+
+    sms = sms or matmul_triton._sm_count()
+    c = dense_ctas_per_sm(mp, tk, steps)
+    tiles = n // ROWS
+
+    def cost(s):
+        per_sm = -(-tiles * s // sms)
+        full, rest = divmod(per_sm, c)
+        t = full * c / SM_RATE[c] + (rest / SM_RATE[rest] if rest else 0.0)
+        return t / s * (1 + SPLIT_COST * (s - 1))
+
+    ok = [s for s in (1, 2, 4) if k % (s * tk) == 0 and k // (s * tk) >= 4] or [1]
+    return min(ok, key=cost)
+
+
 def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int = 4,
-                    chunked: bool = False, splits: int = 1, backend: str = "auto") -> jax.Array:
+                    chunked: bool = False, splits: int | None = None,
+                    backend: str = "auto") -> jax.Array:
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``splits`` > 1 splits K
     over that many CTAs per 64 weight rows (their f32 partials summed by XLA with the output's
-    transpose). ``backend="auto"``: the kernel on a GPU, the reference elsewhere; ``"mgpu"``
-    forces the kernel."""
+    transpose); None: :func:`default_splits`. ``backend="auto"``: the kernel on a GPU, the
+    reference elsewhere; ``"mgpu"`` forces the kernel."""
     k, n = w.shape
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {x.shape}")
+    m = x.shape[0]
+    mp = max(8, -(-m // 8) * 8)
+    if splits is None:
+        splits = default_splits(n, k, mp, min(tk, k), steps)
     if splits < 1 or k % (splits * MG.SPAN):
         raise ValueError(f"splits={splits}: K={k} must split into multiples of {MG.SPAN}")
-    m = x.shape[0]
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return fp4_matmul_mgpu_reference(x, w)
-    mp = max(8, -(-m // 8) * 8)
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
