@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 20).
+# Ran at commit 3737c30 (session 20).
 # One H200, issue 6. (1) The dense Mosaic FP4 kernel's new split rule (`default_splits`, a model
 # of 20a's per-SM rates) at 8192 x 28672, M = 1 / 8 / 32 / 64, against splits 1 / 2 / 4 and the
 # Triton kernel and XLA bf16 dot; (2) M = 32 / 64 with 2 pipeline stages (4 stages hold 1-2 CTAs

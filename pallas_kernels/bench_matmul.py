@@ -150,8 +150,12 @@ def bench_dense(k, n, ms, fmts, bw):
     wbs = [(wb * (1 + 0.01 * i)).astype(jnp.bfloat16) for i in range(r)]
     fws = {}
     for fmt in fmts:
-        fw = fm.prepare_weights(quant.quantize(w32, fmt, axis=-2))
+        q = quant.quantize(w32, fmt, axis=-2)
+        fw = fm.prepare_weights(q)
         fws[fmt] = (fw, copies(fw, r))
+        if fm.mosaic_fits(fmt, k, n):  # the Mosaic GPU kernel's layout (prepare_mgpu)
+            wm = fm.prepare_expert_weights(q, "mosaic")
+            fws["mosaic"] = (wm, copies(wm, r))
     for m in ms:
         if guard(f"dense {k}x{n} M={m}"):
             return
@@ -188,6 +192,22 @@ def bench_dense(k, n, ms, fmts, bw):
                     continue
                 record(device_s=td, kind="dense", k=k, n=n, m=m, fmt=fmt, variant=name, us=t * 1e6, bytes=b,
                        gbps=b / t / 1e9, pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=err)
+            if fmt == "nvfp4" and "mosaic" in fws and m < fm.PREFILL_M:
+                wm, wmr = fws["mosaic"]
+                f = lambda x, w: fm.fp4_matmul(x, w, backend="triton")  # noqa: E731
+                try:
+                    err = rel_err(jax.jit(f)(x, wm), ref)
+                    t = rot_time(f, wmr, x)
+                    td = rot_device_time(f, wmr, x)
+                except Exception as e:  # noqa: BLE001 - report and continue
+                    print(f"FAILED dense {k}x{n} M={m} mosaic: {type(e).__name__}: "
+                          f"{str(e)[:600]}", flush=True)
+                else:
+                    b = wm.nbytes + io
+                    record(device_s=td, kind="dense", k=k, n=n, m=m, fmt=fmt,
+                           variant="mosaic (default splits)", us=t * 1e6, bytes=b,
+                           gbps=b / t / 1e9, pct_copy=100 * b / t / bw, speedup=t_bf / t,
+                           rel_err=err)
             if fmt == "nvfp4" and m in (8,) and k == 2048:
                 try:
                     xq = quant.quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
@@ -273,11 +293,14 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
     key = jax.random.key(k + 3 * n)
     w32 = jax.random.normal(key, (e, k, n), jnp.float32)
     wb = w32.astype(jnp.bfloat16)
-    fw = fm.prepare_weights(quant.quantize(w32, "nvfp4", axis=-2))
-    del w32
+    q = quant.quantize(w32, "nvfp4", axis=-2)
+    fw = fm.prepare_weights(q)
+    wm = fm.prepare_expert_weights(q, "mosaic") if fm.mosaic_fits("nvfp4", k, n) else None
+    del w32, q
     r = 2
     wbs = [wb, (wb * 1.01).astype(jnp.bfloat16)]
     fws = copies(fw, r)
+    wms = copies(wm, r) if wm is not None else None
     per_e_fp4 = fw.nbytes / e
     for tok in token_counts:
         if guard(f"grouped {k}x{n} T={tok}"):
@@ -319,13 +342,17 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
               ("bn256_w8", dataclasses.replace(d, bn=256, num_warps=8))]
         vs += [(f"bn{bn}_p{p}_st{st}", dataclasses.replace(d, bn=bn, programs=p, num_stages=st))
                for bn, p, st in PERSISTENT_FP4]
+        if wms is not None:  # the Mosaic GPU kernel: the rollout's expert kernel
+            vs = [("mosaic (rollout default)", "mosaic")] + vs
         for name, cfg in vs:
             try:
+                ws = wms if cfg == "mosaic" else fws
+                cfg = None if cfg == "mosaic" else cfg
                 f = lambda x, w, cfg=cfg: fm.fp4_grouped_matmul(x, w, gs, cfg=cfg)  # noqa: E731
-                out = jax.jit(f)(x, fw)
+                out = jax.jit(f)(x, ws[0])
                 err = rel_err(out, ref)
-                t = rot_time(f, fws, x)
-                td = rot_device_time(f, fws, x) if cfg is None else None
+                t = rot_time(f, ws, x)
+                td = rot_device_time(f, ws, x) if cfg is None else None
             except Exception as ex:  # noqa: BLE001
                 print(f"FAILED grouped {k}x{n} T={tok} {name}: {type(ex).__name__}: "
                       f"{str(ex)[:600]}", flush=True)

@@ -1,10 +1,11 @@
 """FP4 (NVFP4) matmuls for small M on Hopper in Pallas Mosaic GPU: the weights are decoded
 straight into the registers of wgmma's A operand. The grouped (MoE) version is the rollout's
 expert kernel (``fp4_matmul.prepare_expert_weights`` / ``fp4_grouped_matmul``, session 15); the
-dense one is a prototype nothing calls yet.
+dense one is ``fp4_matmul.fp4_matmul``'s kernel for Mosaic weights (the model's dense projections
+are bf16, so the rollout does not call it).
 
   w = prepare_mgpu(qtensor_KxN)            # once, at weight sync (``mgpu_layout``)
-  y = fp4_matmul_mgpu(x_MxK_bf16, w)        # [M, N] bf16; M <= 256
+  y = fp4_matmul_mgpu(x_MxK_bf16, w)        # [M, N] bf16; M <= 256 (or fp4_matmul.fp4_matmul)
 
 out^T [N, Mp] = W^T [N, K] x^T [K, Mp] (Mp = M rounded up to 8): one warpgroup per 64 weight
 rows; an ``emit_pipeline`` over K streams (TMA) a [64, tk / 8] uint32 code tile, its [tk / 64, 64]
@@ -12,7 +13,9 @@ scale words and the [Mp, tk] x tile into shared memory; the code words are loade
 register layout and decoded in registers (per word: 8 integer ops and 4 ``mul.bf16x2`` by the
 block scales, ``mgpu_layout``), and ``wgmma`` takes them as its A operand with x^T (transposed
 view of the x tile) as B, f32 accumulation. Decoded values are ``code * scale * 2**-8`` (exact in
-bf16, as in ``fp4_matmul``); the wrapper applies ``2**8 * global_scale`` to the f32 result.
+bf16, as in ``fp4_matmul``); the wrapper applies ``2**8 * global_scale`` to the f32 result. K
+may be split over 2 or 4 CTAs per 64 rows (``default_splits``: the SMs' load balance, session 20:
+75% of copy at 8192 x 28672, M = 8), their f32 partials summed in the wrapper.
 
 GPU only (Mosaic GPU has no CPU lowering and its interpret mode cannot run ``inline_mgpu``):
 ``fp4_matmul_mgpu`` falls back to the pure-JAX reference on other backends; the layout and the
@@ -98,9 +101,10 @@ def mgpu_to_qtensor(w: MgpuWeights) -> QTensor:
                    global_scale=w.global_scale.reshape(1, 1), fmt="nvfp4", axis=-2)
 
 
-def fp4_matmul_mgpu_reference(x: jax.Array, w: MgpuWeights) -> jax.Array:
+def fp4_matmul_mgpu_reference(x: jax.Array, w: MgpuWeights, row_scale=None) -> jax.Array:
     wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32)
-    return jnp.dot(x.astype(jnp.float32), wf).astype(jnp.bfloat16)
+    out = jnp.dot(x.astype(jnp.float32), wf, precision=jax.lax.Precision.HIGHEST)
+    return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
 
 
 # --- the kernel -------------------------------------------------------------------------------
@@ -285,36 +289,50 @@ def default_splits(n: int, k: int, mp: int, tk: int, steps: int, sms: int | None
         t = full * c / SM_RATE[c] + (rest / SM_RATE[rest] if rest else 0.0)
         return t / s * (1 + SPLIT_COST * (s - 1))
 
+    if mp > 32:  # M = 64 (2 stages, 20b): 1 split 78.6 us, 2 81.1, 4 81.8: not this model's
+        return 1
     ok = [s for s in (1, 2, 4) if k % (s * tk) == 0 and k // (s * tk) >= 4] or [1]
     return min(ok, key=cost)
 
 
-def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int = 4,
+def default_steps(mp: int) -> int:
+    """Pipeline stages of the dense kernel: 4 up to 16 rows, else 2 (20b at 8192 x 28672 with 2
+    splits: M = 32 56.2 -> 52.6 us, M = 64 99.8 -> 81.1 us; the x tile is 16-32 KB per stage)."""
+    return 4 if mp <= 16 else 2
+
+
+def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int | None = None,
                     chunked: bool = False, splits: int | None = None,
-                    backend: str = "auto") -> jax.Array:
+                    row_scale: jax.Array | None = None, backend: str = "auto") -> jax.Array:
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``splits`` > 1 splits K
     over that many CTAs per 64 weight rows (their f32 partials summed by XLA with the output's
-    transpose); None: :func:`default_splits`. ``backend="auto"``: the kernel on a GPU, the
-    reference elsewhere; ``"mgpu"`` forces the kernel."""
+    transpose); None: :func:`default_splits`; ``steps`` None: :func:`default_steps`.
+    ``row_scale`` [M, 1] f32 multiplies the f32 result rows (an activation's global scale).
+    ``backend="auto"``: the kernel on a GPU, the reference elsewhere; ``"mgpu"`` forces the
+    kernel."""
     k, n = w.shape
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {x.shape}")
     m = x.shape[0]
+    if row_scale is not None and row_scale.shape != (m, 1):
+        raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
     mp = max(8, -(-m // 8) * 8)
+    steps = default_steps(mp) if steps is None else steps
     if splits is None:
         splits = default_splits(n, k, mp, min(tk, k), steps)
     if splits < 1 or k % (splits * MG.SPAN):
         raise ValueError(f"splits={splits}: K={k} must split into multiples of {MG.SPAN}")
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
-        return fp4_matmul_mgpu_reference(x, w)
+        return fp4_matmul_mgpu_reference(x, w, row_scale)
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
     out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k // splits), steps=steps,
                       chunked=chunked, splits=splits)
     scale = w.global_scale * (2.0 ** SHIFT)
-    return (jnp.sum(out_t, axis=0)[:, :m].T * scale).astype(jnp.bfloat16)
+    out = jnp.sum(out_t, axis=0)[:, :m].T * scale
+    return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
 
 
 # --- grouped (MoE) version ----------------------------------------------------------------------

@@ -193,9 +193,9 @@ def test_prepare_expert_weights_picks_the_layout_and_both_give_the_same_product(
         kind(qs(wf, "mxfp4"), "mosaic")
     with pytest.raises(ValueError, match="unknown expert kernel 'mgpu'"):
         kind(qs(wf), "mgpu")
-    with pytest.raises(TypeError, match="fp4_matmul_mgpu"):
+    with pytest.raises(ValueError, match=r"wants a \[K,N\] weight"):
         jax.eval_shape(lambda x, w: fm.fp4_matmul(x, fm.prepare_expert_weights(w, "mosaic")),
-                       jax.ShapeDtypeStruct((10, k), jnp.bfloat16), qs(wf[0]))  # [K, N]
+                       jax.ShapeDtypeStruct((10, k), jnp.bfloat16), qs(wf))  # [E, K, N]
 
     @functools.partial(jax.jit, static_argnames="kernel")
     def product(x, w, gs, kernel):
@@ -277,3 +277,45 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         lowering_platforms=("cuda",)).as_text()
     for txt in (dense, dense_split, *direct, unpadded):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
+
+
+def test_fp4_matmul_takes_mosaic_weights():
+    """``fp4_matmul`` with dense Mosaic GPU weights: the reference equals the Triton layout's bit
+    for bit (bf16 x and a W4A4 activation QTensor); the prefill path (M >= PREFILL_M: dequantize
+    + XLA GEMM, runs on the CPU) agrees with the reference to bf16 rounding, the activation's
+    global scale included; a bad cfg is refused by name."""
+    from pallas_kernels import fp4_matmul as fm
+    from trace_jax.quant import quantize
+    k, n = 256, 128
+    q = quantize(jax.random.normal(jax.random.PRNGKey(7), (k, n)), "nvfp4", axis=-2,
+                 global_scope="tensor")
+    wm, wt = fm.prepare_expert_weights(q, "mosaic"), fm.prepare_weights(q)
+    assert type(wm).__name__ == "MgpuWeights"
+    for m in (5, fm.PREFILL_M + 8):
+        x = 3.0 * jax.random.normal(jax.random.PRNGKey(m), (m, k))
+        for xin in (x.astype(jnp.bfloat16), quantize(x, "nvfp4", global_scope="tensor")):
+            ref = np.asarray(fm.fp4_matmul(xin, wt), np.float32)
+            np.testing.assert_array_equal(np.asarray(fm.fp4_matmul(xin, wm), np.float32), ref)
+            if m >= fm.PREFILL_M:  # the kernel path's prefill branch is plain XLA
+                got = np.asarray(fm.fp4_matmul(xin, wm, backend="triton"), np.float32)
+                np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+    with pytest.raises(TypeError, match="cfg=\\(tk, steps, splits\\)"):
+        fm.fp4_matmul(jnp.ones((4, k), jnp.bfloat16), wm, backend="triton", cfg=(256, 4))
+
+
+def test_dense_split_rule_reproduces_the_measured_best():
+    """``default_splits`` at the shapes session 20 measured on the H200 (K 8192, M = 8, 4
+    stages; gpu_session20a/b): 2 splits beat 1 at N = 8448, 16896 and 28672; 1 beat 2 at N =
+    25344 (3 CTAs per SM already balanced); at 33792 (4 per SM) the two were within 1.2%; M = 32
+    (2 stages) 2 splits beat 1 and 4; M = 64 (2 stages) 1 beat 2 and 4. 4 stages at M <= 16,
+    2 above."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    picks = {nn: FM.default_splits(nn, 8192, 8, 256, 4, sms=132)
+             for nn in (8448, 16896, 25344, 28672)}
+    assert picks[8448] >= 2 and picks[16896] == 2 and picks[25344] == 1 and picks[28672] == 2
+    assert FM.default_splits(33792, 8192, 8, 256, 4, sms=132) in (1, 2)
+    assert FM.default_splits(28672, 8192, 32, 256, 2, sms=132) == 2
+    assert FM.default_splits(28672, 8192, 64, 256, 2, sms=132) == 1
+    assert FM.default_steps(8) == FM.default_steps(16) == 4 and FM.default_steps(32) == 2
+    assert FM.dense_ctas_per_sm(8, 256, 4) == 4  # 20a's resource dump: 55296 B of smem per CTA
+    assert FM.default_splits(768, 768, 8, 256, 4, sms=132) == 1  # 3 K steps: nothing to split
