@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 20).
+# Ran at commit ce448ec (session 20).
 # One H200, issue 6: the issue's benchmark table (`python -m pallas_kernels.bench matmul`) with
 # the Mosaic GPU kernels in it for the first time (the dense kernel through `fp4_matmul` with
 # Mosaic weights and its new split rule; the grouped kernel the rollout uses), device time on.
