@@ -856,12 +856,18 @@ def main(argv=None):
     ap.add_argument("--grouped_x_pad", default=None, choices=["pad", "nopad"],
                     help="the grouped Mosaic expert kernel's x: copied with the read pad or "
                          "passed as it is (fp4_matmul_mgpu.GROUPED_X_PAD; default nopad)")
+    ap.add_argument("--grouped_x_layout", default=None, choices=["rows", "aligned"],
+                    help="the grouped Mosaic expert kernel's x: the sorted rows or each "
+                         "expert's rows at an 8-aligned offset (fp4_matmul_mgpu."
+                         "GROUPED_X_LAYOUT; default rows)")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
-    if args.grouped_x_pad:
-        from pallas_kernels import fp4_matmul_mgpu
+    from pallas_kernels import fp4_matmul_mgpu
 
+    if args.grouped_x_pad:
         fp4_matmul_mgpu.GROUPED_X_PAD = args.grouped_x_pad == "pad"
+    if args.grouped_x_layout:
+        fp4_matmul_mgpu.GROUPED_X_LAYOUT = args.grouped_x_layout
     if args.attn_split_target < 0:
         raise SystemExit(f"--attn_split_target must be >= 0, got {args.attn_split_target}")
     from pallas_kernels import attention_triton

@@ -55,6 +55,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-x-pad", action="store_true",
                     help="with --grouped: also time the Mosaic kernel on x without the read "
                          "pad (x_pad=False: TMA fills the rows past M), column mgpu_nopad")
+    ap.add_argument("--aligned", action="store_true",
+                    help="with --grouped: the Mosaic kernel on the aligned x layout (mp 16 and "
+                         "8: columns mgpu_al16 / mgpu_al8, max diff vs the rows layout) beside "
+                         "the rows layout; no Triton or W4A4 rows")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -168,7 +172,7 @@ def grouped(a, argv) -> int:
             nbytes = touched * k * n * 9 // 16  # codes + scales of the experts with tokens
             row = dict(k=k, n=n, tokens=t, rows=m, experts_touched=touched,
                        max_group=int(jnp.max(gs)))
-            runs = [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
+            runs = [] if a.aligned else [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                 x, w, g, backend="triton")), wt, None)]
             knobs = (PREFILL_KNOBS if a.prefill else GROUPED_KNOBS if a.sweep else
                      (FM.default_grouped_knobs(m, E, k),))
@@ -181,10 +185,20 @@ def grouped(a, argv) -> int:
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False)), wm, "body"))
+            if a.aligned:
+                for amp in (16, 8):
+                    runs.append((f"mgpu_al{amp}", jax.jit(
+                        lambda x, w, g, amp=amp: FM.fp4_grouped_matmul_mgpu(
+                            x, w, g, mp=amp, backend="mgpu", x_layout="aligned")), wm, "body"))
+            first = None
             for name, f, w, kname in runs:
                 try:
                     out = f(x, w, gs)
                     row[f"{name}_relerr"] = rel(out, ref)
+                    if a.aligned:  # bit for bit against the first (rows layout) Mosaic run
+                        first = out if first is None else first
+                        row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(
+                            out.astype(jnp.float32) - first.astype(jnp.float32))))
                     tt = devtime.device_seconds(f, x, w, gs)
                     if kname:  # the Mosaic kernel alone (without the wrapper's small XLA ops)
                         row[f"{name}_kernel_us"] = 1e6 * devtime.device_seconds(
@@ -198,7 +212,7 @@ def grouped(a, argv) -> int:
                 row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
-            if not (a.sweep or a.prefill):  # W4A4 through the library entry point, both layouts
+            if not (a.sweep or a.prefill or a.aligned):  # W4A4 through the library entry point
                 xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                 ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)
                 for name, w in (("triton", wt), ("mgpu", wm)):  # the model's W4A4 call, timed

@@ -461,43 +461,80 @@ def program_plan(size, end, last, m, mp):
     return off, jnp.bitwise_and(off, -8), rows, (rows + mp - 1) // mp
 
 
-def chunk_columns(off, start8, rows, total, c, mp):
-    """Chunk c's (t0, lo, hi, zstart), in :func:`_store_rows`' order: its first sorted row, its
-    stored tile columns [lo, hi) (its own tokens) and the first column that stores 0 (tokens
-    past the groups' sum ``total``). Scalars or arrays, as :func:`program_plan`."""
-    lo = off - start8
-    x0 = start8 + c * mp
-    return x0, lo, lo + jnp.minimum(mp, rows - c * mp), total - x0
+def chunk_columns(off, start8, rows, total, c, mp, aoff=None):
+    """Chunk c's (x0, t0, lo, hi, zstart): the first x row it reads, the sorted row of its tile
+    column 0 (:func:`_store_rows` stores column i at row t0 + i), its stored columns [lo, hi)
+    (its own tokens) and the first column that stores 0 (tokens past the groups' sum
+    ``total``). Sorted x (``aoff`` None): the chunk reads mp + 8 rows from start8 + c mp, so
+    x0 = t0 and lo = off - start8. The aligned x (:func:`aligned_rows`: the expert's rows from
+    its 8-aligned offset ``aoff``): mp rows from aoff + c mp, lo = 0. Scalars or arrays, as
+    :func:`program_plan`."""
+    if aoff is None:
+        lo = off - start8
+        x0 = start8 + c * mp
+        return x0, x0, lo, lo + jnp.minimum(mp, rows - c * mp), total - x0
+    t0 = off + c * mp
+    return aoff + c * mp, t0, 0 * t0, jnp.minimum(mp, rows - c * mp), total - t0
 
 
-@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled"))
-def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
-                    steps, m, scaled):
+# The grouped kernel's x: "rows" (the sorted rows as they are; a chunk reads mp + 8 of them from
+# an 8-aligned start) or "aligned" (each expert's rows copied to an 8-aligned offset by the
+# wrapper, :func:`aligned_rows`; a chunk reads mp rows: a third less x per step at mp 16, and
+# mp 8 possible). Read at trace time.
+GROUPED_X_LAYOUT = "rows"
+X_LAYOUTS = ("rows", "aligned")
+
+
+def aligned_rows(group_sizes, m: int, mp: int):
+    """The aligned x layout for M sorted rows: (aends [E], the inclusive cumsum of each expert's
+    covered rows (:func:`program_plan`) rounded up to 8; src [MA], the sorted row each aligned
+    row copies (rows between groups copy row 0: they reach only columns that are never
+    stored)). MA = the bound M + 7 E rounded up to 8, plus mp - 8 so every chunk's read of mp
+    rows stays inside (a chunk starts at aoff + c mp with c mp < rows)."""
+    e = group_sizes.shape[0]
+    ends = _cumsum_small(group_sizes)
+    off, _, rows, _ = program_plan(group_sizes, ends, jnp.arange(e) == e - 1, m, mp)
+    arows = (rows + 7) & -8
+    aends = _cumsum_small(arows)
+    ma = -(-(m + 7 * e) // 8) * 8 + mp - 8
+    p = jnp.arange(ma)
+    ex = jnp.minimum(jnp.sum(aends[None, :] <= p[:, None], axis=1), e - 1)  # expert of row p
+    j = p - (aends - arows)[ex]
+    src = jnp.where(j < rows[ex], off[ex] + j, 0)
+    return aends, jax.lax.optimization_barrier(src)  # computed once, not inside the gather
+
+
+@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned"))
+def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
+                    *, mp, tk, steps, m, scaled, aligned=False):
     """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
-    (:func:`chunk_columns`). x_sorted [M + :func:`read_pad`, K]; ``ends`` the inclusive cumsum
-    of the groups."""
+    (:func:`chunk_columns`). x_sorted [M + :func:`read_pad`, K] (or, ``aligned``, the aligned
+    x of :func:`aligned_rows` with its ``aends``); ``ends`` the inclusive cumsum of the
+    groups."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     e, n, k8 = codes.shape
-    k, r = 8 * k8, mp + 8
+    k, r = 8 * k8, mp if aligned else mp + 8
     if k % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+    aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
 
-    def body(u_gmem, s_gmem, x_gmem, gs_gmem, ends_gmem, g_gmem, rs_gmem, o_gmem):
+    def body(u_gmem, s_gmem, x_gmem, gs_gmem, ends_gmem, g_gmem, rs_gmem, ae_gmem, o_gmem):
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
         wrows = pl.ds(ni * ROWS, ROWS)
         off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
                                                    mp)
+        aoff = ae_gmem[ei] - jnp.bitwise_and(nrows + 7, -8) if aligned else None
         total, scale = ends_gmem[e - 1], g_gmem[ei] * 2.0 ** SHIFT  # (exact: a power of two)
 
         def chunk(c, carry):
-            cols = chunk_columns(off, first8, nrows, total, c, mp)  # (t0 = x0, lo, hi, zstart)
+            x0, *cols = chunk_columns(off, first8, nrows, total, c, mp, aoff)
             acc = _k_loop(u_gmem.at[ei, wrows, :], s_gmem.at[ei, :, wrows],
-                          x_gmem.at[pl.ds(pl.multiple_of(cols[0], 8), r), :], k=k, mp=r, tk=tk,
+                          x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
                           steps=steps)
             _store_rows(acc, o_gmem, rs_gmem if scaled else None, scale, *cols, ni * ROWS, m)
             return carry
@@ -507,29 +544,31 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // ROWS),
         grid_names=("e", "n"),
-    )(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale)
+    )(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends)
 
 
-def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *,
-                             mp, tk, steps, m, scaled):
+def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
+                             aends=None, *, mp, tk, steps, m, scaled, aligned=False):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
     x_sorted stores NaN, so a gap in the coverage or a short pad shows."""
     del tk, steps
     e, n = codes.shape[0], codes.shape[1]
-    r = mp + 8
+    r = mp if aligned else mp + 8
     w = MgpuWeights(codes=codes, scales=scales, global_scale=jnp.ones(e, jnp.float32))
     wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
     offs, start8, rows, nchunks = program_plan(group_sizes, ends, jnp.arange(e) == e - 1, m, mp)
+    aoff = aends - jnp.bitwise_and(rows + 7, -8) if aligned else None
     nc = m // mp + 2  # a static bound on any expert's chunks
     ee, cc, ii = (a.ravel() for a in jnp.meshgrid(jnp.arange(e), jnp.arange(nc), jnp.arange(r),
                                                   indexing="ij"))
-    x0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], ends[e - 1], cc, mp)
+    x0, t0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], ends[e - 1], cc, mp,
+                                           None if aoff is None else aoff[ee])
     visited = cc < nchunks[ee]
     live = visited & (ii >= lo) & (ii < hi)
-    t = x0 + ii
-    y = jnp.einsum("pk,pkn->pn", x_sorted[jnp.clip(t, 0, x_sorted.shape[0] - 1)].astype(
+    t = t0 + ii
+    y = jnp.einsum("pk,pkn->pn", x_sorted[jnp.clip(x0 + ii, 0, x_sorted.shape[0] - 1)].astype(
         jnp.float32), wf[ee], precision="highest")
     sc = gscale[ee] * 2.0 ** SHIFT * (row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0)
     y = jnp.where((ii >= zstart)[:, None], 0.0, y * sc[:, None])
@@ -552,7 +591,8 @@ def default_grouped_knobs(m: int, e: int, k: int) -> tuple[int, int, int]:
 def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array, *,
                             mp: int | None = None, tk: int | None = None,
                             steps: int | None = None, row_scale: jax.Array | None = None,
-                            backend: str = "auto", x_pad: bool | None = None) -> jax.Array:
+                            backend: str = "auto", x_pad: bool | None = None,
+                            x_layout: str | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -566,7 +606,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     rows appended so that every chunk's read stays inside it; False passes x itself and lets
     TMA fill the rows past M (they only reach accumulator columns that are never stored; x is
     still padded to a multiple of 8 rows, which M = tokens x top-k usually is, and to one chunk's
-    read; the emulation always pads: its slices clamp instead)."""
+    read; the emulation always pads: its slices clamp instead). ``x_layout`` (None:
+    ``GROUPED_X_LAYOUT``): ``"rows"`` (the above) or ``"aligned"`` (the wrapper copies each
+    expert's rows to an 8-aligned offset, :func:`aligned_rows`, and a chunk reads mp rows;
+    ``x_pad`` does not apply)."""
     e, k, n = w.shape
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k)
     mp = dmp if mp is None else mp
@@ -588,11 +631,18 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
     rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-    pad = backend == "emulate" or (GROUPED_X_PAD if x_pad is None else x_pad)
-    rows = appended_rows(m, mp, pad)
-    xp = x.astype(jnp.bfloat16)
-    if rows:
-        xp = jnp.pad(xp, ((0, rows), (0, 0)))
-    return f(w.codes, w.scales, xp, gs,
-             _cumsum_small(gs), gscale, rs, mp=mp, tk=min(tk, k), steps=steps, m=m,
-             scaled=row_scale is not None)
+    layout = GROUPED_X_LAYOUT if x_layout is None else x_layout
+    if layout not in X_LAYOUTS:
+        raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
+    xp, aends = x.astype(jnp.bfloat16), None
+    if layout == "aligned":
+        aends, src = aligned_rows(gs, m, mp)
+        xp = jnp.take(xp, src, axis=0)
+    else:
+        pad = backend == "emulate" or (GROUPED_X_PAD if x_pad is None else x_pad)
+        rows = appended_rows(m, mp, pad)
+        if rows:
+            xp = jnp.pad(xp, ((0, rows), (0, 0)))
+    return f(w.codes, w.scales, xp, gs, _cumsum_small(gs), gscale, rs, aends, mp=mp,
+             tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
+             aligned=layout == "aligned")

@@ -132,14 +132,52 @@ def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
     x = jax.random.normal(jax.random.PRNGKey(3), (m, k), jnp.bfloat16)
     gs = jnp.asarray(sizes, jnp.int32)
     ref = jax.jit(FM.fp4_grouped_matmul_mgpu_reference)(x, w, gs)
-    got = jax.jit(lambda x, w, gs: FM.fp4_grouped_matmul_mgpu(x, w, gs, mp=mp,
-                                                              backend="emulate"))(x, w, gs)
+    run = jax.jit(lambda x, w, gs, lay: FM.fp4_grouped_matmul_mgpu(
+        x, w, gs, mp=mp, backend="emulate", x_layout=lay), static_argnums=3)
+    got = run(x, w, gs, "rows")
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref, np.float32),
                                rtol=1e-2, atol=1e-2)  # bf16 outputs; summation order differs
     if sum(sizes) < m:
         assert float(jnp.max(jnp.abs(got[sum(sizes):].astype(jnp.float32)))) == 0.0
+    # the aligned x layout: the same products row for row (same f32 operations per column)
+    np.testing.assert_array_equal(np.asarray(run(x, w, gs, "aligned"), np.float32),
+                                  np.asarray(got, np.float32))
     with pytest.raises(ValueError, match=r"group_sizes must be \[4\]"):
         FM.fp4_grouped_matmul_mgpu(x, w, gs[:3], backend="emulate")
+    with pytest.raises(ValueError, match="unknown grouped x layout 'padded'"):
+        FM.fp4_grouped_matmul_mgpu(x, w, gs, backend="emulate", x_layout="padded")
+
+
+@pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
+                                        ((0, 0, 2, 9), 40, 16), ((0, 0, 0, 0), 9, 8),
+                                        ((10, 5, 3), 12, 8), ((9, 17, 1), 27, 16)])
+def test_aligned_x_layout_reads_each_expert_at_an_8_aligned_offset(sizes, m, mp):
+    """``aligned_rows`` + ``chunk_columns(aoff=...)``: every chunk reads mp rows from an 8-aligned
+    row inside the aligned x, and the row under stored column i is a copy of the sorted row the
+    column is stored at (t0 + i); each sorted row in [0, M) is stored exactly once, by its
+    expert (rows past the groups' sum by the last one, as zeros)."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    gs = np.asarray(sizes)
+    ends = np.cumsum(gs)
+    aends, src = (np.asarray(a) for a in FM.aligned_rows(jnp.asarray(gs, jnp.int32), m, mp))
+    assert len(src) % 8 == 0 and len(src) >= mp
+    offs, start8, rows, nchunks = (np.asarray(a) for a in FM.program_plan(
+        jnp.asarray(gs), jnp.asarray(ends), jnp.arange(len(gs)) == len(gs) - 1, m, mp))
+    aoff = aends - ((rows + 7) & -8)
+    owner = np.repeat(np.arange(len(gs)), gs)[:m]
+    count, by, zero = np.zeros(m, int), np.full(m, -1), np.zeros(m, bool)
+    for e in range(len(gs)):
+        for c in range(int(nchunks[e])):
+            x0, t0, lo, hi, z = (int(v) for v in FM.chunk_columns(
+                offs[e], start8[e], rows[e], ends[-1], c, mp, aoff[e]))
+            assert x0 % 8 == 0 and x0 + mp <= len(src) and lo == 0 < hi <= mp
+            for i in range(lo, hi):
+                assert src[x0 + i] == t0 + i
+                count[t0 + i] += 1
+                by[t0 + i], zero[t0 + i] = e, i >= z
+    np.testing.assert_array_equal(count, 1)
+    np.testing.assert_array_equal(by[:len(owner)], owner)
+    np.testing.assert_array_equal(zero, np.arange(m) >= gs.sum())
 
 
 @pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
@@ -159,9 +197,9 @@ def test_direct_store_windows_cover_every_row_once(sizes, m, mp):
     count, by, zero = np.zeros(m, int), np.full(m, -1), np.zeros(m, bool)
     for e in range(len(gs)):
         for c in range(int(nchunks[e])):
-            x0, lo, hi, z = (int(v) for v in FM.chunk_columns(offs[e], start8[e], rows[e],
-                                                               ends[-1], c, mp))
-            assert x0 % 8 == 0 and 0 <= lo < hi <= mp + 8
+            x0, t0, lo, hi, z = (int(v) for v in FM.chunk_columns(offs[e], start8[e], rows[e],
+                                                                   ends[-1], c, mp))
+            assert x0 == t0 and x0 % 8 == 0 and 0 <= lo < hi <= mp + 8
             assert x0 + mp + 8 <= m + FM.read_pad(m, mp) and FM.read_pad(m, mp) % 8 == (-m) % 8
             for i in range(lo, hi):
                 count[x0 + i] += 1  # (an index past M raises here)
@@ -226,13 +264,16 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
         xb, g = mt.x_bf16(xq)
         return (fm.fp4_grouped_matmul_reference(xq, w, gs),
                 FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate"),
-                FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate"))
+                FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate"),
+                FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate",
+                                           x_layout="aligned"))
 
     w = jax.random.normal(jax.random.PRNGKey(6), (e, k, n))
     x = jax.random.normal(jax.random.PRNGKey(7), (m, k)) * jnp.arange(1, m + 1.0)[:, None] * 9
     gs = jnp.array([7, 5], jnp.int32)
-    ref, got, plain = (np.asarray(a, np.float32) for a in run(w, x, gs))
+    ref, got, plain, aligned = (np.asarray(a, np.float32) for a in run(w, x, gs))
     np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * m * 9)
+    np.testing.assert_array_equal(aligned, got)  # the aligned x layout, row scales by token
     assert np.max(np.abs(plain - ref)) > 10 * np.max(np.abs(got - ref))
     wq = jax.eval_shape(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2)), w)
     with pytest.raises(ValueError, match=r"row_scale must be \[12, 1\]"):
@@ -275,7 +316,13 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         w.codes, w.scales, jnp.zeros((24, 512), jnp.bfloat16), gs, jnp.cumsum(gs),  # to 8
         jnp.ones((2,), jnp.float32), jnp.ones((2,), jnp.float32)).lower(
         lowering_platforms=("cuda",)).as_text()
-    for txt in (dense, dense_split, *direct, unpadded):
+    aends, src = FM.aligned_rows(gs, 23, 16)
+    aligned = jax.jit(lambda *a: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
+                                                    scaled=True, aligned=True)).trace(
+        w.codes, w.scales, jnp.zeros((src.shape[0], 512), jnp.bfloat16), gs, jnp.cumsum(gs),
+        jnp.ones((2,), jnp.float32), jnp.ones((23,), jnp.float32), aends).lower(
+        lowering_platforms=("cuda",)).as_text()
+    for txt in (dense, dense_split, *direct, unpadded, aligned):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
 
 
