@@ -59,6 +59,9 @@ def main(argv=None) -> int:
                     help="with --grouped: the Mosaic kernel on the aligned x layout (mp 16 and "
                          "8: columns mgpu_al16 / mgpu_al8, max diff vs the rows layout) beside "
                          "the rows layout; no Triton or W4A4 rows")
+    ap.add_argument("--x-layout", default=None, choices=["rows", "aligned"],
+                    help="with --grouped: the Mosaic kernel's x layout (default: "
+                         "fp4_matmul_mgpu.GROUPED_X_LAYOUT; --aligned compares rows with aligned)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -174,17 +177,18 @@ def grouped(a, argv) -> int:
                        max_group=int(jnp.max(gs)))
             runs = [] if a.aligned else [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                 x, w, g, backend="triton")), wt, None)]
+            lay = "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
             knobs = (PREFILL_KNOBS if a.prefill else GROUPED_KNOBS if a.sweep else
-                     (FM.default_grouped_knobs(m, E, k),))
+                     (FM.default_grouped_knobs(m, E, k, lay == "aligned"),))
             for mp, tk, steps in knobs:
                 name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
                 runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
-                                           FM.fp4_grouped_matmul_mgpu(x, w, g, mp=mp, tk=tk,
-                                                                      steps=steps,
-                                                                      backend="mgpu")), wm, "body"))
+                                           FM.fp4_grouped_matmul_mgpu(
+                                               x, w, g, mp=mp, tk=tk, steps=steps,
+                                               backend="mgpu", x_layout=lay)), wm, "body"))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                    x, w, g, backend="mgpu", x_pad=False)), wm, "body"))
+                    x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body"))
             if a.aligned:
                 for amp in (16, 8):
                     runs.append((f"mgpu_al{amp}", jax.jit(

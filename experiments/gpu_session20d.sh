@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 20).
+# Ran at commit cb4b1f6 (session 20).
 # One H200, issue 6: the grouped Mosaic expert kernel on the aligned x layout (x_layout=
 # "aligned": the wrapper copies each expert's rows to an 8-aligned offset, so a chunk reads mp
 # rows instead of mp + 8 from the sorted rows). 20a/b found the dense kernel's rate falls with

@@ -481,7 +481,11 @@ def chunk_columns(off, start8, rows, total, c, mp, aoff=None):
 # an 8-aligned start) or "aligned" (each expert's rows copied to an 8-aligned offset by the
 # wrapper, :func:`aligned_rows`; a chunk reads mp rows: a third less x per step at mp 16, and
 # mp 8 possible). Read at trace time.
-GROUPED_X_LAYOUT = "rows"
+# Session 20 (20d, H200, side by side): the same outputs bit for bit; the kernel alone 4-7%
+# faster at mp 16 (and 9-14% at mp 8 with 216 rows); the call alone 6-8 us slower (its gather
+# of M + 7 E rows is an op of its own there), but the 4-layer 30B FP4 decode step at 32K 4.48 vs
+# 4.57 ms: in the model the gather fuses with the MoE dispatch's. Hence the default.
+GROUPED_X_LAYOUT = "aligned"
 X_LAYOUTS = ("rows", "aligned")
 
 
@@ -577,13 +581,16 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     return out.at[jnp.where(live, t, m)].set(y, mode="drop")
 
 
-def default_grouped_knobs(m: int, e: int, k: int) -> tuple[int, int, int]:
+def default_grouped_knobs(m: int, e: int, k: int,
+                          aligned: bool = False) -> tuple[int, int, int]:
     """(mp, tk, steps) for ``m`` sorted rows over ``e`` experts with contraction ``k``. Decode
     (mean group <= 16 rows): mp 16, 2 pipeline stages (session 15 sweep at 888 rows x 2048 x 768:
-    the kernel 38.8 us vs 47.2 us with 4 stages, mp 8 and 24 slower). Larger groups: 56 tokens
-    per MMA (64-row tiles), so a weight tile is streamed once per 56 tokens, not 16. tk: the
-    largest of 256, 128, 64 dividing K."""
-    mp = 16 if m <= 16 * e else 56
+    the kernel 38.8 us vs 47.2 us with 4 stages, mp 8 and 24 slower); on the ``aligned`` x
+    layout mp 8 up to a mean group of 4 rows (20d: the kernel 9-14% faster than mp 16 at 216
+    rows over 128 experts, 1.07-1.28x slower at 888). Larger groups: 56 tokens per MMA (64-row
+    tiles), so a weight tile is streamed once per 56 tokens, not 16. tk: the largest of 256,
+    128, 64 dividing K."""
+    mp = 8 if aligned and m <= 4 * e else 16 if m <= 16 * e else 56
     tk = next(t for t in (256, 128, MG.SPAN) if k % t == 0)
     return mp, tk, 2
 
@@ -611,7 +618,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     expert's rows to an 8-aligned offset, :func:`aligned_rows`, and a chunk reads mp rows;
     ``x_pad`` does not apply)."""
     e, k, n = w.shape
-    dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k)
+    layout = GROUPED_X_LAYOUT if x_layout is None else x_layout
+    if layout not in X_LAYOUTS:
+        raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
+    dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k, layout == "aligned")
     mp = dmp if mp is None else mp
     tk = dtk if tk is None else tk
     steps = dsteps if steps is None else steps
@@ -631,9 +641,6 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
     rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-    layout = GROUPED_X_LAYOUT if x_layout is None else x_layout
-    if layout not in X_LAYOUTS:
-        raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
     xp, aends = x.astype(jnp.bfloat16), None
     if layout == "aligned":
         aends, src = aligned_rows(gs, m, mp)

@@ -263,8 +263,9 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
         xq = quantize(x, "nvfp4", global_scope="row")
         xb, g = mt.x_bf16(xq)
         return (fm.fp4_grouped_matmul_reference(xq, w, gs),
-                FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate"),
-                FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate"),
+                FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate",
+                                           x_layout="rows"),
+                FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate", x_layout="rows"),
                 FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate",
                                            x_layout="aligned"))
 
@@ -273,7 +274,7 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
     gs = jnp.array([7, 5], jnp.int32)
     ref, got, plain, aligned = (np.asarray(a, np.float32) for a in run(w, x, gs))
     np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * m * 9)
-    np.testing.assert_array_equal(aligned, got)  # the aligned x layout, row scales by token
+    np.testing.assert_array_equal(aligned, got)  # the aligned x layout (the default, mp 8 here)
     assert np.max(np.abs(plain - ref)) > 10 * np.max(np.abs(got - ref))
     wq = jax.eval_shape(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2)), w)
     with pytest.raises(ValueError, match=r"row_scale must be \[12, 1\]"):
@@ -366,3 +367,14 @@ def test_dense_split_rule_reproduces_the_measured_best():
     assert FM.default_steps(8) == FM.default_steps(16) == 4 and FM.default_steps(32) == 2
     assert FM.dense_ctas_per_sm(8, 256, 4) == 4  # 20a's resource dump: 55296 B of smem per CTA
     assert FM.default_splits(768, 768, 8, 256, 4, sms=132) == 1  # 3 K steps: nothing to split
+
+
+def test_grouped_knobs_by_layout():
+    """mp 8 only on the aligned x layout and up to a mean group of 4 rows (20d: 216 rows over 128
+    experts), mp 16 for decode otherwise, 56 for prefill-sized groups."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    assert FM.default_grouped_knobs(216, 128, 2048, aligned=True)[0] == 8
+    assert FM.default_grouped_knobs(888, 128, 2048, aligned=True)[0] == 16
+    assert FM.default_grouped_knobs(216, 128, 2048)[0] == 16
+    assert FM.default_grouped_knobs(16384, 128, 768) == (56, 256, 2)
+    assert FM.default_grouped_knobs(888, 128, 768)[1] == 256
