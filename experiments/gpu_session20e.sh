@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ran at commit XXXXXXX (session 20).
+# Ran at commit 8bb1c47 (session 20).
 # One H200, issue 6: the new grouped defaults in the 4-layer 30B FP4 decode step, side by side:
 # the aligned x layout (default now; mp 8 at 128K's 216 routed rows, mp 16 at 32K's 888) against
 # the rows layout, at 32K and 128K.

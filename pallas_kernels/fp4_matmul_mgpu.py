@@ -481,10 +481,11 @@ def chunk_columns(off, start8, rows, total, c, mp, aoff=None):
 # an 8-aligned start) or "aligned" (each expert's rows copied to an 8-aligned offset by the
 # wrapper, :func:`aligned_rows`; a chunk reads mp rows: a third less x per step at mp 16, and
 # mp 8 possible). Read at trace time.
-# Session 20 (20d, H200, side by side): the same outputs bit for bit; the kernel alone 4-7%
-# faster at mp 16 (and 9-14% at mp 8 with 216 rows); the call alone 6-8 us slower (its gather
-# of M + 7 E rows is an op of its own there), but the 4-layer 30B FP4 decode step at 32K 4.48 vs
-# 4.57 ms: in the model the gather fuses with the MoE dispatch's. Hence the default.
+# Session 20 (20d / 20e, H200, side by side): the same outputs bit for bit; the kernel alone
+# 4-7% faster at mp 16 (and 9-14% at mp 8 with 216 rows); the call alone 6-8 us slower (its
+# gather of M + 7 E rows is an op of its own there); the 4-layer 30B FP4 decode step at 128K
+# (mp 8) 4.11 vs 4.20 ms, at 32K 4.48 vs 4.57 and 4.42 vs 4.38 ms (within run-to-run spread):
+# in the model the gather fuses with the MoE dispatch's. Hence the default.
 GROUPED_X_LAYOUT = "aligned"
 X_LAYOUTS = ("rows", "aligned")
 
