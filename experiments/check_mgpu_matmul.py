@@ -40,21 +40,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--tk", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="pipeline stages (default: fp4_matmul_mgpu.default_steps by M)")
     ap.add_argument("--chunked", action="store_true")
     ap.add_argument("--shapes", default="",
                     help="dense K x N shapes instead of the issue's, e.g. 8192x25344,8192x28672")
     ap.add_argument("--ms", default="", help="dense token counts instead of 1,8,32,64")
     ap.add_argument("--splits", default="1",
-                    help="dense: K splits per 64 weight rows to time, e.g. 1,2 (column splits)")
+                    help="dense: K splits per 64 weight rows to time, e.g. auto,1,2 (auto: "
+                         "fp4_matmul_mgpu.default_splits; column splits)")
     ap.add_argument("--baselines", default="triton,bf16",
                     help="dense: which baselines to time beside the Mosaic kernel ('' = none)")
     ap.add_argument("--prefill", action="store_true",
                     help="with --grouped: prefill-sized calls (2048, 8192 tokens), a knob sweep "
                          "for large groups; writes kernels_matmul_mgpu_grouped_prefill.*")
     ap.add_argument("--no-x-pad", action="store_true",
-                    help="with --grouped: also time the Mosaic kernel on x without the read "
-                         "pad (x_pad=False: TMA fills the rows past M), column mgpu_nopad")
+                    help="with --grouped: also time the Mosaic kernel on the rows layout "
+                         "without the read pad (x_pad=False: TMA fills the rows past M), column "
+                         "mgpu_nopad (compare with --x-layout rows and GROUPED_X_PAD)")
     ap.add_argument("--aligned", action="store_true",
                     help="with --grouped: the Mosaic kernel on the aligned x layout (mp 16 and "
                          "8: columns mgpu_al16 / mgpu_al8, max diff vs the rows layout) beside "
@@ -96,8 +99,9 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             configs = ([(*c, False, False, 1) for c in itertools.product((256, 512), (2, 3, 4))]
                        + [(256, 4, False, True, 1)] if a.sweep
-                       else [(min(a.tk, k // (sp or 1)), a.steps, a.chunked, False, sp)
-                             for sp in splits])
+                       else [(min(a.tk, k // (sp or 1)),
+                              a.steps or FM.default_steps(max(8, -(-m // 8) * 8)), a.chunked,
+                              False, sp) for sp in splits])
             for ci, (tk, steps, chunked, diag, sp) in enumerate(configs):
                 auto = sp is None  # the default rule's choice (column auto_splits)
                 if auto:
@@ -194,15 +198,15 @@ def grouped(a, argv) -> int:
                     runs.append((f"mgpu_al{amp}", jax.jit(
                         lambda x, w, g, amp=amp: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=amp, backend="mgpu", x_layout="aligned")), wm, "body"))
-            first = None
+            first = None  # the rows-layout Mosaic output (--aligned compares with it)
             for name, f, w, kname in runs:
                 try:
                     out = f(x, w, gs)
                     row[f"{name}_relerr"] = rel(out, ref)
-                    if a.aligned:  # bit for bit against the first (rows layout) Mosaic run
-                        first = out if first is None else first
-                        row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(
-                            out.astype(jnp.float32) - first.astype(jnp.float32))))
+                    if a.aligned:
+                        first = out if name == "mgpu" else first
+                        row[f"{name}_maxdiff"] = float("nan") if first is None else float(
+                            jnp.max(jnp.abs(out.astype(jnp.float32) - first.astype(jnp.float32))))
                     tt = devtime.device_seconds(f, x, w, gs)
                     if kname:  # the Mosaic kernel alone (without the wrapper's small XLA ops)
                         row[f"{name}_kernel_us"] = 1e6 * devtime.device_seconds(
@@ -216,6 +220,7 @@ def grouped(a, argv) -> int:
                 row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
+            FM.GROUPED_X_LAYOUT = lay  # (the W4A4 rows go through the library's default)
             if not (a.sweep or a.prefill or a.aligned):  # W4A4 through the library entry point
                 xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                 ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)

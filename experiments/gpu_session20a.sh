@@ -22,7 +22,10 @@ timeout 120 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,
 timeout 110 python3 experiments/check_mgpu_matmul.py --shapes \
   8192x8448,8192x16896,8192x25344,8192x33792 --ms 8 --splits 1,2 --baselines "" \
   --out "$R/dense_grid" > "$R/dense_grid.txt" 2>&1; echo "dense_grid rc=$?"
-for pad in nopad pad; do rollout_4l "step_$pad" 110 fp4 32768 --steps 16 --grouped_x_pad $pad; done
+# (--grouped_x_layout rows: added after the run, when the aligned layout became the default)
+for pad in nopad pad; do
+  rollout_4l "step_$pad" 110 fp4 32768 --steps 16 --grouped_x_layout rows --grouped_x_pad $pad
+done
 for kind in dense grouped; do
   mkdir -p "$R/sass_$kind"
   MOSAIC_GPU_DUMP_SASS=1 MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_PTX=1 \

@@ -6,7 +6,8 @@ Public API (the model calls these):
   prepare_weights(w: QTensor[K,N] | QTensor[E,K,N], layout="kn") -> FP4Weights   at weight sync
   prepare_expert_weights(w: QTensor[E,K,N], kernel="auto") -> FP4Weights | MgpuWeights (the
       Triton or the Mosaic GPU grouped kernel's layout)
-  fp4_matmul(x[M,K] bf16 | QTensor[M,K], w, backend=, cfg=) -> [M,N] bf16
+  fp4_matmul(x[M,K] bf16 | QTensor[M,K], w, backend=, cfg=) -> [M,N] bf16  (w: FP4Weights or
+      dense MgpuWeights: the Triton or the Mosaic GPU kernel)
   fp4_grouped_matmul(x[M,K], w (E experts), group_sizes[E] int32, backend=, cfg=) -> [M,N] bf16
       (w in either layout)
   bf16_grouped_matmul(x[M,K], w bf16 [E,K,N], group_sizes) -> [M,N] bf16  (ragged_dot stand-in,
@@ -262,16 +263,17 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
     if _is_mosaic(w):
         from pallas_kernels import fp4_matmul_mgpu as MGPU
 
+        if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
+            raise TypeError(f"Mosaic GPU weights take cfg=(tk, steps, splits) or None, got {cfg!r}")
         xb, g = matmul_triton.x_bf16(x)
         g = g if isinstance(x, QTensor) else None
-        if m >= PREFILL_M:
+        if m >= PREFILL_M:  # (cfg does not apply: dequantize + XLA GEMM)
             wb = quant.dequantize(dataclasses.replace(MGPU.mgpu_to_qtensor(w), global_scale=(
                 jnp.ones((1, 1), jnp.float32))), jnp.bfloat16)
             out = jnp.dot(xb, wb, preferred_element_type=jnp.float32) * w.global_scale
             return (out if g is None else out * g).astype(jnp.bfloat16)
-        if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
-            raise TypeError(f"Mosaic GPU weights take cfg=(tk, steps, splits) or None, got {cfg!r}")
-        tk, steps, splits = cfg or (256, None, None)
+        tk, steps, splits = cfg or (None, None, None)
+        tk = 256 if tk is None else tk
         return MGPU.fp4_matmul_mgpu(xb, w, tk=tk, steps=steps, splits=splits, row_scale=g,
                                     backend="mgpu")
     if cfg is None and m >= PREFILL_M:

@@ -264,11 +264,29 @@ SPLIT_COST = 0.03  # per extra split: shorter CTAs and the partial sum (20a: spl
 _SMEM_PER_SM = 233472  # bytes a Hopper SM gives its CTAs (ncu: 233.47 KB), 1 KB each reserved
 
 
-def dense_ctas_per_sm(mp: int, tk: int, steps: int) -> int:
-    """CTAs of the dense kernel one SM holds, by shared memory (pipeline stages of codes, scales
-    and x, the f32 output tile), capped at 4 (registers allow 5 at M = 8; SM_RATE stops at 4)."""
+def dense_smem(mp: int, tk: int, steps: int) -> int:
+    """Shared memory of one dense-kernel CTA with its 1 KB reserve: the pipeline stages of codes,
+    scales and x, and the f32 output tile (20a's resource dump: 55296 + 1024 at mp 8, tk 256, 4
+    stages)."""
     stage = ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4 + mp * tk * 2
-    return max(1, min(4, _SMEM_PER_SM // (steps * stage + ROWS * mp * 4 + 1024)))
+    return steps * stage + ROWS * mp * 4 + 1024
+
+
+def dense_ctas_per_sm(mp: int, tk: int, steps: int) -> int:
+    """CTAs of the dense kernel one SM holds, by shared memory (:func:`dense_smem`), capped at 4
+    (registers allow 5 at M = 8; SM_RATE stops at 4)."""
+    return max(1, min(4, _SMEM_PER_SM // dense_smem(mp, tk, steps)))
+
+
+def dense_tk(kc: int, mp: int, steps: int, tk: int = 256) -> int:
+    """K columns per pipeline step: the largest of ``tk``, 128, 64 (at most ``tk``) that divides
+    the CTA's K range ``kc`` and whose stages fit one SM's shared memory (at mp > 160 and 2
+    stages, tk 256 does not); a ValueError naming the sizes when none does."""
+    for t in (tk, 128, MG.SPAN):
+        if t <= tk and kc % t == 0 and dense_smem(mp, t, steps) <= _SMEM_PER_SM:
+            return t
+    raise ValueError(f"no K tile <= {tk} divides K / splits = {kc} and fits {steps} stages of "
+                     f"{mp} rows in {_SMEM_PER_SM} bytes of shared memory")
 
 
 def default_splits(n: int, k: int, mp: int, tk: int, steps: int, sms: int | None = None) -> int:
@@ -328,8 +346,8 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int |
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
-    out_t = _matmul_t(w.codes, w.scales, xp, tk=min(tk, k // splits), steps=steps,
-                      chunked=chunked, splits=splits)
+    out_t = _matmul_t(w.codes, w.scales, xp, tk=dense_tk(k // splits, mp, steps, tk),
+                      steps=steps, chunked=chunked, splits=splits)
     scale = w.global_scale * (2.0 ** SHIFT)
     out = jnp.sum(out_t, axis=0)[:, :m].T * scale
     return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
@@ -338,9 +356,11 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int |
 # --- grouped (MoE) version ----------------------------------------------------------------------
 #
 # Tokens sorted by expert (``group_sizes``), as ``fp4_matmul.fp4_grouped_matmul``. Each CTA
-# (expert e, 64 weight rows) loops over its group in chunks of mp tokens, each read straight from
-# the sorted x as mp + 8 rows from an 8-aligned start (what TMA into the swizzled tile needs; the
-# extra rows are other tokens: computed, never stored), and stores its own tokens' rows, scaled
+# (expert e, 64 weight rows) loops over its group in chunks of mp tokens, each read either
+# straight from the sorted x as mp + 8 rows from an 8-aligned start (the "rows" layout: what TMA
+# into the swizzled tile needs; the extra rows are other tokens: computed, never stored) or, the
+# default "aligned" layout, as mp rows of a copy of x with each expert's rows at an 8-aligned
+# offset (``aligned_rows``, session 20), and stores its own tokens' rows, scaled
 # and rounded to bf16, straight at their sorted positions of the [M, N] output
 # (``_store_rows``), so no two CTAs write the same element. The kernel derives its windows from
 # the group sizes and their cumsum in its scalar code (``program_plan``, ``chunk_columns``).
@@ -604,7 +624,8 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
-    (a multiple of 8; a group is read in chunks of mp + 8 rows), ``tk`` K columns per pipeline
+    (a multiple of 8; a group is read in chunks of mp rows, mp + 8 on the rows layout), ``tk`` K
+    columns per pipeline
     step, ``steps``
     pipeline stages; unset ones from :func:`default_grouped_knobs`. ``row_scale`` [M, 1] f32
     multiplies the f32 result rows (an activation QTensor's global scale). ``backend``:
@@ -617,7 +638,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     read; the emulation always pads: its slices clamp instead). ``x_layout`` (None:
     ``GROUPED_X_LAYOUT``): ``"rows"`` (the above) or ``"aligned"`` (the wrapper copies each
     expert's rows to an 8-aligned offset, :func:`aligned_rows`, and a chunk reads mp rows;
-    ``x_pad`` does not apply)."""
+    ``x_pad`` does not apply and is refused)."""
     e, k, n = w.shape
     layout = GROUPED_X_LAYOUT if x_layout is None else x_layout
     if layout not in X_LAYOUTS:
@@ -644,8 +665,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
     xp, aends = x.astype(jnp.bfloat16), None
     if layout == "aligned":
+        if x_pad is not None:
+            raise ValueError("x_pad applies to the rows x layout only (x_layout='rows')")
         aends, src = aligned_rows(gs, m, mp)
-        xp = jnp.take(xp, src, axis=0)
+        xp = jnp.take(xp, src, axis=0, mode="clip")  # (src is in [0, M): no fill select)
     else:
         pad = backend == "emulate" or (GROUPED_X_PAD if x_pad is None else x_pad)
         rows = appended_rows(m, mp, pad)

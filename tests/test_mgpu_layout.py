@@ -267,14 +267,14 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
                                            x_layout="rows"),
                 FM.fp4_grouped_matmul_mgpu(xb, w, gs, backend="emulate", x_layout="rows"),
                 FM.fp4_grouped_matmul_mgpu(xb, w, gs, row_scale=g, backend="emulate",
-                                           x_layout="aligned"))
+                                           mp=8, x_layout="aligned"))
 
     w = jax.random.normal(jax.random.PRNGKey(6), (e, k, n))
     x = jax.random.normal(jax.random.PRNGKey(7), (m, k)) * jnp.arange(1, m + 1.0)[:, None] * 9
     gs = jnp.array([7, 5], jnp.int32)
     ref, got, plain, aligned = (np.asarray(a, np.float32) for a in run(w, x, gs))
     np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * m * 9)
-    np.testing.assert_array_equal(aligned, got)  # the aligned x layout (the default, mp 8 here)
+    np.testing.assert_array_equal(aligned, got)  # the aligned x layout, at mp 8
     assert np.max(np.abs(plain - ref)) > 10 * np.max(np.abs(got - ref))
     wq = jax.eval_shape(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2)), w)
     with pytest.raises(ValueError, match=r"row_scale must be \[12, 1\]"):
@@ -303,7 +303,6 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
     dense, dense_split = [jax.jit(lambda c, s, x, sp=sp: FM._matmul_t(
         c, s, x, tk=256, steps=2, splits=sp)).trace(w.codes[0], w.scales[0], xp).lower(
         lowering_platforms=("cuda",)).as_text() for sp in (1, 2)]
-    assert dense_split != dense
     with pytest.raises(ValueError, match="splits=3"):
         FM.fp4_matmul_mgpu(xp, jax.tree.map(lambda a: a[0], w), splits=3)  # K 512: not 3 x 64
     gs = jnp.array([3, 20], jnp.int32)
@@ -378,3 +377,26 @@ def test_grouped_knobs_by_layout():
     assert FM.default_grouped_knobs(216, 128, 2048)[0] == 16
     assert FM.default_grouped_knobs(16384, 128, 768) == (56, 256, 2)
     assert FM.default_grouped_knobs(888, 128, 768)[1] == 256
+
+
+def test_fp4_matmul_mosaic_dispatch_lowers_on_cpu():
+    """``fp4_matmul`` with dense Mosaic weights on the kernel path (``backend="triton"``: the GPU
+    dispatch) lowers for CUDA for a bf16 x and a W4A4 QTensor at M = 5, and at M = 200, where
+    tk 256 with 2 stages would not fit shared memory (``dense_tk`` takes 128)."""
+    from pallas_kernels import fp4_matmul as fm
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    k, n = 512, 128
+    q = quantize(jax.random.normal(jax.random.PRNGKey(8), (k, n)), "nvfp4", axis=-2,
+                 global_scope="tensor")
+    wm = FM.prepare_mgpu(q)
+    for m in (5, 200):
+        x = jnp.ones((m, k), jnp.float32)
+        for xin in (x.astype(jnp.bfloat16), quantize(x, "nvfp4", global_scope="tensor")):
+            txt = jax.jit(lambda a, b: fm.fp4_matmul(a, b, backend="triton")).trace(
+                xin, wm).lower(lowering_platforms=("cuda",)).as_text()
+            assert "mosaic_gpu" in txt
+    assert FM.dense_tk(8192, 8, 4) == 256 and FM.dense_tk(8192, 200, 2) == 128
+    assert FM.dense_smem(8, 256, 4) == 55296 + 1024  # 20a's resource dump
+    with pytest.raises(ValueError, match="no K tile <= 256 divides K / splits = 96"):
+        FM.dense_tk(96, 8, 4)
