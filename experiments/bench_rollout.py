@@ -857,14 +857,14 @@ def main(argv=None):
                     help="on the rows x layout (--grouped_x_layout rows), the grouped Mosaic "
                          "expert kernel's x copied with the read pad or passed as it is "
                          "(fp4_matmul_mgpu.GROUPED_X_PAD; default nopad)")
-    ap.add_argument("--grouped_x_layout", default=None, choices=["rows", "aligned"],
+    from pallas_kernels import fp4_matmul_mgpu
+
+    ap.add_argument("--grouped_x_layout", default=None, choices=list(fp4_matmul_mgpu.X_LAYOUTS),
                     help="the grouped Mosaic expert kernel's x: the sorted rows or each "
                          "expert's rows at an 8-aligned offset (fp4_matmul_mgpu."
                          "GROUPED_X_LAYOUT; default aligned since session 20)")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
-    from pallas_kernels import fp4_matmul_mgpu
-
     if args.grouped_x_pad:
         if args.grouped_x_layout != "rows":
             raise SystemExit("--grouped_x_pad applies to the rows layout: add "

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
                     help="with --grouped: the Mosaic kernel on the aligned x layout (mp 16 and "
                          "8: columns mgpu_al16 / mgpu_al8, max diff vs the rows layout) beside "
                          "the rows layout; no Triton or W4A4 rows")
-    ap.add_argument("--x-layout", default=None, choices=["rows", "aligned"],
+    ap.add_argument("--x-layout", default=None, choices=list(FM.X_LAYOUTS),
                     help="with --grouped: the Mosaic kernel's x layout (default: "
                          "fp4_matmul_mgpu.GROUPED_X_LAYOUT; --aligned compares rows with aligned)")
     ap.add_argument("--grouped", action="store_true",
