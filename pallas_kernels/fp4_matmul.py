@@ -260,25 +260,20 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
     from pallas_kernels import matmul_triton
 
     m = x.codes.shape[0] if isinstance(x, QTensor) else x.shape[0]
-    if _is_mosaic(w):
+    mosaic = _is_mosaic(w)
+    if mosaic and cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
+        raise TypeError(f"Mosaic GPU weights take cfg=(tk, steps, splits) or None, got {cfg!r}")
+    if mosaic and m < PREFILL_M:
         from pallas_kernels import fp4_matmul_mgpu as MGPU
 
-        if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
-            raise TypeError(f"Mosaic GPU weights take cfg=(tk, steps, splits) or None, got {cfg!r}")
         xb, g = matmul_triton.x_bf16(x)
-        g = g if isinstance(x, QTensor) else None
-        if m >= PREFILL_M:  # (cfg does not apply: dequantize + XLA GEMM)
-            wb = quant.dequantize(dataclasses.replace(MGPU.mgpu_to_qtensor(w), global_scale=(
-                jnp.ones((1, 1), jnp.float32))), jnp.bfloat16)
-            out = jnp.dot(xb, wb, preferred_element_type=jnp.float32) * w.global_scale
-            return (out if g is None else out * g).astype(jnp.bfloat16)
         tk, steps, splits = cfg or (None, None, None)
-        tk = 256 if tk is None else tk
-        return MGPU.fp4_matmul_mgpu(xb, w, tk=tk, steps=steps, splits=splits, row_scale=g,
-                                    backend="mgpu")
-    if cfg is None and m >= PREFILL_M:
+        return MGPU.fp4_matmul_mgpu(xb, w, tk=256 if tk is None else tk, steps=steps,
+                                    splits=splits, backend="mgpu",
+                                    row_scale=g if isinstance(x, QTensor) else None)
+    if (cfg is None or mosaic) and m >= PREFILL_M:  # (a Mosaic cfg does not apply here)
         xb, g = matmul_triton.x_bf16(x)
-        if matmul_triton.planes_fit(w):  # one Pallas pass over the units, rows plane-major
+        if not mosaic and matmul_triton.planes_fit(w):  # one Pallas pass, rows plane-major
             wb = matmul_triton.dequantize_planes(w)
             xb = matmul_triton.permute_x(xb, matmul_triton.PLANES_BK)
         else:
