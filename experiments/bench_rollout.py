@@ -863,8 +863,14 @@ def main(argv=None):
                     help="the grouped Mosaic expert kernel's x: the sorted rows or each "
                          "expert's rows at an 8-aligned offset (fp4_matmul_mgpu."
                          "GROUPED_X_LAYOUT; default aligned since session 20)")
+    ap.add_argument("--grouped_swiglu", default=None, choices=["fused", "unfused"],
+                    help="the MoE gate / up projections with Mosaic GPU weights: one kernel with "
+                         "the SwiGLU in its epilogue or two grouped calls (fp4_matmul_mgpu."
+                         "FUSED_SWIGLU)")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
+    if args.grouped_swiglu:
+        fp4_matmul_mgpu.FUSED_SWIGLU = args.grouped_swiglu == "fused"
     if args.grouped_x_pad:
         if args.grouped_x_layout != "rows":
             raise SystemExit("--grouped_x_pad applies to the rows layout: add "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 20, not run yet.
+# Ran at commit f21fcc5 (session 21).
 # One H200: the full-depth (48-layer) 30B decode step with session 20's grouped expert defaults
 # (the aligned x layout, mp 8 at 27 x 128K's 216 routed rows). The rollout does not call the
 # dense Mosaic kernel: its dense projections are bf16.

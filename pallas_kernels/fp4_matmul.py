@@ -12,7 +12,8 @@ Public API (the model calls these):
       (w in either layout)
   bf16_grouped_matmul(x[M,K], w bf16 [E,K,N], group_sizes) -> [M,N] bf16  (ragged_dot stand-in,
       differentiable: its backward is two grouped kernels)
-  fp4_grouped_swiglu(x, w_gate, w_up, group_sizes) -> silu(x@gate) * (x@up)  (unfused composition)
+  fp4_grouped_swiglu(x, w_gate, w_up, group_sizes) -> silu(x@gate) * (x@up)  (one fused kernel
+      for Mosaic GPU weights, else two grouped matmuls)
   *_reference: pure-JAX versions with the same signatures (the CPU fallback).
 
 Numerics contract: the reference dequantizes both operands to f32 (``quant.dequantize``) and runs
@@ -364,8 +365,26 @@ def bf16_grouped_matmul_wgrad_reference(x, dy, group_sizes) -> jax.Array:
 
 
 def fp4_grouped_swiglu(x, w_gate: FP4Weights, w_up: FP4Weights, group_sizes, *,
-                       backend: Backend = "auto", cfg=None) -> jax.Array:
-    """silu(x @ gate) * (x @ up) per expert, bf16 out (unfused: two grouped matmuls)."""
+                       backend: Backend = "auto", cfg=None, fused: bool | None = None) -> jax.Array:
+    """silu(x @ gate) * (x @ up) per expert, bf16 out: the two bf16 products, SwiGLU in f32.
+    Mosaic GPU weights on the kernel path with ``fused`` (None:
+    ``fp4_matmul_mgpu.FUSED_SWIGLU``): one kernel streams both weights and applies the SwiGLU
+    in its epilogue (``fp4_matmul_mgpu.fp4_grouped_swiglu_mgpu``); otherwise two grouped
+    matmuls."""
+    if _use_kernel(backend) and _is_mosaic(w_gate) and _is_mosaic(w_up):
+        from pallas_kernels import fp4_matmul_mgpu as MGPU
+
+        if MGPU.FUSED_SWIGLU if fused is None else fused:
+            from pallas_kernels import matmul_triton
+
+            xb, gr = matmul_triton.x_bf16(x)
+            if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
+                raise TypeError(f"Mosaic GPU weights take cfg=(mp, tk, steps) or None, got "
+                                f"{cfg!r}")
+            mp, tk, steps = cfg or (None, None, None)
+            return MGPU.fp4_grouped_swiglu_mgpu(
+                xb, w_gate, w_up, group_sizes, mp=mp, tk=tk, steps=steps, backend="mgpu",
+                row_scale=gr if isinstance(x, QTensor) else None)
     g = fp4_grouped_matmul(x, w_gate, group_sizes, backend=backend, cfg=cfg).astype(jnp.float32)
     u = fp4_grouped_matmul(x, w_up, group_sizes, backend=backend, cfg=cfg).astype(jnp.float32)
     return (jax.nn.silu(g) * u).astype(jnp.bfloat16)

@@ -185,39 +185,47 @@ def _decode_tile(uw, srows, tk):
 
 def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
-    x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout)."""
+    x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
+    tuples of weights that share the x tile (the fused gate / up): one pipeline streams them all
+    and each step issues one wgmma per weight; then a tuple of products."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
+    multi = isinstance(u_rows, tuple)
+    us, ss = (u_rows, s_rows) if multi else ((u_rows,), (s_rows,))
+    nw = len(us)
     x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 
-    def compute(acc_ref):
-        def step(_, u_smem, s_smem, x_smem):
-            if chunked:  # one wgmma per 64-column span: the next span decodes under it
-                for j in range(tk // MG.SPAN):
-                    uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)],
-                                    layout=plgpu.Layout.WGMMA, optimized=False)
-                    srow = plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
-                    a = _decode_tile(uw, [srow], MG.SPAN)
-                    xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
-                    plgpu.wgmma(acc_ref, a, xs.T)
-            else:
-                uw = plgpu.load(u_smem, layout=plgpu.Layout.WGMMA, optimized=True)
-                srows = [plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
-                         for j in range(tk // MG.SPAN)]
-                a = _decode_tile(uw, srows, tk)
-                plgpu.wgmma(acc_ref, a, x_smem.T)
+    def compute(*acc_refs):
+        def step(_, *smem):
+            x_smem = smem[2 * nw]
+            for acc_ref, u_smem, s_smem in zip(acc_refs, smem[:nw], smem[nw:2 * nw]):
+                if chunked:  # one wgmma per 64-column span: the next span decodes under it
+                    for j in range(tk // MG.SPAN):
+                        uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)],
+                                        layout=plgpu.Layout.WGMMA, optimized=False)
+                        srow = plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
+                        a = _decode_tile(uw, [srow], MG.SPAN)
+                        xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
+                        plgpu.wgmma(acc_ref, a, xs.T)
+                else:
+                    uw = plgpu.load(u_smem, layout=plgpu.Layout.WGMMA, optimized=True)
+                    srows = [plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
+                             for j in range(tk // MG.SPAN)]
+                    a = _decode_tile(uw, srows, tk)
+                    plgpu.wgmma(acc_ref, a, x_smem.T)
             plgpu.wgmma_wait(0)
 
         plgpu.emit_pipeline(
             step, grid=(k // tk,), max_concurrent_steps=steps,
-            in_specs=[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk)),
-                      plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0)),
+            in_specs=[*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
+                      *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
                       plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
-        )(u_rows, s_rows, x_rows)
-        return acc_ref[...]
+        )(*us, *ss, x_rows)
+        return tuple(a[...] for a in acc_refs)
 
-    return pl.run_scoped(compute, plgpu.ACC((ROWS, mp), jnp.float32))
+    accs = pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * nw)
+    return accs if multi else accs[0]
 
 
 @functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits"))
@@ -406,35 +414,53 @@ def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
     columns ``lo <= i < hi`` only, times ``scale`` (and ``rs_gmem[t0 + i]`` [M] if given),
     rounded to bf16, straight into ``o_gmem[t0 + i, n0 + row]`` ([M, N], token-major); columns from
     ``zstart`` on store 0 (tokens past the groups' sum). Scalar global stores: a warp's store
-    covers 4 tokens x 8 consecutive weight rows (16 bytes each)."""
+    covers 4 tokens x 8 consecutive weight rows (16 bytes each). ``acc`` and ``scale`` as pairs
+    (gate, up): each product scaled and rounded to bf16 as above, then SwiGLU in f32,
+    ``g * (1 / (1 + exp(-g))) * u`` (XLA's ``silu(g) * u`` on the bf16 values), rounded to bf16."""
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import arith, memref, vector
+    from jax._src.lib.mlir.dialects import math as mlir_math
     from jax.experimental.mosaic.gpu import fragmented_array as fa
     from jax.experimental.mosaic.gpu import utils as mu
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
+    accs, scales = (acc, scale) if isinstance(acc, tuple) else ((acc,), (scale,))
+    nw = len(accs)
+    if nw not in (1, 2):
+        raise ValueError(f"_store_rows takes one product or a (gate, up) pair, got {nw}")
     splat = plgpu.Layout.WG_SPLAT(shape=())
     refs = (plgpu.RefType(),) * (1 if rs_gmem is None else 2)
 
-    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, refs, *([splat] * 6)))
-    def store(ctx, acc_fa, out_refs, *scalars):
+    @plgpu.inline_mgpu(arg_types=(*[plgpu.Layout.WGMMA] * nw, refs, *([splat] * (5 + nw))))
+    def store(ctx, *args):
         del ctx
+        acc_fas, out_refs, scalars = args[:nw], args[nw], args[nw + 1:]
         index = ir.IndexType.get()
-        bf16 = ir.BF16Type.get()
-        g, t0_, lo_, hi_, z_, n0_ = (splat_value(x) for x in scalars)
+        bf16, f32 = ir.BF16Type.get(), ir.F32Type.get()
+        gs = [splat_value(x) for x in scalars[:nw]]
+        t0_, lo_, hi_, z_, n0_ = (splat_value(x) for x in scalars[nw:])
         zero = arith.constant(bf16, 0.0)
+        one = arith.constant(f32, 1.0)
         last = arith.constant(index, m - 1)
         # every value (and its row-scale load, clamped into [0, M): a column past M is never
         # stored) before the first branch, so the loads overlap; then predicated stores
         stores = []
-        for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape),
-                                 acc_fa.registers.flat):
-            for i in range(ir.VectorType(reg.type).shape[0]):
+        idxs = fa.WGMMA_LAYOUT.thread_idxs(acc_fas[0].shape)
+        for (r, col), *regs in zip(idxs, *(a.registers.flat for a in acc_fas)):
+            for i in range(ir.VectorType(regs[0].type).shape[0]):
                 c = arith.addi(col, arith.constant(index, i))
                 t = arith.addi(t0_, c)
-                sc = g if len(out_refs) == 1 else arith.mulf(
-                    g, memref.load(out_refs[1], [arith.minsi(t, last)]))
-                v = arith.truncf(bf16, arith.mulf(vector.extract(reg, [], [i]), sc))
+                rs = None if len(out_refs) == 1 else memref.load(out_refs[1],
+                                                                 [arith.minsi(t, last)])
+                vals = []
+                for g, reg in zip(gs, regs):
+                    sc = g if rs is None else arith.mulf(g, rs)
+                    vals.append(arith.truncf(bf16, arith.mulf(vector.extract(reg, [], [i]), sc)))
+                v = vals[0]
+                if nw == 2:  # SwiGLU on the bf16 products, in f32
+                    gv, uv = (arith.extf(f32, x) for x in vals)
+                    sig = arith.divf(one, arith.addf(one, mlir_math.exp(arith.negf(gv))))
+                    v = arith.truncf(bf16, arith.mulf(arith.mulf(gv, sig), uv))
                 v = arith.select(arith.cmpi(arith.CmpIPredicate.sge, c, z_), zero, v)
                 ok = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, c, lo_),
                                 arith.cmpi(arith.CmpIPredicate.slt, c, hi_))
@@ -444,7 +470,7 @@ def _store_rows(acc, o_gmem, rs_gmem, scale, t0, lo, hi, zstart, n0, m):
                 memref.store(v, out_refs[0], [t, nn])
 
     refs_in = (o_gmem,) if rs_gmem is None else (o_gmem, rs_gmem)
-    store(acc, refs_in, scale, t0, lo, hi, zstart, n0)
+    store(*accs, refs_in, *scales, t0, lo, hi, zstart, n0)
 
 
 # Whether the grouped wrapper copies x with read_pad rows appended (True, sessions 14-18) or
@@ -509,6 +535,12 @@ def chunk_columns(off, start8, rows, total, c, mp, aoff=None):
 GROUPED_X_LAYOUT = "aligned"
 X_LAYOUTS = ("rows", "aligned")
 
+# Whether the MoE gate / up projections with SwiGLU run as one kernel
+# (:func:`fp4_grouped_swiglu_mgpu`: one pipeline streams both weights against one x tile, the
+# SwiGLU in the epilogue, one [M, F] bf16 store) instead of two grouped calls and an XLA fusion.
+# Read at trace time by ``fp4_matmul.fp4_grouped_swiglu`` (the model's gate / up stage).
+FUSED_SWIGLU = False
+
 
 def aligned_rows(group_sizes, m: int, mp: int):
     """The aligned x layout for M sorted rows: (aends [E], the inclusive cumsum of each expert's
@@ -529,6 +561,10 @@ def aligned_rows(group_sizes, m: int, mp: int):
     return aends, jax.lax.optimization_barrier(src)  # computed once, not inside the gather
 
 
+def _weight_tuple(a):
+    return a if isinstance(a, tuple) else (a,)
+
+
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
                     *, mp, tk, steps, m, scaled, aligned=False):
@@ -537,31 +573,42 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
     (:func:`chunk_columns`). x_sorted [M + :func:`read_pad`, K] (or, ``aligned``, the aligned
     x of :func:`aligned_rows` with its ``aends``); ``ends`` the inclusive cumsum of the
-    groups."""
+    groups. ``codes``, ``scales`` and ``gscale`` as (gate, up) pairs: one pipeline streams both
+    weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
+    (:func:`_store_rows`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    e, n, k8 = codes.shape
+    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
+    nw = len(codes)
+    e, n, k8 = codes[0].shape
     k, r = 8 * k8, mp if aligned else mp + 8
     if k % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+    if any(c.shape != codes[0].shape for c in codes):
+        raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
     aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
 
-    def body(u_gmem, s_gmem, x_gmem, gs_gmem, ends_gmem, g_gmem, rs_gmem, ae_gmem, o_gmem):
+    def body(*refs):
+        u_refs, s_refs, g_refs = refs[:nw], refs[nw:2 * nw], refs[2 * nw:3 * nw]
+        x_gmem, gs_gmem, ends_gmem, rs_gmem, ae_gmem, o_gmem = refs[3 * nw:]
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
         wrows = pl.ds(ni * ROWS, ROWS)
         off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
                                                    mp)
         aoff = ae_gmem[ei] - jnp.bitwise_and(nrows + 7, -8) if aligned else None
-        total, scale = ends_gmem[e - 1], g_gmem[ei] * 2.0 ** SHIFT  # (exact: a power of two)
+        total = ends_gmem[e - 1]
+        scale = tuple(g[ei] * 2.0 ** SHIFT for g in g_refs)  # (exact: a power of two)
 
         def chunk(c, carry):
             x0, *cols = chunk_columns(off, first8, nrows, total, c, mp, aoff)
-            acc = _k_loop(u_gmem.at[ei, wrows, :], s_gmem.at[ei, :, wrows],
+            acc = _k_loop(tuple(u.at[ei, wrows, :] for u in u_refs),
+                          tuple(sr.at[ei, :, wrows] for sr in s_refs),
                           x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
                           steps=steps)
-            _store_rows(acc, o_gmem, rs_gmem if scaled else None, scale, *cols, ni * ROWS, m)
+            _store_rows(acc if nw == 2 else acc[0], o_gmem, rs_gmem if scaled else None,
+                        scale if nw == 2 else scale[0], *cols, ni * ROWS, m)
             return carry
 
         jax.lax.fori_loop(0, nchunks, chunk, 0)
@@ -569,7 +616,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // ROWS),
         grid_names=("e", "n"),
-    )(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends)
+    )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
@@ -577,12 +624,12 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
-    x_sorted stores NaN, so a gap in the coverage or a short pad shows."""
+    x_sorted stores NaN, so a gap in the coverage or a short pad shows. (gate, up) pairs: each
+    product as stored, then the epilogue's SwiGLU."""
     del tk, steps
-    e, n = codes.shape[0], codes.shape[1]
+    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
+    e, n = codes[0].shape[0], codes[0].shape[1]
     r = mp if aligned else mp + 8
-    w = MgpuWeights(codes=codes, scales=scales, global_scale=jnp.ones(e, jnp.float32))
-    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
     offs, start8, rows, nchunks = program_plan(group_sizes, ends, jnp.arange(e) == e - 1, m, mp)
     aoff = aends - jnp.bitwise_and(rows + 7, -8) if aligned else None
     nc = m // mp + 2  # a static bound on any expert's chunks
@@ -593,10 +640,19 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     visited = cc < nchunks[ee]
     live = visited & (ii >= lo) & (ii < hi)
     t = t0 + ii
-    y = jnp.einsum("pk,pkn->pn", x_sorted[jnp.clip(x0 + ii, 0, x_sorted.shape[0] - 1)].astype(
-        jnp.float32), wf[ee], precision="highest")
-    sc = gscale[ee] * 2.0 ** SHIFT * (row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0)
-    y = jnp.where((ii >= zstart)[:, None], 0.0, y * sc[:, None])
+    xr = x_sorted[jnp.clip(x0 + ii, 0, x_sorted.shape[0] - 1)].astype(jnp.float32)
+    rs = row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0
+    ys = []
+    for cw, sw, gw in zip(codes, scales, gscale):
+        w = MgpuWeights(codes=cw, scales=sw, global_scale=jnp.ones(e, jnp.float32))
+        wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
+        y = jnp.einsum("pk,pkn->pn", xr, wf[ee], precision="highest")
+        ys.append((y * (gw[ee] * 2.0 ** SHIFT * rs)[:, None]).astype(jnp.bfloat16))
+    y = ys[0]
+    if len(ys) == 2:
+        gv, uv = (a.astype(jnp.float32) for a in ys)
+        y = (gv * (1.0 / (1.0 + jnp.exp(-gv))) * uv).astype(jnp.bfloat16)
+    y = jnp.where((ii >= zstart)[:, None], 0.0, y.astype(jnp.float32))
     y = jnp.where((x0 + r > x_sorted.shape[0])[:, None], jnp.nan, y).astype(jnp.bfloat16)
     out = jnp.full((m, n), jnp.nan, jnp.bfloat16)
     return out.at[jnp.where(live, t, m)].set(y, mode="drop")
@@ -639,6 +695,41 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``GROUPED_X_LAYOUT``): ``"rows"`` (the above) or ``"aligned"`` (the wrapper copies each
     expert's rows to an 8-aligned offset, :func:`aligned_rows`, and a chunk reads mp rows;
     ``x_pad`` does not apply and is refused)."""
+    return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
+                         backend=backend, x_pad=x_pad, x_layout=x_layout)
+
+
+def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
+                                      row_scale=None) -> jax.Array:
+    """``silu(x gate) * (x up)`` from the two bf16 products of
+    :func:`fp4_grouped_matmul_mgpu_reference`, in f32, rounded to bf16 (the model's unfused
+    composition, ``trace_jax.moe``)."""
+    g, u = (fp4_grouped_matmul_mgpu_reference(x, w, group_sizes, row_scale).astype(jnp.float32)
+            for w in (w_gate, w_up))
+    return (jax.nn.silu(g) * u).astype(jnp.bfloat16)
+
+
+def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights,
+                            group_sizes: jax.Array, *, mp: int | None = None,
+                            tk: int | None = None, steps: int | None = None,
+                            row_scale: jax.Array | None = None, backend: str = "auto",
+                            x_layout: str | None = None) -> jax.Array:
+    """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
+    program streams its 64 rows of both weights against one x tile (two wgmmas per step) and
+    applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
+    :func:`fp4_grouped_swiglu_mgpu_reference`; the f32 ``exp`` and the sums' order may move a
+    bf16 rounding). Arguments as :func:`fp4_grouped_matmul_mgpu`; ``w_gate`` and ``w_up`` of one
+    shape."""
+    if w_gate.shape != w_up.shape:
+        raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
+    return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
+                         row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout)
+
+
+def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout):
+    """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
+    layout, then the kernel (or the reference / the emulation)."""
+    w = ws[0]
     e, k, n = w.shape
     layout = GROUPED_X_LAYOUT if x_layout is None else x_layout
     if layout not in X_LAYOUTS:
@@ -656,12 +747,16 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
+    if backend not in ("auto", "mgpu", "reference", "emulate"):
+        raise ValueError(f"unknown backend {backend!r} (auto, mgpu, reference, emulate)")
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
+        if len(ws) == 2:
+            return fp4_grouped_swiglu_mgpu_reference(x, *ws, group_sizes, row_scale)
         return fp4_grouped_matmul_mgpu_reference(x, w, group_sizes, row_scale)
     gs = group_sizes.astype(jnp.int32)
-    gscale = w.global_scale.astype(jnp.float32)  # [E]
+    gscale = tuple(v.global_scale.astype(jnp.float32) for v in ws)  # [E] each
     # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
-    rs = gscale if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
+    rs = gscale[0] if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
     xp, aends = x.astype(jnp.bfloat16), None
     if layout == "aligned":
@@ -674,6 +769,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
         rows = appended_rows(m, mp, pad)
         if rows:
             xp = jnp.pad(xp, ((0, rows), (0, 0)))
-    return f(w.codes, w.scales, xp, gs, _cumsum_small(gs), gscale, rs, aends, mp=mp,
+    one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
+    codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
+    return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, _cumsum_small(gs),
+             gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
              aligned=layout == "aligned")

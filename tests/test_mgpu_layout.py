@@ -283,6 +283,78 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
             jax.ShapeDtypeStruct((m, k), jnp.bfloat16), wq)
 
 
+@pytest.mark.parametrize("sizes,m,mp,lay", [((5, 0, 7, 1), 13, 8, "aligned"),
+                                            ((0, 0, 2, 9), 40, 16, "aligned"),
+                                            ((20, 3, 0, 0), 26, 16, "rows")])
+def test_fused_swiglu_bookkeeping_matches_the_unfused_composition(sizes, m, mp, lay):
+    """The fused gate / up / SwiGLU kernel's wrapper, the kernel emulated (its windows, each
+    product scaled and rounded to bf16, then the epilogue's SwiGLU), equals silu(gate) * up from
+    the reference products: empty experts, groups longer than a chunk, rows past the groups'
+    sum (0), the W4A4 row scale. Swapping gate and up changes the result (the pair's order is
+    kept), and mismatched weights are refused by name."""
+    from pallas_kernels import fp4_matmul as fm
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from pallas_kernels import matmul_triton as mt
+    from trace_jax.quant import quantize
+    e, k, n = len(sizes), 128, 64
+    prep = jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2, global_scope="tensor")))
+    wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (e, k, n)) *
+                   jnp.arange(1, e + 1, dtype=jnp.float32)[:, None, None]) for i in (4, 5))
+    x = jax.random.normal(jax.random.PRNGKey(3), (m, k)) * 2
+    gs = jnp.asarray(sizes, jnp.int32)
+    xq = quantize(x, "nvfp4", global_scope="row")
+    xb, g = mt.x_bf16(xq)
+
+    @jax.jit
+    def run(xb, g, wg, wu, gs):
+        fused = lambda a, b, **kw: FM.fp4_grouped_swiglu_mgpu(  # noqa: E731
+            xb, a, b, gs, mp=mp, backend="emulate", x_layout=lay, **kw)
+        return (fused(wg, wu), FM.fp4_grouped_swiglu_mgpu_reference(xb, wg, wu, gs),
+                fused(wg, wu, row_scale=g), fm.fp4_grouped_swiglu(xq, wg, wu, gs,
+                                                                  backend="reference"),
+                fused(wu, wg))
+
+    got, ref, got4, ref4, swapped = (np.asarray(a, np.float32) for a in run(xb, g, wg, wu, gs))
+    assert not np.isnan(got).any() and not np.isnan(got4).any()
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * scale)
+    np.testing.assert_allclose(got4, ref4, rtol=2e-2, atol=2e-2 * np.abs(ref4).max())
+    if sum(sizes) < m:
+        assert np.max(np.abs(got[sum(sizes):])) == 0.0
+    assert np.max(np.abs(swapped - ref)) > 0.1 * scale
+    w_small = prep(jnp.ones((e, k, 2 * n)))
+    with pytest.raises(ValueError, match="must have one shape"):
+        FM.fp4_grouped_swiglu_mgpu(xb, wg, w_small, gs, backend="emulate")
+
+
+def test_fused_swiglu_lowers_and_model_stage_dispatches(monkeypatch):
+    """The fused kernel lowers for CUDA on the CPU (the epilogue's exp inside the kernel), and
+    ``fp4_grouped_swiglu`` on the kernel path runs one grouped kernel for Mosaic weights with
+    ``FUSED_SWIGLU`` (or ``fused=True``), two otherwise."""
+    import re
+
+    from pallas_kernels import fp4_matmul as fm
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    e, k, n, m = 2, 512, 128, 23
+    ws = [FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(i), (e, k, n)),
+                                   "nvfp4", axis=-2, global_scope="tensor")) for i in (0, 1)]
+    gs = jnp.array([3, 20], jnp.int32)
+
+    def kernels(**kw):  # (grouped kernel calls, whether an exp is lowered)
+        txt = jax.jit(lambda x, a, b, g: fm.fp4_grouped_swiglu(
+            x, a, b, g, backend="triton", **kw)).trace(
+            jnp.zeros((m, k), jnp.bfloat16), *ws, gs).lower(lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
+        return len(re.findall(r"call @_grouped_direct\b", txt)), "math.exp" in txt
+
+    assert kernels(fused=True) == (1, True) and kernels(fused=False) == (2, False)
+    monkeypatch.setattr(FM, "FUSED_SWIGLU", True)
+    assert kernels() == (1, True)
+    monkeypatch.setattr(FM, "FUSED_SWIGLU", False)
+    assert kernels() == (2, False)
+
+
 def test_appended_x_rows_with_and_without_the_read_pad():
     from pallas_kernels import fp4_matmul_mgpu as FM
     assert FM.appended_rows(888, 16, True) == FM.read_pad(888, 16) == 24

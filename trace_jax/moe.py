@@ -202,9 +202,7 @@ def _gate_up_local(x_NxM, experts_NxK, w_gate, w_up, e0):
     N, k = experts_NxK.shape
     local, order, inverse, sizes = _local_slots(experts_NxK, e0, _n_experts(w_gate))
     xs = _dispatch_rows(x_NxM, order, inverse)
-    g = ops.grouped_matmul(xs, w_gate, sizes).astype(jnp.float32)
-    u = ops.grouped_matmul(xs, w_up, sizes).astype(jnp.float32)
-    h = _permute_rows((jax.nn.silu(g) * u).astype(x_NxM.dtype), inverse, order)
+    h = _permute_rows(ops.grouped_swiglu(xs, w_gate, w_up, sizes), inverse, order)
     return jnp.where(local[:, None], h, 0).reshape(N, k, -1)
 
 

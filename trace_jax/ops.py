@@ -56,6 +56,20 @@ def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
     return out.astype(dt)
 
 
+def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> jax.Array:
+    """``silu(x @ w_gate[e]) * (x @ w_up[e])`` for rows sorted by expert, in ``x``'s dtype: the
+    two products rounded to ``x``'s dtype, the SwiGLU in f32. FP4 weights in kernel layout
+    (``pack_params``) with a bf16 ``x`` go to ``fp4_matmul.fp4_grouped_swiglu`` (one fused
+    kernel for Mosaic GPU weights); otherwise two :func:`grouped_matmul` calls."""
+    if not isinstance(w_gate, (jax.Array, Q.QTensor)) and x_MxK.dtype == jnp.bfloat16:
+        from pallas_kernels.fp4_matmul import fp4_grouped_swiglu  # its reference off the GPU
+
+        return fp4_grouped_swiglu(x_MxK, w_gate, w_up, group_sizes_E.astype(jnp.int32))
+    g = grouped_matmul(x_MxK, w_gate, group_sizes_E).astype(jnp.float32)
+    u = grouped_matmul(x_MxK, w_up, group_sizes_E).astype(jnp.float32)
+    return (jax.nn.silu(g) * u).astype(x_MxK.dtype)
+
+
 def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
     """Attention of one query token per sequence over cache slots ``< lengths[b]``.
 
