@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21, not run yet.
+# Ran at commit f7d1759 (session 21).
 # One H200, issue 6: the fused MoE gate / up / SwiGLU Mosaic kernel (one pipeline streams both
 # weights against one x tile, SwiGLU in the epilogue) against the unfused stage (two grouped
 # calls + XLA's SwiGLU): correctness and device time at 27..512 tokens (check_mgpu_swiglu.py),
