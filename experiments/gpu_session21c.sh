@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21, not run yet.
+# Ran at commit 907824b (session 21).
 # One H200, issue 6: the fused gate / up / SwiGLU kernel (default since 21b) at the 111 / 128
 # token shapes, where it was no faster than the unfused stage at mp 16: mp 8 and mp 24 beside
 # the default; then the full-depth (48-layer) 30B decode step with the fused default.
