@@ -38,9 +38,10 @@ def parse_knobs(spec: str) -> list[dict]:
     out = [{}]
     for part in filter(None, spec.split(";")):
         kv = dict(p.split("=") for p in part.split(","))
-        bad = set(kv) - {"mp", "tk", "steps"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial"}
         if bad:
-            raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps)")
+            raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
+                             f"serial)")
         out.append({k: int(v) for k, v in kv.items()})
     return out
 
@@ -50,7 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--tokens", default="27,32,111,128,512")
     ap.add_argument("--knobs", default="tk=128",
-                    help="extra fused (mp, tk, steps) settings beside the defaults, ';'-separated")
+                    help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
+                         "steps, serial (1: fp4_matmul_mgpu.SWIGLU_SERIAL)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
     bw = devtime.report_copy_bandwidth(1 << 30)
@@ -74,12 +76,15 @@ def main(argv=None) -> int:
                                                           dict(fused=False))]
         for v in variants:
             tag = "".join(f"_{k}{val}" for k, val in v.items())
-            cfg = None if not v else tuple(v.get(k) for k in ("mp", "tk", "steps"))
-            runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=cfg)))
-        runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
+            knobs = tuple(v.get(k) for k in ("mp", "tk", "steps"))
+            runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
+                kk is not None for kk in knobs) else None, serial=bool(v.get("serial")))))
+        runs.append(("fused_w4a4", xq, ref4, dict(fused=True, serial=False)))
         unfused = {}
         for name, xin, r, kw in runs:
+            serial = kw.pop("serial", False)
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
+            FM.SWIGLU_SERIAL = serial  # (read when f is traced: its first call below)
             try:
                 out = f(xin, wg, wu, gs)
                 row[f"{name}_relerr"] = devtime.relerr(out, r)

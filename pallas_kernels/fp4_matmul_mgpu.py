@@ -183,11 +183,12 @@ def _decode_tile(uw, srows, tk):
     return dec(uw, *srows)
 
 
-def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False):
+def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
     tuples of weights that share the x tile (the fused gate / up): one pipeline streams them all
-    and each step issues one wgmma per weight; then a tuple of products."""
+    and each step issues one wgmma per weight; then a tuple of products. ``serial``: wait for
+    each weight's wgmma before decoding the next (one decoded A tile live at a time)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -214,6 +215,8 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False):
                              for j in range(tk // MG.SPAN)]
                     a = _decode_tile(uw, srows, tk)
                     plgpu.wgmma(acc_ref, a, x_smem.T)
+                if serial and acc_ref is not acc_refs[-1]:
+                    plgpu.wgmma_wait(0)
             plgpu.wgmma_wait(0)
 
         plgpu.emit_pipeline(
@@ -545,6 +548,9 @@ X_LAYOUTS = ("rows", "aligned")
 # 1.056x at 512 (mp 56); the 4-layer 30B FP4 step at 32K 4.43 / 4.36 ms fused vs 4.49 unfused,
 # at 128K 4.22 / 4.24 vs 4.22. Hence the default.
 FUSED_SWIGLU = True
+# The fused kernel's K step: False issues the up tile's decode under the gate tile's wgmma (two
+# decoded A tiles live), True waits for the gate wgmma first (one live). Read at trace time.
+SWIGLU_SERIAL = False
 
 
 def aligned_rows(group_sizes, m: int, mp: int):
@@ -570,9 +576,10 @@ def _weight_tuple(a):
     return a if isinstance(a, tuple) else (a,)
 
 
-@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned"))
+@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
+                                             "serial"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False):
     """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -611,7 +618,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
             acc = _k_loop(tuple(u.at[ei, wrows, :] for u in u_refs),
                           tuple(sr.at[ei, :, wrows] for sr in s_refs),
                           x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
-                          steps=steps)
+                          steps=steps, serial=serial)
             _store_rows(acc if nw == 2 else acc[0], o_gmem, rs_gmem if scaled else None,
                         scale if nw == 2 else scale[0], *cols, ni * ROWS, m)
             return carry
@@ -625,13 +632,14 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
-                             aends=None, *, mp, tk, steps, m, scaled, aligned=False):
+                             aends=None, *, mp, tk, steps, m, scaled, aligned=False,
+                             serial=False):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
     x_sorted stores NaN, so a gap in the coverage or a short pad shows. (gate, up) pairs: each
     product as stored, then the epilogue's SwiGLU."""
-    del tk, steps
+    del tk, steps, serial
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = mp if aligned else mp + 8
@@ -779,4 +787,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, _cumsum_small(gs),
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned")
+             aligned=layout == "aligned", serial=len(ws) == 2 and SWIGLU_SERIAL)

@@ -353,6 +353,8 @@ def test_fused_swiglu_lowers_and_model_stage_dispatches(monkeypatch):
     assert kernels() == (1, True)
     monkeypatch.setattr(FM, "FUSED_SWIGLU", False)
     assert kernels() == (2, False)
+    monkeypatch.setattr(FM, "SWIGLU_SERIAL", True)  # one decoded A tile live at a time
+    assert kernels(fused=True) == (1, True)
 
 
 def test_appended_x_rows_with_and_without_the_read_pad():
