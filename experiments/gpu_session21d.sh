@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21, not run yet.
+# Ran at commit 3a185c1 (session 21).
 # One H200, issue 6: why the fused gate / up / SwiGLU kernel is 3.6% slower than the two unfused
 # kernels at 888 rows (21b). ptxas resource dumps of every Mosaic kernel the check compiles
 # (unfused, unfused W4A4, fused, fused serial, fused W4A4, in that order), and the serial K step

@@ -550,7 +550,10 @@ X_LAYOUTS = ("rows", "aligned")
 FUSED_SWIGLU = True
 # The fused kernel's K step: False issues the up tile's decode under the gate tile's wgmma (two
 # decoded A tiles live), True waits for the gate wgmma first (one live). Read at trace time.
-SWIGLU_SERIAL = False
+# Session 21 (21d, H200, ptxas dumps): 183 / 123 registers at mp 16 (167 / 111 at mp 8; the
+# unfused kernel 102 / 96); the serial kernel alone 70.6 vs 80.5 us at 888 rows (unfused 76.9),
+# the stage 1.115x the unfused one at 27, 111 and 128 tokens, bit-identical. Hence the default.
+SWIGLU_SERIAL = True
 
 
 def aligned_rows(group_sizes, m: int, mp: int):
