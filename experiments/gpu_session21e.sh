@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21, not run yet.
+# Ran at commit 13de93c (session 21).
 # One H200, issue 6: the serial fused gate / up / SwiGLU kernel (default since 21d) in the
 # 4-layer 30B FP4 step at 32K beside the overlapped one, then the full-depth (48-layer) step.
 # Prediction (written before the run): 4 layers at 32K 0.5-1.5% faster than fused_overlap
