@@ -868,12 +868,12 @@ def main(argv=None):
                     help="the MoE gate / up projections with Mosaic GPU weights: one kernel with "
                          "the SwiGLU in its epilogue (fused: one decoded tile live, the default; "
                          "fused_overlap: the up tile decoded under the gate wgmma; "
-                         "fp4_matmul_mgpu.FUSED_SWIGLU / SWIGLU_SERIAL) or two grouped calls")
+                         "fp4_matmul_mgpu.FUSED_SWIGLU / SERIAL_TILES) or two grouped calls")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
     if args.grouped_swiglu:
         fp4_matmul_mgpu.FUSED_SWIGLU = args.grouped_swiglu != "unfused"
-        fp4_matmul_mgpu.SWIGLU_SERIAL = args.grouped_swiglu != "fused_overlap"
+        fp4_matmul_mgpu.SERIAL_TILES = args.grouped_swiglu != "fused_overlap"
     if args.grouped_x_pad:
         if args.grouped_x_layout != "rows":
             raise SystemExit("--grouped_x_pad applies to the rows layout: add "

@@ -65,6 +65,10 @@ def main(argv=None) -> int:
     ap.add_argument("--x-layout", default=None, choices=list(FM.X_LAYOUTS),
                     help="with --grouped: the Mosaic kernel's x layout (default: "
                          "fp4_matmul_mgpu.GROUPED_X_LAYOUT; --aligned compares rows with aligned)")
+    ap.add_argument("--tiles", default="",
+                    help="with --grouped: also time the Mosaic kernel with these 64-row weight "
+                         "tiles per program, e.g. 2,4 (columns mgpu_nt2, ...; fp4_matmul_mgpu."
+                         "GROUPED_TILES)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -190,6 +194,11 @@ def grouped(a, argv) -> int:
                                            FM.fp4_grouped_matmul_mgpu(
                                                x, w, g, mp=mp, tk=tk, steps=steps,
                                                backend="mgpu", x_layout=lay)), wm, "body"))
+            for nt in (int(v) for v in filter(None, a.tiles.split(","))):
+                if n % (64 * nt) == 0:
+                    runs.append((f"mgpu_nt{nt}", jax.jit(
+                        lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
+                            x, w, g, backend="mgpu", x_layout=lay, nt=nt)), wm, "body"))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body"))

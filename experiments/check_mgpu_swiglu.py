@@ -38,10 +38,10 @@ def parse_knobs(spec: str) -> list[dict]:
     out = [{}]
     for part in filter(None, spec.split(";")):
         kv = dict(p.split("=") for p in part.split(","))
-        bad = set(kv) - {"mp", "tk", "steps", "serial"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
-                             f"serial)")
+                             f"serial, nt)")
         out.append({k: int(v) for k, v in kv.items()})
     return out
 
@@ -52,9 +52,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", default="27,32,111,128,512")
     ap.add_argument("--knobs", default="tk=128",
                     help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
-                         "steps, serial (1: fp4_matmul_mgpu.SWIGLU_SERIAL)")
+                         "steps, serial (0 / 1: fp4_matmul_mgpu.SERIAL_TILES), nt "
+                         "(GROUPED_TILES)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
+    serial0, nt0 = FM.SERIAL_TILES, FM.GROUPED_TILES  # the library defaults
     bw = devtime.report_copy_bandwidth(1 << 30)
     prep = jax.jit(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor")))
     wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (E, K, N), jnp.float32))
@@ -78,13 +80,14 @@ def main(argv=None) -> int:
             tag = "".join(f"_{k}{val}" for k, val in v.items())
             knobs = tuple(v.get(k) for k in ("mp", "tk", "steps"))
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
-                kk is not None for kk in knobs) else None, serial=bool(v.get("serial")))))
-        runs.append(("fused_w4a4", xq, ref4, dict(fused=True, serial=False)))
+                kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
+                nt=v.get("nt", nt0))))
+        runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
-            serial = kw.pop("serial", False)
+            FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
+            FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
-            FM.SWIGLU_SERIAL = serial  # (read when f is traced: its first call below)
             try:
                 out = f(xin, wg, wu, gs)
                 row[f"{name}_relerr"] = devtime.relerr(out, r)

@@ -548,12 +548,19 @@ X_LAYOUTS = ("rows", "aligned")
 # 1.056x at 512 (mp 56); the 4-layer 30B FP4 step at 32K 4.43 / 4.36 ms fused vs 4.49 unfused,
 # at 128K 4.22 / 4.24 vs 4.22. Hence the default.
 FUSED_SWIGLU = True
-# The fused kernel's K step: False issues the up tile's decode under the gate tile's wgmma (two
-# decoded A tiles live), True waits for the gate wgmma first (one live). Read at trace time.
-# Session 21 (21d, H200, ptxas dumps): 183 / 123 registers at mp 16 (167 / 111 at mp 8; the
-# unfused kernel 102 / 96); the serial kernel alone 70.6 vs 80.5 us at 888 rows (unfused 76.9),
-# the stage 1.115x the unfused one at 27, 111 and 128 tokens, bit-identical. Hence the default.
-SWIGLU_SERIAL = True
+# The K step of a grouped program with several weight tiles (the fused gate / up pair, or
+# GROUPED_TILES > 1): False decodes the next tile under the previous tile's wgmma (two decoded A
+# tiles live), True waits for each wgmma first (one live). Read at trace time.
+# Session 21 (21d, H200, ptxas dumps, fused gate / up): 183 / 123 registers at mp 16 (167 / 111
+# at mp 8; the unfused kernel 102 / 96); the serial kernel alone 70.6 vs 80.5 us at 888 rows
+# (unfused 76.9), the stage 1.115x the unfused one at 27, 111 and 128 tokens, bit-identical; the
+# 4-layer 30B FP4 step at 32K 4.28 vs 4.38 ms (21e). Hence the default.
+SERIAL_TILES = True
+# Weight tiles of 64 rows (N) per grouped program: each program streams GROUPED_TILES adjacent
+# tiles of its expert (of each weight, fused) against one x tile, so x is read once per
+# GROUPED_TILES x 64 rows and a program has more weight bytes in flight (with fewer programs).
+# Read at trace time; N must be a multiple of 64 x GROUPED_TILES (else 1 is used).
+GROUPED_TILES = 1
 
 
 def aligned_rows(group_sizes, m: int, mp: int):
@@ -580,9 +587,9 @@ def _weight_tuple(a):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial"))
+                                             "serial", "nt"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1):
     """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -590,7 +597,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     x of :func:`aligned_rows` with its ``aends``); ``ends`` the inclusive cumsum of the
     groups. ``codes``, ``scales`` and ``gscale`` as (gate, up) pairs: one pipeline streams both
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
-    (:func:`_store_rows`)."""
+    (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
+    the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -602,6 +610,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
         raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
+    if n % (ROWS * nt):
+        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt}")
     aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
 
     def body(*refs):
@@ -609,7 +619,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         x_gmem, gs_gmem, ends_gmem, rs_gmem, ae_gmem, o_gmem = refs[3 * nw:]
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
-        wrows = pl.ds(ni * ROWS, ROWS)
+        n0s = [(ni * nt + j) * ROWS for j in range(nt)]  # the program's tiles' first rows
         off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
                                                    mp)
         aoff = ae_gmem[ei] - jnp.bitwise_and(nrows + 7, -8) if aligned else None
@@ -618,31 +628,34 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
         def chunk(c, carry):
             x0, *cols = chunk_columns(off, first8, nrows, total, c, mp, aoff)
-            acc = _k_loop(tuple(u.at[ei, wrows, :] for u in u_refs),
-                          tuple(sr.at[ei, :, wrows] for sr in s_refs),
+            tiles = [(u, sr, n0) for n0 in n0s for u, sr in zip(u_refs, s_refs)]
+            acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
+                          tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
                           x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
                           steps=steps, serial=serial)
-            _store_rows(acc if nw == 2 else acc[0], o_gmem, rs_gmem if scaled else None,
-                        scale if nw == 2 else scale[0], *cols, ni * ROWS, m)
+            for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
+                _store_rows(acc[j * nw:(j + 1) * nw] if nw == 2 else acc[j * nw], o_gmem,
+                            rs_gmem if scaled else None, scale if nw == 2 else scale[0], *cols,
+                            n0, m)
             return carry
 
         jax.lax.fori_loop(0, nchunks, chunk, 0)
 
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // ROWS),
+        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt)),
         grid_names=("e", "n"),
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False):
+                             serial=False, nt=1):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
     x_sorted stores NaN, so a gap in the coverage or a short pad shows. (gate, up) pairs: each
     product as stored, then the epilogue's SwiGLU."""
-    del tk, steps, serial
+    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = mp if aligned else mp + 8
@@ -692,7 +705,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             mp: int | None = None, tk: int | None = None,
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
-                            x_layout: str | None = None) -> jax.Array:
+                            x_layout: str | None = None, nt: int | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -710,9 +723,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     read; the emulation always pads: its slices clamp instead). ``x_layout`` (None:
     ``GROUPED_X_LAYOUT``): ``"rows"`` (the above) or ``"aligned"`` (the wrapper copies each
     expert's rows to an 8-aligned offset, :func:`aligned_rows`, and a chunk reads mp rows;
-    ``x_pad`` does not apply and is refused)."""
+    ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES``, or 1 where N is
+    not a multiple of 64 nt): 64-row weight tiles per program."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -729,7 +743,7 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             group_sizes: jax.Array, *, mp: int | None = None,
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
-                            x_layout: str | None = None) -> jax.Array:
+                            x_layout: str | None = None, nt: int | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (two wgmmas per step) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -739,10 +753,12 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
     if w_gate.shape != w_up.shape:
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
-                         row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout)
+                         row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
+                         nt=nt)
 
 
-def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout):
+def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
+                  nt):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -760,6 +776,10 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"group_sizes must be [{e}] (one per expert), got {group_sizes.shape}")
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
+    if nt is None:
+        nt = GROUPED_TILES if n % (ROWS * GROUPED_TILES) == 0 else 1
+    elif nt < 1 or n % (ROWS * nt):
+        raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
@@ -790,4 +810,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, _cumsum_small(gs),
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=len(ws) == 2 and SWIGLU_SERIAL)
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt)

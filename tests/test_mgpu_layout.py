@@ -353,8 +353,40 @@ def test_fused_swiglu_lowers_and_model_stage_dispatches(monkeypatch):
     assert kernels() == (1, True)
     monkeypatch.setattr(FM, "FUSED_SWIGLU", False)
     assert kernels() == (2, False)
-    monkeypatch.setattr(FM, "SWIGLU_SERIAL", True)  # one decoded A tile live at a time
-    assert kernels(fused=True) == (1, True)
+    for serial in (True, False):  # one decoded A tile live at a time, or two
+        monkeypatch.setattr(FM, "SERIAL_TILES", serial)
+        assert kernels(fused=True) == (1, True)
+    monkeypatch.setattr(FM, "GROUPED_TILES", 2)  # two 64-row tiles of each weight per program
+    assert kernels(fused=True) == (1, True) and kernels(fused=False) == (2, False)
+
+
+def test_weight_tiles_per_program_lower_and_are_checked(monkeypatch):
+    """``nt`` 64-row weight tiles per grouped program: the kernel lowers for CUDA with nt 2 and 4
+    (a grid of N / (64 nt) programs per expert), an N that nt does not tile is refused by name,
+    and ``GROUPED_TILES`` falls back to 1 where it does not divide N."""
+    import re
+
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    e, k, n, m = 2, 512, 256, 23
+    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(0), (e, k, n)), "nvfp4",
+                                 axis=-2, global_scope="tensor"))
+    gs = jnp.array([3, 20], jnp.int32)
+    x = jnp.zeros((m, k), jnp.bfloat16)
+    for nt in (2, 4):
+        txt = jax.jit(lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
+            x, w, g, backend="mgpu", nt=nt)).trace(x, w, gs).lower(
+            lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in txt and len(re.findall(r"call @_grouped_direct\b", txt)) == 1
+    with pytest.raises(ValueError, match="nt=3: N=256 must be a multiple of 64 x nt"):
+        FM.fp4_grouped_matmul_mgpu(x, w, gs, backend="emulate", nt=3)
+    monkeypatch.setattr(FM, "GROUPED_TILES", 8)  # 8 x 64 > N = 256: the wrapper runs nt 1
+    jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(x, w, g, backend="mgpu")).trace(
+        x, w, gs).lower(lowering_platforms=("cuda",))
+    with pytest.raises(ValueError, match="N=256 must be a multiple of 64 x nt=8"):
+        FM._grouped_direct(w.codes, w.scales, jnp.zeros((24, k), jnp.bfloat16), gs,
+                           jnp.cumsum(gs), w.global_scale, w.global_scale, mp=16, tk=256,
+                           steps=2, m=m, scaled=False, nt=8)
 
 
 def test_appended_x_rows_with_and_without_the_read_pad():
