@@ -44,7 +44,8 @@ def main(argv=None) -> int:
                     help="pipeline stages (default: fp4_matmul_mgpu.default_steps by M)")
     ap.add_argument("--chunked", action="store_true")
     ap.add_argument("--shapes", default="",
-                    help="dense K x N shapes instead of the issue's, e.g. 8192x25344,8192x28672")
+                    help="K x N shapes instead of the issue's, e.g. 8192x25344,8192x28672 (with "
+                         "--grouped: per expert, e.g. 768x2048)")
     ap.add_argument("--ms", default="", help="dense token counts instead of 1,8,32,64")
     ap.add_argument("--splits", default="1",
                     help="dense: K splits per 64 weight rows to time, e.g. auto,1,2 (auto: "
@@ -168,7 +169,9 @@ def grouped(a, argv) -> int:
 
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
-    for k, n in GROUPED:
+    shapes = ([tuple(int(v) for v in kn.split("x")) for kn in a.shapes.split(",")] if a.shapes
+              else GROUPED)
+    for k, n in shapes:
         if a.sweep and k == 768:
             continue
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(

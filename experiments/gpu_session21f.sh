@@ -12,12 +12,14 @@
 source "$(dirname "$0")/gpu_prelude.sh" r21f
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
-timeout 75 python3 experiments/check_mgpu_matmul.py --grouped --tiles 2,4 --out "$R/tiles" \
+timeout 75 python3 experiments/check_mgpu_matmul.py --grouped --tiles 2,4 --shapes 768x2048,2048x768 \
+  --out "$R/tiles" \
   > "$R/tiles.txt" 2>&1
 echo "tiles rc=$?"
 timeout 60 python3 experiments/check_mgpu_swiglu.py --out "$R/swiglu" --tokens 27,111 \
   --knobs "nt=2" > "$R/swiglu.txt" 2>&1
 echo "swiglu rc=$?"
 tar -C "$R" -czf "$OUT/r21f.tar.gz" .
-show_table tiles swiglu
+grep -hE "^ *(k|tokens)=" "$R/tiles.txt" "$R/swiglu.txt" | cut -c1-900
+grep -hiE "error|Traceback" "$R/tiles.txt" "$R/swiglu.txt" | head -6
 exit 0
