@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21, not run yet.
+# Ran at commit bac0138 (session 21; the tiles check hit its 75 s limit after the 768 x 2048 rows).
 # One H200, issue 6: several 64-row weight tiles per grouped program (nt, GROUPED_TILES), the
 # x tile shared by them (as the fused gate / up pair shares it). The single-weight kernel at
 # both 30B expert shapes (check_mgpu_matmul --grouped --tiles 2,4) and the fused gate / up with

@@ -556,11 +556,21 @@ FUSED_SWIGLU = True
 # (unfused 76.9), the stage 1.115x the unfused one at 27, 111 and 128 tokens, bit-identical; the
 # 4-layer 30B FP4 step at 32K 4.28 vs 4.38 ms (21e). Hence the default.
 SERIAL_TILES = True
-# Weight tiles of 64 rows (N) per grouped program: each program streams GROUPED_TILES adjacent
-# tiles of its expert (of each weight, fused) against one x tile, so x is read once per
-# GROUPED_TILES x 64 rows and a program has more weight bytes in flight (with fewer programs).
-# Read at trace time; N must be a multiple of 64 x GROUPED_TILES (else 1 is used).
-GROUPED_TILES = 1
+# Weight tiles of 64 rows (N) per grouped program: each program streams nt adjacent tiles of its
+# expert (of each weight, fused) against one x tile, so x is read once per nt x 64 rows and a
+# program has more weight bytes in flight (with fewer programs). None: :func:`default_tiles`; an
+# int overrides it (1 where it does not divide N). Read at trace time.
+GROUPED_TILES: int | None = None
+
+
+def default_tiles(n: int, n_weights: int) -> int:
+    """Weight tiles per grouped program for N output columns and 1 weight (or the fused pair):
+    2 for a single weight with at least 32 tiles per expert, else 1. Session 21 (21f, H200, 128
+    experts, device time, side by side, bit-identical): the down projection 768 x 2048 with nt 2
+    ran its kernel alone 30.3 / 37.8 us against 31.7 / 41.6 at 216 / 888 rows (the call 37.8 /
+    45.6 against 39.4 / 49.3 us), nt 4 35.3 / 43.3; the fused 2048 x 768 pair (12 tiles per
+    expert and weight) with nt 2 was 11-16% slower. A single 2048 x 768 weight is not measured."""
+    return 2 if n_weights == 1 and n // ROWS >= 32 and n % (2 * ROWS) == 0 else 1
 
 
 def aligned_rows(group_sizes, m: int, mp: int):
@@ -723,8 +733,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     read; the emulation always pads: its slices clamp instead). ``x_layout`` (None:
     ``GROUPED_X_LAYOUT``): ``"rows"`` (the above) or ``"aligned"`` (the wrapper copies each
     expert's rows to an 8-aligned offset, :func:`aligned_rows`, and a chunk reads mp rows;
-    ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES``, or 1 where N is
-    not a multiple of 64 nt): 64-row weight tiles per program."""
+    ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
+    :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
+    program."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
                          backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt)
 
@@ -777,7 +788,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
     if nt is None:
-        nt = GROUPED_TILES if n % (ROWS * GROUPED_TILES) == 0 else 1
+        nt = default_tiles(n, len(ws)) if GROUPED_TILES is None else GROUPED_TILES
+        nt = nt if n % (ROWS * nt) == 0 else 1
     elif nt < 1 or n % (ROWS * nt):
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
     m = x.shape[0]

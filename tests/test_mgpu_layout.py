@@ -483,6 +483,10 @@ def test_grouped_knobs_by_layout():
     assert FM.default_grouped_knobs(216, 128, 2048)[0] == 16
     assert FM.default_grouped_knobs(16384, 128, 768) == (56, 256, 2)
     assert FM.default_grouped_knobs(888, 128, 768)[1] == 256
+    # weight tiles per program (21f): nt 2 for the 2048-wide down projection, 1 for the fused
+    # 768-wide gate / up pair (nt 2 was slower there)
+    assert FM.default_tiles(2048, 1) == 2 and FM.default_tiles(768, 2) == 1
+    assert FM.default_tiles(768, 1) == 1 and FM.default_tiles(64 * 33, 1) == 1  # 33: odd
 
 
 def test_fp4_matmul_mosaic_dispatch_lowers_on_cpu():
