@@ -869,8 +869,17 @@ def main(argv=None):
                          "the SwiGLU in its epilogue (fused: one decoded tile live, the default; "
                          "fused_overlap: the up tile decoded under the gate wgmma; "
                          "fp4_matmul_mgpu.FUSED_SWIGLU / SERIAL_TILES) or two grouped calls")
+    ap.add_argument("--grouped_tiles", default=None,
+                    help="64-row weight tiles per grouped Mosaic program: 'default' "
+                         "(fp4_matmul_mgpu.default_tiles) or a count, e.g. 1 "
+                         "(fp4_matmul_mgpu.GROUPED_TILES)")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
+    if args.grouped_tiles not in (None, "default"):
+        if not args.grouped_tiles.isdigit() or int(args.grouped_tiles) < 1:
+            raise SystemExit(f"--grouped_tiles takes 'default' or a positive count, got "
+                             f"{args.grouped_tiles!r}")
+        fp4_matmul_mgpu.GROUPED_TILES = int(args.grouped_tiles)
     if args.grouped_swiglu:
         fp4_matmul_mgpu.FUSED_SWIGLU = args.grouped_swiglu != "unfused"
         fp4_matmul_mgpu.SERIAL_TILES = args.grouped_swiglu != "fused_overlap"
