@@ -867,7 +867,8 @@ def main(argv=None):
                     choices=["fused", "fused_overlap", "unfused"],
                     help="the MoE gate / up projections with Mosaic GPU weights: one kernel with "
                          "the SwiGLU in its epilogue (fused: one decoded tile live, the default; "
-                         "fused_overlap: the up tile decoded under the gate wgmma; "
+                         "fused_overlap: the up tile decoded under the gate wgmma, and so is the "
+                         "next tile of any multi-tile program, the down projection's included; "
                          "fp4_matmul_mgpu.FUSED_SWIGLU / SERIAL_TILES) or two grouped calls")
     ap.add_argument("--grouped_tiles", default=None,
                     help="64-row weight tiles per grouped Mosaic program: 'default' "

@@ -197,11 +197,15 @@ def grouped(a, argv) -> int:
                                            FM.fp4_grouped_matmul_mgpu(
                                                x, w, g, mp=mp, tk=tk, steps=steps,
                                                backend="mgpu", x_layout=lay)), wm, "body"))
+            row["default_nt"] = (FM.default_tiles(n, 1) if FM.GROUPED_TILES is None  # the mgpu
+                                 else FM.GROUPED_TILES)  # column's tiles per program
+            mp0, tk0, steps0 = knobs[0]
             for nt in (int(v) for v in filter(None, a.tiles.split(","))):
                 if n % (64 * nt) == 0:
                     runs.append((f"mgpu_nt{nt}", jax.jit(
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
-                            x, w, g, backend="mgpu", x_layout=lay, nt=nt)), wm, "body"))
+                            x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
+                            x_layout=lay, nt=nt)), wm, "body"))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body"))

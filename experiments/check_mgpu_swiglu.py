@@ -34,15 +34,21 @@ E, TOPK, K, N = 128, 8, 2048, 768
 
 
 def parse_knobs(spec: str) -> list[dict]:
-    """"tk=128;steps=3,tk=128" -> [{}, {"tk": 128, "steps": 3}, {"tk": 128}] (the default first)."""
+    """"tk=128;steps=3,tk=128" -> [{}, {"tk": 128}, {"steps": 3, "tk": 128}] (the default
+    first); a knob that is unknown, not an integer, or an nt that does not tile N exits."""
     out = [{}]
     for part in filter(None, spec.split(";")):
-        kv = dict(p.split("=") for p in part.split(","))
+        try:
+            kv = {k: int(v) for k, v in (p.split("=") for p in part.split(","))}
+        except ValueError:
+            raise SystemExit(f"--knobs: {part!r} is not name=integer[,name=integer...]") from None
         bad = set(kv) - {"mp", "tk", "steps", "serial", "nt"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
                              f"serial, nt)")
-        out.append({k: int(v) for k, v in kv.items()})
+        if "nt" in kv and (kv["nt"] < 1 or N % (64 * kv["nt"])):
+            raise SystemExit(f"--knobs: nt={kv['nt']} does not tile N={N} in 64-row tiles")
+        out.append(kv)
     return out
 
 

@@ -367,7 +367,7 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int |
 # --- grouped (MoE) version ----------------------------------------------------------------------
 #
 # Tokens sorted by expert (``group_sizes``), as ``fp4_matmul.fp4_grouped_matmul``. Each CTA
-# (expert e, 64 weight rows) loops over its group in chunks of mp tokens, each read either
+# (expert e, 64 x nt weight rows: ``default_tiles``; of both weights for the fused gate / up) loops over its group in chunks of mp tokens, each read either
 # straight from the sorted x as mp + 8 rows from an 8-aligned start (the "rows" layout: what TMA
 # into the swizzled tile needs; the extra rows are other tokens: computed, never stored) or, the
 # default "aligned" layout, as mp rows of a copy of x with each expert's rows at an 8-aligned
@@ -548,8 +548,8 @@ X_LAYOUTS = ("rows", "aligned")
 # 1.056x at 512 (mp 56); the 4-layer 30B FP4 step at 32K 4.43 / 4.36 ms fused vs 4.49 unfused,
 # at 128K 4.22 / 4.24 vs 4.22. Hence the default.
 FUSED_SWIGLU = True
-# The K step of a grouped program with several weight tiles (the fused gate / up pair, or
-# GROUPED_TILES > 1): False decodes the next tile under the previous tile's wgmma (two decoded A
+# The K step of a grouped program with several weight tiles (the fused gate / up pair, or nt > 1
+# tiles per program: GROUPED_TILES / default_tiles): False decodes the next tile under the previous tile's wgmma (two decoded A
 # tiles live), True waits for each wgmma first (one live). Read at trace time.
 # Session 21 (21d, H200, ptxas dumps, fused gate / up): 183 / 123 registers at mp 16 (167 / 111
 # at mp 8; the unfused kernel 102 / 96); the serial kernel alone 70.6 vs 80.5 us at 888 rows
@@ -569,7 +569,8 @@ def default_tiles(n: int, n_weights: int) -> int:
     experts, device time, side by side, bit-identical): the down projection 768 x 2048 with nt 2
     ran its kernel alone 30.3 / 37.8 us against 31.7 / 41.6 at 216 / 888 rows (the call 37.8 /
     45.6 against 39.4 / 49.3 us), nt 4 35.3 / 43.3; the fused 2048 x 768 pair (12 tiles per
-    expert and weight) with nt 2 was 11-16% slower. A single 2048 x 768 weight is not measured."""
+    expert and weight) with nt 2 was 11-16% slower. A single 2048 x 768 weight is not measured.
+    (N must also be a multiple of 128.)"""
     return 2 if n_weights == 1 and n // ROWS >= 32 and n % (2 * ROWS) == 0 else 1
 
 
@@ -600,7 +601,7 @@ def _weight_tuple(a):
                                              "serial", "nt"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
                     *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1):
-    """out [M, N] bf16: each program (expert e, 64 weight rows) loops over its chunks
+    """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
     (:func:`chunk_columns`). x_sorted [M + :func:`read_pad`, K] (or, ``aligned``, the aligned
@@ -620,8 +621,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
         raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
-    if n % (ROWS * nt):
-        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt}")
+    if nt < 1 or n % (ROWS * nt):
+        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
     aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
 
     def body(*refs):
@@ -756,10 +757,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
-    program streams its 64 rows of both weights against one x tile (two wgmmas per step) and
+    program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
     :func:`fp4_grouped_swiglu_mgpu_reference`; the f32 ``exp`` and the sums' order may move a
-    bf16 rounding). Arguments as :func:`fp4_grouped_matmul_mgpu`; ``w_gate`` and ``w_up`` of one
+    bf16 rounding). Arguments as :func:`fp4_grouped_matmul_mgpu` (no ``x_pad``: the rows layout
+    is always unpadded here); ``w_gate`` and ``w_up`` of one
     shape."""
     if w_gate.shape != w_up.shape:
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
@@ -789,6 +791,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
     if nt is None:
         nt = default_tiles(n, len(ws)) if GROUPED_TILES is None else GROUPED_TILES
+        if not isinstance(nt, int) or nt < 1:
+            raise ValueError(f"fp4_matmul_mgpu.GROUPED_TILES={nt!r}: use None or a positive int")
         nt = nt if n % (ROWS * nt) == 0 else 1
     elif nt < 1 or n % (ROWS * nt):
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")

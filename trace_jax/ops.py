@@ -6,6 +6,8 @@ Pallas kernels from ``pallas_kernels`` on GPU where they exist.
   gradient of ``ragged_dot`` expands to dense [E, M, K] masked products; packed FP4 QTensors:
   dequantize + ``ragged_dot``; FP4 weights in the Pallas kernel layout: the Pallas FP4 grouped
   matmul on GPU, its pure-JAX reference elsewhere).
+* :func:`grouped_swiglu` -- the MoE gate / up stage, ``silu(x gate) * (x up)`` (FP4 weights in
+  the Mosaic GPU layout: one fused kernel on GPU).
 * :func:`decode_attention` -- one query token per sequence against a bf16 or FP4 KV cache.
 """
 
