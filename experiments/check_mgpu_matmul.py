@@ -228,12 +228,9 @@ def grouped(a, argv) -> int:
                         row[f"{name}_kernel_us"] = 1e6 * devtime.device_seconds(
                             f, x, w, gs, kernel=kname)
                 except Exception as e:  # noqa: BLE001
-                    print(f"  {name} K={k} N={n} T={t}: {type(e).__name__}: {str(e)[:1500]}",
-                          flush=True)
-                    traceback.print_exc(limit=4)
+                    devtime.report_failure(f"{name} K={k} N={n} T={t}", e)
                     continue
-                row[f"{name}_us"] = tt * 1e6
-                row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
+                devtime.record_time(row, name, tt, nbytes, bw)
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
             FM.GROUPED_X_LAYOUT = lay  # (the W4A4 rows go through the library's default)

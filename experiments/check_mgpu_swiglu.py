@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 
 import jax
 import jax.numpy as jnp
@@ -107,11 +106,9 @@ def main(argv=None) -> int:
                 tt = devtime.selected_seconds(prof)
                 row[f"{name}_kernel_us"] = 1e6 * devtime.selected_seconds(prof, "body")
             except Exception as e:  # noqa: BLE001  (a setting that does not compile: go on)
-                print(f"  {name} T={t}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
-                traceback.print_exc(limit=4)
+                devtime.report_failure(f"{name} T={t}", e)
                 continue
-            row[f"{name}_us"] = tt * 1e6
-            row[f"{name}_pct_copy"] = 100 * nbytes / tt / bw
+            devtime.record_time(row, name, tt, nbytes, bw)
         if "fused_us" in row and "unfused_us" in row:
             row["fused_speedup"] = row["unfused_us"] / row["fused_us"]
         rows.append(row)

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -111,6 +112,20 @@ def sweep_parser(doc: str, max_seconds: float, quick_help: str) -> argparse.Argu
     ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--top", type=int, default=3, help="phase-1 configs carried to phase 2")
     return ap
+
+
+def report_failure(label: str, e: Exception) -> None:
+    """A benchmark setting that failed (one that does not compile, say): its error, briefly, and
+    a short traceback; the caller goes on with the next setting."""
+    print(f"  {label}: {type(e).__name__}: {str(e)[:1500]}", flush=True)
+    traceback.print_exc(limit=4)
+
+
+def record_time(row: dict, name: str, seconds: float, nbytes: int, copy_Bps: float) -> None:
+    """``row[name_us]`` and ``row[name_pct_copy]``: ``nbytes`` moved in ``seconds`` as % of the
+    copy bandwidth ``copy_Bps``."""
+    row[f"{name}_us"] = seconds * 1e6
+    row[f"{name}_pct_copy"] = 100 * nbytes / seconds / copy_Bps
 
 
 def report_copy_bandwidth(n_floats: int = 1 << 30) -> float:
