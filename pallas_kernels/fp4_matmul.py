@@ -295,17 +295,26 @@ def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "aut
         return fp4_grouped_matmul_reference(x, w, group_sizes)
     from pallas_kernels import matmul_triton
 
-    if _is_mosaic(w):  # cfg: (mp, tk, steps) or None (fp4_matmul_mgpu.default_grouped_knobs)
+    if _is_mosaic(w):
         from pallas_kernels import fp4_matmul_mgpu as MGPU
 
-        xb, g = matmul_triton.x_bf16(x)  # W4A4: exact code * block scale, global scale per row
-        if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
-            raise TypeError(f"Mosaic GPU weights take cfg=(mp, tk, steps) or None, got {cfg!r}")
-        mp, tk, steps = cfg or (None, None, None)
+        xb, rs, mp, tk, steps = _mosaic_grouped_args(x, cfg)
         return MGPU.fp4_grouped_matmul_mgpu(xb, w, group_sizes, mp=mp, tk=tk, steps=steps,
-                                            row_scale=g if isinstance(x, QTensor) else None,
-                                            backend="mgpu")
+                                            row_scale=rs, backend="mgpu")
     return matmul_triton.grouped(x, w, group_sizes, cfg)
+
+
+def _mosaic_grouped_args(x, cfg):
+    """(bf16 x, its per-row global scale or None, mp, tk, steps) for the Mosaic GPU grouped
+    kernels: a W4A4 activation QTensor becomes its exact ``code * block scale`` bf16 values and
+    its global scale per row; ``cfg`` is (mp, tk, steps) or None
+    (``fp4_matmul_mgpu.default_grouped_knobs``)."""
+    from pallas_kernels import matmul_triton
+
+    if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
+        raise TypeError(f"Mosaic GPU weights take cfg=(mp, tk, steps) or None, got {cfg!r}")
+    xb, g = matmul_triton.x_bf16(x)
+    return (xb, g if isinstance(x, QTensor) else None, *(cfg or (None, None, None)))
 
 
 def bf16_kernel_fits(k: int, n: int) -> bool:
@@ -375,16 +384,9 @@ def fp4_grouped_swiglu(x, w_gate: FP4Weights, w_up: FP4Weights, group_sizes, *,
         from pallas_kernels import fp4_matmul_mgpu as MGPU
 
         if MGPU.FUSED_SWIGLU if fused is None else fused:
-            from pallas_kernels import matmul_triton
-
-            xb, gr = matmul_triton.x_bf16(x)
-            if cfg is not None and not (isinstance(cfg, tuple) and len(cfg) == 3):
-                raise TypeError(f"Mosaic GPU weights take cfg=(mp, tk, steps) or None, got "
-                                f"{cfg!r}")
-            mp, tk, steps = cfg or (None, None, None)
-            return MGPU.fp4_grouped_swiglu_mgpu(
-                xb, w_gate, w_up, group_sizes, mp=mp, tk=tk, steps=steps, backend="mgpu",
-                row_scale=gr if isinstance(x, QTensor) else None)
+            xb, rs, mp, tk, steps = _mosaic_grouped_args(x, cfg)
+            return MGPU.fp4_grouped_swiglu_mgpu(xb, w_gate, w_up, group_sizes, mp=mp, tk=tk,
+                                                steps=steps, row_scale=rs, backend="mgpu")
     g = fp4_grouped_matmul(x, w_gate, group_sizes, backend=backend, cfg=cfg).astype(jnp.float32)
     u = fp4_grouped_matmul(x, w_up, group_sizes, backend=backend, cfg=cfg).astype(jnp.float32)
     return (jax.nn.silu(g) * u).astype(jnp.bfloat16)
