@@ -645,9 +645,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
                           x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
                           steps=steps, serial=serial)
             for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
-                _store_rows(acc[j * nw:(j + 1) * nw] if nw == 2 else acc[j * nw], o_gmem,
-                            rs_gmem if scaled else None, scale if nw == 2 else scale[0], *cols,
-                            n0, m)
+                _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
+                            scale, *cols, n0, m)
             return carry
 
         jax.lax.fori_loop(0, nchunks, chunk, 0)
