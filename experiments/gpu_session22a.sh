@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 21, not run yet.
+# Ran at commit 69b8a7b (session 22, one H200).
 # One H200, issue 6: the full-depth (48-layer) 30B decode step with session 21's last default,
 # 2 weight tiles per program for the down projection (default_tiles), after 21e's fused serial
 # gate / up / SwiGLU; then the 4-layer step at 32K with nt 2 and nt 1 side by side.
