@@ -2,6 +2,10 @@
 
     quantize_with_hint(x, fmt="nvfp4", *, global_scope="row", with_hint=True, backend="auto")
         -> (QTensor, Hint | None)
+    quantize_with_hint(x, ..., values=jnp.bfloat16) -> (QTensor, Hint | None, [M, K] values)
+
+``values``: the kernel also writes ``quant.dequantize(q, values)`` (what the rollout's next
+matmul reads) from the codes and scales it holds, so no XLA pass unpacks the codes again.
 
 Bit-identical to ``q = trace_jax.quant.quantize(x, fmt, axis=-1, global_scope=global_scope)`` and
 ``extract_hint(q)`` (codes, block scales, global scale and packed mantissa bits), NaN/Inf
@@ -174,8 +178,18 @@ def _hint_bytes(words):
     return ((x >> 12) | (x >> 24)).astype(jnp.uint8)
 
 
-def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, kc, nk,
-               row_scope, e4m3, single_walk, variant, interpret):
+def _code_values(code):
+    """f32 E2M1 value of uint32 codes ``sign << 3 | magnitude index`` (trace_jax.e2m1.VALUES,
+    code 8 is -0): index i < 4 is i / 2, 4..6 are i - 2, 7 is 6; exact, no table."""
+    i = (code & jnp.uint32(7)).astype(jnp.int32).astype(jnp.float32)
+    v = jnp.where(i < 4.0, i * 0.5, jnp.where(i == 7.0, 6.0, i - 2.0))
+    return jnp.where((code & jnp.uint32(8)) != 0, -v, v)
+
+
+def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *out_refs, fmt, bs, kc, nk,
+               row_scope, e4m3, single_walk, variant, interpret, with_hint, values):
+    bits_ref = out_refs[:1] if with_hint else ()
+    y_ref = out_refs[-1] if values is not None else None
     bm = x_ref.shape[0]
     nvfp4 = fmt == "nvfp4"
     inf_bits = jnp.uint32(0x7F800000)
@@ -251,6 +265,12 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
             for p, z in enumerate(zs):  # codes as uint32 words of 8 (no byte assembly)
                 code = _round_code(z, jnp.broadcast_to(lim, z.shape),
                                    jnp.broadcast_to(sign_mask, z.shape))
+                if y_ref is not None:  # dequantize(q): code value x (scale x g), in f32
+                    y = (_code_values(code) * jnp.broadcast_to(s[:, :, None], code.shape))
+                    if parts:
+                        y_ref[:, pl.ds(c * nbc, nbc), p, :] = y.astype(values)
+                    else:
+                        y_ref[:, pl.ds(c * kc, kc)] = y.reshape(bm, kc).astype(values)
                 if parts:  # one word per part: [bm, nbc] of the [bm, K / bs, parts] outputs
                     words = _pack_last(code, 8, 4, jnp.uint32).reshape(bm, nbc)
                     codes_ref[:, pl.ds(c * nbc, nbc), p] = words
@@ -264,7 +284,11 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *bits_ref, fmt, bs, 
         else:  # v3
             zbits = _bits(zs[0])
             mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
-            code = (mag | ((zbits >> 31) << 3)).reshape(bm, kc)
+            code = mag | ((zbits >> 31) << 3)
+            if y_ref is not None:
+                y = _code_values(code) * jnp.broadcast_to(s[:, :, None], code.shape)
+                y_ref[:, pl.ds(c * kc, kc)] = y.reshape(bm, kc).astype(values)
+            code = code.reshape(bm, kc)
             codes_ref[:, pl.ds(c * (kc // 2), kc // 2)] = _pack_last(code, 2, 4)
             if bits_ref:
                 bits_ref[0][:, pl.ds(c * (kc // 8), kc // 8)] = _pack_last(code & 1, 8, 1)
@@ -300,13 +324,14 @@ def _pow2_divisor(n, cap):
     return p
 
 
-@functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "block_m",
-                                             "chunk_k", "num_warps", "e4m3", "single_walk",
-                                             "variant", "interpret"))
-def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True,
+@functools.partial(jax.jit, static_argnames=("fmt", "global_scope", "with_hint", "values",
+                                             "block_m", "chunk_k", "num_warps", "e4m3",
+                                             "single_walk", "variant", "interpret"))
+def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=True, values=None,
                               block_m=None, chunk_k=None, num_warps=None, e4m3="direct",
                               single_walk=True, variant=DEFAULT_VARIANT, interpret=False):
     f = quant.get_format(fmt)
+    values = None if values is None else jnp.dtype(values)
     if x.ndim != 2:
         raise ValueError(f"x must be [M, K], got shape {x.shape}")
     m, k = x.shape
@@ -348,11 +373,14 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
                   (jax.ShapeDtypeStruct((m, 1), jnp.float32), row(1))]
     if with_hint:
         outs_specs.append(by_part(jnp.uint8))
+    if values is not None:  # the dequantized values, in x's layout
+        outs_specs.append((jax.ShapeDtypeStruct(x_in.shape, values), x_spec))
     out_shape = [o for o, _ in outs_specs]
     out_specs = [sp for _, sp in outs_specs]
     kernel = functools.partial(_qh_kernel, fmt=f.name, bs=bs, kc=kc, nk=nk,
                                row_scope=row_scope and f.has_global_scale, e4m3=e4m3,
-                               single_walk=single_walk, variant=variant, interpret=interpret)
+                               single_walk=single_walk, variant=variant, interpret=interpret,
+                               with_hint=with_hint, values=values)
     outs = pl.pallas_call(
         kernel,
         grid=(m // bm,),
@@ -374,19 +402,24 @@ def quantize_with_hint_triton(x, fmt="nvfp4", *, global_scope="row", with_hint=T
         gs = g_in
     q = QTensor(codes, scales, gs, f.name, -1)
     hint = Hint(bits, scales, gs, f.name, -1, "mantissa") if with_hint else None
-    return q, hint
+    if values is None:
+        return q, hint
+    return q, hint, outs[-1].reshape(m, k)
 
 
-def quantize_with_hint(x, fmt="nvfp4", *, global_scope="row", with_hint=True, backend="auto",
-                       **kw):
-    """See the module docstring. x [M, K] bf16/f32; extra keywords tune the triton kernel."""
+def quantize_with_hint(x, fmt="nvfp4", *, global_scope="row", with_hint=True, values=None,
+                       backend="auto", **kw):
+    """See the module docstring. x [M, K] bf16/f32; extra keywords tune the triton kernel.
+    ``values`` (a dtype): also return ``quant.dequantize(q, values)`` [M, K], which the kernel
+    writes from the codes it holds (bit-identical), as a third output."""
     on_cpu = jax.default_backend() == "cpu"
     if backend == "auto":
         backend = "reference" if on_cpu else "triton"
     if backend == "reference":
-        return quantize_with_hint_reference(x, fmt, global_scope=global_scope,
+        q, h = quantize_with_hint_reference(x, fmt, global_scope=global_scope,
                                             with_hint=with_hint)
+        return (q, h) if values is None else (q, h, quant.dequantize(q, values))
     if backend == "triton":
         return quantize_with_hint_triton(x, fmt, global_scope=global_scope, with_hint=with_hint,
-                                         interpret=on_cpu, **kw)
+                                         values=values, interpret=on_cpu, **kw)
     raise ValueError(f"unknown backend {backend!r}; expected auto, reference or triton")

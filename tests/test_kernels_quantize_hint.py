@@ -10,6 +10,7 @@ import pytest
 from pallas_kernels.quantize_hint import (default_knobs, quantize_with_hint,
                                           quantize_with_hint_reference)
 from trace_jax import quant as Q
+from tests._jaxpr import eqns
 
 # The reference (trace_jax.quant.quantize + extract_hint) jitted, as the model runs it: op by op,
 # every primitive compiled on its own for each shape (seconds per test)
@@ -34,10 +35,16 @@ def _assert_same(qk, hk, qr, hr):
 
 
 def _check(x, fmt, scope, **kw):
+    """The kernel's QTensor and hint against the reference, and its dequantized values (the
+    ``values`` output, in x's dtype) against ``quant.dequantize`` of the reference QTensor."""
     x = jnp.asarray(x)
     qr, hr = _reference(x, fmt, global_scope=scope)
-    qk, hk = quantize_with_hint(x, fmt, global_scope=scope, backend="triton", **kw)
+    qk, hk, yk = quantize_with_hint(x, fmt, global_scope=scope, values=x.dtype,
+                                    backend="triton", **kw)
     _assert_same(qk, hk, qr, hr)
+    yr = Q.dequantize(qr, x.dtype)
+    assert yk.shape == x.shape and yk.dtype == x.dtype
+    np.testing.assert_array_equal(_u8(yk), _u8(yr))  # bit for bit: -0 and NaN included
     return qk
 
 
@@ -237,11 +244,12 @@ def test_rollout_sites_through_the_kernel_equal_xla(monkeypatch, fmt, shapes):
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             assert a.shape == b.shape and a.dtype == b.dtype
             np.testing.assert_array_equal(_u8(a), _u8(b))
-        kernel_ran = "pallas_call" in str(jax.make_jaxpr(lambda a: N.rollout_quantize(
-            a, fmt, scope, True))(x))
-        assert kernel_ran  # (the switch is still "kernel" here)
+        jx = jax.make_jaxpr(lambda a: N.rollout_quantize(a, fmt, scope, True))(x).jaxpr
+        prims = {e.primitive.name for e in eqns(jx, skip=("pallas_call",))}
+        assert "pallas_call" in prims  # (the switch is still "kernel" here)
+        assert not prims & {"shift_right_logical", "gather"}  # y from the kernel, not unpacked
     if fmt == "nvfp4":  # per-tensor global scale: shapes as the XLA path's
-        q_t, _ = N.rollout_quantize(x, fmt, "tensor", False)
+        q_t, _, _ = N.rollout_quantize(x, fmt, "tensor", False)
         assert q_t.global_scale.shape == (1,) * x.ndim
     monkeypatch.setattr(N, "ACTIVATION_QUANTIZER", "xla")
     assert "pallas_call" not in str(jax.make_jaxpr(

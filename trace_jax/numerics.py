@@ -209,17 +209,19 @@ def quantize_kernel_active() -> bool:
 
 
 def rollout_quantize(x, fmt: str, scope: str, with_hint: bool):
-    """``x`` quantized along its last axis, and its mantissa hint (None unless ``with_hint``):
-    ``(quant.quantize(x, fmt, axis=-1, global_scope=scope), extract_hint(q) or None)``, through
-    the fused kernel where :data:`ACTIVATION_QUANTIZER` picks it (same bits either way)."""
+    """``(q, hint, y)`` for ``x`` quantized along its last axis: ``q = quant.quantize(x, fmt,
+    axis=-1, global_scope=scope)``, its mantissa hint (``extract_hint(q)``; None unless
+    ``with_hint``) and ``y = quant.dequantize(q, x.dtype)``, through the fused kernel where
+    :data:`ACTIVATION_QUANTIZER` picks it (same bits either way; the kernel writes ``y`` from
+    the codes it holds, so no XLA pass unpacks them again)."""
     if not quantize_kernel_active():
         q = Q.quantize(x, fmt, axis=-1, global_scope=scope)
-        return q, (Q.extract_hint(q) if with_hint else None)
+        return q, (Q.extract_hint(q) if with_hint else None), Q.dequantize(q, x.dtype)
     from pallas_kernels.quantize_hint import quantize_with_hint
 
     lead, k = x.shape[:-1], x.shape[-1]
-    q2, h2 = quantize_with_hint(x.reshape(-1, k), fmt, global_scope=scope, with_hint=with_hint,
-                                backend="triton")
+    q2, h2, y2 = quantize_with_hint(x.reshape(-1, k), fmt, global_scope=scope,
+                                    with_hint=with_hint, values=x.dtype, backend="triton")
     rows = lambda a: a.reshape(lead + a.shape[-1:])  # noqa: E731
     per_row = Q.get_format(fmt).has_global_scale and scope == "row"
     g_shape = lead + (1,) if per_row else (1,) * x.ndim
@@ -227,8 +229,7 @@ def rollout_quantize(x, fmt: str, scope: str, with_hint: bool):
                             global_scale=q2.global_scale.reshape(g_shape))
     h = None if h2 is None else dataclasses.replace(
         h2, bits=rows(h2.bits), scales=q.scales, global_scale=q.global_scale)
-    return q, h
-
+    return q, h, rows(y2)
 
 
 class SiteIO:
@@ -274,7 +275,7 @@ class SiteIO:
         hint_out = None  # the mantissa hint, when the rollout's quantizer made it
         if nm.mode == "fp4_rollout":
             want = self.capture_hints and nm.hints(name) and nm.hint_kind == "mantissa"
-            q, hint_out = rollout_quantize(jax.lax.stop_gradient(xs), nm.fmt, scope, want)
+            q, hint_out, y = rollout_quantize(jax.lax.stop_gradient(xs), nm.fmt, scope, want)
         elif hint is None:
             q = Q.quantize(jax.lax.stop_gradient(xs), nm.fmt, axis=-1, global_scope=scope)
         else:
@@ -293,9 +294,7 @@ class SiteIO:
                                     Q.extract_hint(q, exact=nm.hint_kind == "exact"))
         if self.capture_codes:
             self.codes_out[name] = Q.extract_hint(q, exact=True)
-        if nm.mode == "fp4_rollout":
-            y = Q.dequantize(q, xs.dtype)
-        else:
+        if nm.mode != "fp4_rollout":  # (the rollout's y came with q)
             y = Q.straight_through_dequant(xs, q)
         return from_site(y), q
 
