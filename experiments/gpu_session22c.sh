@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 22, not run yet.
+# Ran at commit 199f9b4 (session 22, one H200).
 # One H200: (1) the quantize-with-hint kernel's new values output (the dequantized activation the
 # rollout's next matmul reads, written by the kernel: experiments/check_quantize_values.py)
 # against XLA on the GPU, bit for bit, and its device time against the kernel + XLA's dequantize;

@@ -178,12 +178,16 @@ def _hint_bytes(words):
     return ((x >> 12) | (x >> 24)).astype(jnp.uint8)
 
 
-def _code_values(code):
-    """f32 E2M1 value of uint32 codes ``sign << 3 | magnitude index`` (trace_jax.e2m1.VALUES,
-    code 8 is -0): index i < 4 is i / 2, 4..6 are i - 2, 7 is 6; exact, no table."""
+def _code_values(code, s):
+    """``e2m1.VALUES[code] * s`` in f32 for uint32 codes ``sign << 3 | magnitude index`` and
+    block factors ``s`` (>= 0 or NaN; broadcast by the caller): the magnitude (index i < 4 is
+    i / 2, 4..6 are i - 2, 7 is 6; exact, no table) times ``s``, then the code's sign bit
+    OR-ed in, so code 8 gives -0 as the reference's -0.0 * s does (a float negation is
+    ``0 - v`` on the GPU, +0). A NaN ``s`` only meets code 0 (NaN blocks store 0)."""
     i = (code & jnp.uint32(7)).astype(jnp.int32).astype(jnp.float32)
     v = jnp.where(i < 4.0, i * 0.5, jnp.where(i == 7.0, 6.0, i - 2.0))
-    return jnp.where((code & jnp.uint32(8)) != 0, -v, v)
+    sign = (code & jnp.uint32(8)) << jnp.uint32(28)
+    return jax.lax.bitcast_convert_type(_bits(v * s) | sign, jnp.float32)
 
 
 def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *out_refs, fmt, bs, kc, nk,
@@ -266,7 +270,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *out_refs, fmt, bs, 
                 code = _round_code(z, jnp.broadcast_to(lim, z.shape),
                                    jnp.broadcast_to(sign_mask, z.shape))
                 if y_ref is not None:  # dequantize(q): code value x (scale x g), in f32
-                    y = (_code_values(code) * jnp.broadcast_to(s[:, :, None], code.shape))
+                    y = _code_values(code, jnp.broadcast_to(s[:, :, None], code.shape))
                     if parts:
                         y_ref[:, pl.ds(c * nbc, nbc), p, :] = y.astype(values)
                     else:
@@ -286,7 +290,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *out_refs, fmt, bs, 
             mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
             code = mag | ((zbits >> 31) << 3)
             if y_ref is not None:
-                y = _code_values(code) * jnp.broadcast_to(s[:, :, None], code.shape)
+                y = _code_values(code, jnp.broadcast_to(s[:, :, None], code.shape))
                 y_ref[:, pl.ds(c * kc, kc)] = y.reshape(bm, kc).astype(values)
             code = code.reshape(bm, kc)
             codes_ref[:, pl.ds(c * (kc // 2), kc // 2)] = _pack_last(code, 2, 4)

@@ -257,3 +257,18 @@ def test_rollout_sites_through_the_kernel_equal_xla(monkeypatch, fmt, shapes):
     monkeypatch.setattr(N, "ACTIVATION_QUANTIZER", "kernal")
     with pytest.raises(ValueError, match="ACTIVATION_QUANTIZER"):
         N.rollout_quantize(x, fmt, scope, True)
+
+
+def test_code_values_equal_the_table_signed_zero_included():
+    """The kernel's table-free decode (quantize_hint._code_values) against e2m1.VALUES[code] * s
+    bit for bit: all 16 codes (code 8 is -0, kept by OR-ing the sign bit, not negating) times
+    block factors from tiny (normal: XLA on the CPU flushes subnormals) to huge, and a NaN factor with code 0 (a NaN block's codes)."""
+    from pallas_kernels.quantize_hint import _code_values
+    from trace_jax.e2m1 import VALUES
+    codes = np.repeat(np.arange(16, dtype=np.uint32), 5)
+    s = np.tile(np.array([1.0, 0.0, 2.0 ** -120, np.pi * 2.0 ** 100, 0.75], np.float32), 16)
+    got = np.asarray(_code_values(jnp.asarray(codes), jnp.asarray(s)))
+    np.testing.assert_array_equal(got.view(np.uint32), (VALUES[codes] * s).view(np.uint32))
+    assert np.signbit(got[codes == 8]).all()
+    nan = np.asarray(_code_values(jnp.zeros(2, jnp.uint32), jnp.full(2, jnp.nan, jnp.float32)))
+    assert np.isnan(nan).all()
