@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in session 22, not run yet.
+# Ran at commit 36ab2fb (session 22, one H200).
 # One H200: (1) check_quantize_values.py again after the sign fix (22c: codes, scales and hint
 # bits equal to XLA's, but 1.5-8% of the values differed: the decoded -0 of code 8 came out +0,
 # a float negation being 0 - v on the GPU; the sign bit is now OR-ed in); (2) the full-depth
