@@ -874,8 +874,13 @@ def main(argv=None):
                     help="64-row weight tiles per grouped Mosaic program: 'default' "
                          "(fp4_matmul_mgpu.default_tiles) or a count, e.g. 1 "
                          "(fp4_matmul_mgpu.GROUPED_TILES)")
+    ap.add_argument("--grouped_plan", default=None, choices=["kernel", "xla"],
+                    help="the aligned x layout's bookkeeping: one Pallas Triton launch (the "
+                         "default) or XLA ops (fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL)")
     args = ap.parse_args(argv)
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
+    if args.grouped_plan:
+        fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL = args.grouped_plan == "kernel"
     if args.grouped_tiles not in (None, "default"):
         if not args.grouped_tiles.isdigit() or int(args.grouped_tiles) < 1:
             raise SystemExit(f"--grouped_tiles takes 'default' or a positive count, got "

@@ -593,6 +593,67 @@ def aligned_rows(group_sizes, m: int, mp: int):
     return aends, jax.lax.optimization_barrier(src)  # computed once, not inside the gather
 
 
+# The aligned layout's bookkeeping (:func:`aligned_rows` and the groups' cumsum) as one Pallas
+# Triton launch on the GPU (True; the CPU's emulation runs it in interpret mode, a CPU lowering
+# for cuda takes the XLA ops) or as XLA ops (False). Session 22's profile of the 30B decode
+# step (22b): the XLA version ran as four small fusions, ~21.5 us per layer, plus their launch
+# gaps. Read at trace time.
+ALIGNED_ROWS_KERNEL = True
+_PLAN_BLOCK = 16  # aligned rows per program of the bookkeeping kernel (22e: 256 took 72 us)
+
+
+def _plan_kernel(gs_ref, ends_ref, aends_ref, src_ref, *, m, mp, e, ep):
+    """One block of :func:`aligned_rows` (and the groups' inclusive cumsum): every program
+    rebuilds the per-expert plan from the [ep] padded group sizes (ep >= e, a power of two)
+    and writes its _PLAN_BLOCK entries of src; program 0 writes ends and aends."""
+    from jax.experimental import pallas as pl
+
+    i = jnp.arange(ep, dtype=jnp.int32)
+    real = i < e
+    gs = jnp.where(real, gs_ref[...], 0)
+    ends = jnp.cumsum(gs)
+    off, _, rows, _ = program_plan(gs, ends, i == e - 1, m, mp)
+    rows = jnp.where(real, rows, 0)
+    arows = (rows + 7) & -8
+    aends = jnp.cumsum(arows)
+    astart = aends - arows
+
+    @pl.when(pl.program_id(0) == 0)
+    def _():
+        ends_ref[...] = ends
+        aends_ref[...] = aends
+
+    p = pl.program_id(0) * _PLAN_BLOCK + jnp.arange(_PLAN_BLOCK, dtype=jnp.int32)
+    below = (aends[None, :] <= p[:, None]) & real[None, :]
+    ex = jnp.minimum(jnp.sum(below.astype(jnp.int32), axis=1), e - 1)  # expert of row p
+    mine = i[None, :] == ex[:, None]  # one-hot [block, ep]: that expert's plan entries
+    pick = lambda v: jnp.sum(jnp.where(mine, v[None, :], 0), axis=1)  # noqa: E731
+    j = p - pick(astart)
+    src_ref[...] = jnp.where(j < pick(rows), pick(off) + j, 0)
+
+
+def aligned_rows_kernel(group_sizes, m: int, mp: int, *, interpret: bool = False):
+    """(ends, aends, src): the groups' inclusive cumsum and :func:`aligned_rows`, the same int32
+    values, from one Pallas Triton launch (``interpret``: on the CPU, the tests)."""
+    from jax.experimental import pallas as pl
+
+    e = group_sizes.shape[0]
+    ep = max(16, 1 << (e - 1).bit_length())
+    ma = -(-(m + 7 * e) // 8) * 8 + mp - 8
+    nb = -(-ma // _PLAN_BLOCK)
+    gs = jnp.pad(group_sizes.astype(jnp.int32), (0, ep - e))
+    vec = pl.BlockSpec((ep,), lambda b: (0,))
+    ends, aends, src = pl.pallas_call(
+        functools.partial(_plan_kernel, m=m, mp=mp, e=e, ep=ep),
+        grid=(nb,), in_specs=[vec],
+        out_specs=[vec, vec, pl.BlockSpec((_PLAN_BLOCK,), lambda b: (b,))],
+        out_shape=[jax.ShapeDtypeStruct((ep,), jnp.int32)] * 2
+        + [jax.ShapeDtypeStruct((nb * _PLAN_BLOCK,), jnp.int32)],
+        interpret=interpret, name="grouped_aligned_rows",
+    )(gs)
+    return ends[:e], aends[:e], src[:ma]
+
+
 def _weight_tuple(a):
     return a if isinstance(a, tuple) else (a,)
 
@@ -809,11 +870,15 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
     rs = gscale[0] if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-    xp, aends = x.astype(jnp.bfloat16), None
+    xp, aends, ends = x.astype(jnp.bfloat16), None, None
     if layout == "aligned":
         if x_pad is not None:
             raise ValueError("x_pad applies to the rows x layout only (x_layout='rows')")
-        aends, src = aligned_rows(gs, m, mp)
+        emulate = backend == "emulate"  # (the kernel in interpret mode)
+        if ALIGNED_ROWS_KERNEL and (emulate or jax.default_backend() == "gpu"):
+            ends, aends, src = aligned_rows_kernel(gs, m, mp, interpret=emulate)
+        else:
+            aends, src = aligned_rows(gs, m, mp)
         xp = jnp.take(xp, src, axis=0, mode="clip")  # (src is in [0, M): no fill select)
     else:
         pad = backend == "emulate" or (GROUPED_X_PAD if x_pad is None else x_pad)
@@ -822,7 +887,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
             xp = jnp.pad(xp, ((0, rows), (0, 0)))
     one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
     codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
-    return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, _cumsum_small(gs),
+    ends = _cumsum_small(gs) if ends is None else ends
+    return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
              aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt)

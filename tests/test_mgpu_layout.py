@@ -151,15 +151,22 @@ def test_grouped_padding_bookkeeping_matches_ragged_dot(sizes, m, mp):
 @pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
                                         ((0, 0, 2, 9), 40, 16), ((0, 0, 0, 0), 9, 8),
                                         ((10, 5, 3), 12, 8), ((9, 17, 1), 27, 16)])
-def test_aligned_x_layout_reads_each_expert_at_an_8_aligned_offset(sizes, m, mp):
-    """``aligned_rows`` + ``chunk_columns(aoff=...)``: every chunk reads mp rows from an 8-aligned
-    row inside the aligned x, and the row under stored column i is a copy of the sorted row the
-    column is stored at (t0 + i); each sorted row in [0, M) is stored exactly once, by its
-    expert (rows past the groups' sum by the last one, as zeros)."""
+@pytest.mark.parametrize("impl", ["xla", "kernel"])
+def test_aligned_x_layout_reads_each_expert_at_an_8_aligned_offset(sizes, m, mp, impl):
+    """``aligned_rows`` (XLA) or ``aligned_rows_kernel`` (Pallas Triton, interpret mode) +
+    ``chunk_columns(aoff=...)``: every chunk reads mp rows from an 8-aligned row inside the
+    aligned x, and the row under stored column i is a copy of the sorted row the column is
+    stored at (t0 + i); each sorted row in [0, M) is stored exactly once, by its expert (rows
+    past the groups' sum by the last one, as zeros)."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     gs = np.asarray(sizes)
     ends = np.cumsum(gs)
-    aends, src = (np.asarray(a) for a in FM.aligned_rows(jnp.asarray(gs, jnp.int32), m, mp))
+    if impl == "xla":
+        aends, src = (np.asarray(a) for a in FM.aligned_rows(jnp.asarray(gs, jnp.int32), m, mp))
+    else:
+        k_ends, aends, src = (np.asarray(a) for a in FM.aligned_rows_kernel(
+            jnp.asarray(gs, jnp.int32), m, mp, interpret=True))
+        np.testing.assert_array_equal(k_ends, ends)
     assert len(src) % 8 == 0 and len(src) >= mp
     offs, start8, rows, nchunks = (np.asarray(a) for a in FM.program_plan(
         jnp.asarray(gs), jnp.asarray(ends), jnp.arange(len(gs)) == len(gs) - 1, m, mp))
@@ -178,6 +185,37 @@ def test_aligned_x_layout_reads_each_expert_at_an_8_aligned_offset(sizes, m, mp)
     np.testing.assert_array_equal(count, 1)
     np.testing.assert_array_equal(by[:len(owner)], owner)
     np.testing.assert_array_equal(zero, np.arange(m) >= gs.sum())
+
+
+def test_aligned_rows_kernel_equals_xla_at_decode_sizes():
+    """The one-launch bookkeeping kernel (interpret mode) gives the XLA ops' ends, aends and src
+    at the 30B decode shapes (128 experts, several 256-row programs): ragged groups with many
+    empty ones, equal groups, and sizes summing past M."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    rng = np.random.default_rng(5)
+    for m, mp in ((888, 16), (216, 8)):
+        for case in range(3):
+            gs = rng.integers(0, 16, 128) * (rng.random(128) > 0.3)
+            gs = np.full(128, m // 128) if case == 1 else gs
+            gs[0] += m if case == 2 else 0
+            g = jnp.asarray(gs, jnp.int32)
+            want = (FM._cumsum_small(g), *FM.aligned_rows(g, m, mp))
+            got = FM.aligned_rows_kernel(g, m, mp, interpret=True)
+            for a, b in zip(got, want):
+                assert a.shape == b.shape and a.dtype == b.dtype
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_aligned_rows_kernel_compiles_for_sm90_without_spills(tmp_path):
+    """Lowered for an H200 and compiled with the installed Triton (no GPU): the bookkeeping
+    kernel's [256, 128] tiles stay in registers (no local memory)."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from pallas_kernels import matmul_compilecheck as mc
+    with mc.patched():
+        (ttir,) = mc.lower(lambda g: FM.aligned_rows_kernel(g, 888, 16),
+                           jax.ShapeDtypeStruct((128,), jnp.int32))
+    st = mc.compile_ttir(ttir, 4, 1, str(tmp_path), "aligned_rows")
+    assert st["local"] == 0 and 0 < st["regs"] <= 255
 
 
 @pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
