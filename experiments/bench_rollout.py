@@ -90,6 +90,7 @@ ENGINES = {
 }
 TARGETS = {"fp4_vs_bf16_128k": 5.4, "fp4_vs_bf16_32k": 3.5, "bf16_pct_copy": 70.0,
            "hint_overhead_pct": 5.0}
+RATIO_TARGETS = {131072: TARGETS["fp4_vs_bf16_128k"], 32768: TARGETS["fp4_vs_bf16_32k"]}  # context -> x
 
 
 # --------------------------------------------------------------------------------------------
@@ -661,8 +662,7 @@ def evaluate_targets(rows, contexts):
         a, b = by.get(("fp4", c)), by.get(("bf16", c))
         return None if not (a and b) else a["tokens_per_s"] / b["tokens_per_s"]
 
-    for c, key in ((131072, "fp4_vs_bf16_128k"), (32768, "fp4_vs_bf16_32k")):
-        want = TARGETS[key]
+    for c, want in RATIO_TARGETS.items():
         got = ratio(c) if c in contexts else None
         res.append({"target": f"fp4 tokens/s >= {want}x bf16 at {c}", "value": got,
                     "met": None if got is None else got >= want,
@@ -682,6 +682,51 @@ def evaluate_targets(rows, contexts):
                         "met": v <= TARGETS["hint_overhead_pct"],
                         "shortfall": "met" if v <= 5 else f"{v - 5:.1f} points over"})
     return res
+
+
+def byte_ceiling(rows, targets=None, peak_Bps=None) -> list[dict]:
+    """Per context with both a ``bf16`` and an ``fp4`` row: how far the FP4/BF16 tokens/s ratio
+    can go on bytes alone. Each engine's step moves ``total_bytes`` for ``batch`` tokens, so at
+    equal achieved bandwidth the ratio is the BF16 engine's bytes per token over the FP4 one's
+    (``ceiling_x``; FP4's larger batch touches more experts, which this counts). Also: the FP4
+    engine's TB/s that a ratio target needs, and the ratio if the FP4 step streamed at
+    ``peak_Bps`` (the HBM peak: no kernel can beat it) while the BF16 step stays as measured."""
+    targets = targets or {}
+    by = {(r["engine"], r["context"]): r for r in rows if "step_s" in r}
+    out = []
+    for c in sorted({ctx for _, ctx in by}):
+        f, b = by.get(("fp4", c)), by.get(("bf16", c))
+        if not (f and b):
+            continue
+        f_tok, b_tok = f["total_bytes"] / f["batch"], b["total_bytes"] / b["batch"]
+        row = {"context": c, "bf16_bytes_per_token": b_tok, "fp4_bytes_per_token": f_tok,
+               "ratio_x": f["tokens_per_s"] / b["tokens_per_s"], "ceiling_x": b_tok / f_tok,
+               "fp4_Bps": f["achieved_Bps"], "bf16_Bps": b["achieved_Bps"]}
+        row["share_of_ceiling"] = row["ratio_x"] / row["ceiling_x"]
+        if peak_Bps:
+            row["ceiling_x_at_peak"] = peak_Bps / f_tok / b["tokens_per_s"]
+        if c in targets:
+            row["target_x"] = targets[c]
+            row["fp4_Bps_for_target"] = targets[c] * b["tokens_per_s"] * f_tok
+        out.append(row)
+    return out
+
+
+def ceiling_table(ceil, peak_Bps=None) -> str:
+    peak = f"{peak_Bps / 1e12:.1f}" if peak_Bps else "-"
+    lines = ["| context | GB per token bf16 / fp4 | fp4 / bf16 | ceiling at equal TB/s | "
+             "share of it | TB/s fp4 / bf16 | target | fp4 TB/s the target needs | "
+             f"ceiling with fp4 at {peak} TB/s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in ceil:
+        need = r.get("fp4_Bps_for_target")
+        lines.append(
+            f"| {r['context']} | {r['bf16_bytes_per_token'] / GB:.3f} / "
+            f"{r['fp4_bytes_per_token'] / GB:.3f} | {r['ratio_x']:.2f}x | {r['ceiling_x']:.2f}x | "
+            f"{100 * r['share_of_ceiling']:.0f}% | {r['fp4_Bps'] / 1e12:.2f} / "
+            f"{r['bf16_Bps'] / 1e12:.2f} | "
+            + (f"{r['target_x']}x | {need / 1e12:.2f} |" if need else "- | - |")
+            + (f" {r['ceiling_x_at_peak']:.2f}x |" if "ceiling_x_at_peak" in r else " - |"))
+    return "\n".join(lines)
 
 
 def breakdown_table(rows):
@@ -790,6 +835,12 @@ def render_md(res, copy_bw):
     for t in res["targets"]:
         v = "-" if t["value"] is None else f"{t['value']:.2f}"
         md.append(f"| {t['target']} | {v} | {t['met']} | {t['shortfall'] or 'not measured'} |")
+    if res.get("ceiling"):
+        md += ["", "## Byte ceiling of the ratio", "", ceiling_table(res["ceiling"], res.get("hbm_peak_Bps")),
+               "", "ceiling at equal TB/s = BF16 bytes per token / FP4 bytes per token (each engine's "
+               "measured step bytes over its batch): the FP4/BF16 ratio if both engines streamed at "
+               "the same bandwidth. The last column lets the FP4 step stream at the HBM peak "
+               "(`--hbm_peak_tbs`) with the BF16 step as measured: no kernel gets past it."]
     bt = breakdown_table(res["rows"])
     if bt.count("\n") > 1:
         md += ["", "## Per-kernel breakdown of the step (same shapes and data)", "", bt, "",
@@ -816,6 +867,9 @@ def main(argv=None):
     ap.add_argument("--fmt", default="nvfp4")
     ap.add_argument("--prefill_len", type=int, default=8192, help="0 = skip prefill")
     ap.add_argument("--copy_gb", type=float, default=2.0)
+    ap.add_argument("--hbm_peak_tbs", type=float, default=4.8,
+                    help="the device's HBM peak in TB/s for the byte-ceiling table (H200 SXM "
+                         "datasheet: 4.8; 0 = leave that column out)")
     ap.add_argument("--breakdown", default="auto", choices=["auto", "always", "never"])
     ap.add_argument("--time_budget_s", type=float, default=0, help="skip what is left after this")
     ap.add_argument("--out", default=str(REPO / "experiments/results"))
@@ -877,7 +931,18 @@ def main(argv=None):
     ap.add_argument("--grouped_plan", default=None, choices=["kernel", "xla"],
                     help="the aligned x layout's bookkeeping: one Pallas Triton launch (the "
                          "default) or XLA ops (fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL)")
+    ap.add_argument("--ceiling_from", default=None, metavar="JSON",
+                    help="print the byte-ceiling table of a saved rollout_throughput.json and "
+                         "exit (no device work)")
     args = ap.parse_args(argv)
+    if args.ceiling_from:
+        saved = json.loads(Path(args.ceiling_from).read_text())
+        peak = args.hbm_peak_tbs * 1e12 if args.hbm_peak_tbs else None
+        ceil = byte_ceiling(saved["rows"], RATIO_TARGETS, peak)
+        if not ceil:
+            raise SystemExit(f"{args.ceiling_from}: no context with both a bf16 and an fp4 row")
+        print(f"{saved.get('device')}: {saved.get('command')}\n\n{ceiling_table(ceil, peak)}")
+        return {"ceiling": ceil}
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
     if args.grouped_plan:
         fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL = args.grouped_plan == "kernel"
@@ -940,11 +1005,13 @@ def main(argv=None):
            "hbm_gb": args.hbm_gb, "workspace_gb": args.workspace_gb, "fmt": args.fmt,
            "steps": args.steps, "warmup": args.warmup, "loop": args.loop, "copy_bw_Bps": copy_bw,
            "param_count": param_count(cfg_full, args.fmt), "sizing": {}, "rows": [], "prefill": [],
-           "targets": [], "notes": [], "attention_kernel": attention_kernel_version()}
+           "targets": [], "notes": [], "attention_kernel": attention_kernel_version(),
+           "hbm_peak_Bps": args.hbm_peak_tbs * 1e12 if args.hbm_peak_tbs else None}
     out_dir = Path(args.out)
 
     def flush():
         res["targets"] = evaluate_targets(res["rows"], contexts)
+        res["ceiling"] = byte_ceiling(res["rows"], RATIO_TARGETS, res["hbm_peak_Bps"])
         md = render_md(res, copy_bw)
         write_outputs(out_dir, res, md, plot=True)
         return md

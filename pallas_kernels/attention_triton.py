@@ -636,6 +636,17 @@ def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
             "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 1, 2)}.get(decode, (32, 1, 2))
 
 
+def default_version(k_cache, v_cache) -> str | None:
+    """The FP4 kernel version ``decode=None`` runs on these caches (None for bf16 caches): v6 for
+    K and V in the ``kv_layout`` word layout, v5 for only K in it, else v4 (v3 when head_dim is
+    not a multiple of 8)."""
+    if not isinstance(k_cache, QTensor):
+        return None
+    layouts = (k_cache.layout, v_cache.layout)
+    return {(KL.LAYOUT, KL.LAYOUT): "v6", (KL.LAYOUT, "natural"): "v5"}.get(
+        layouts, "v4" if (2 * k_cache.codes.shape[-1]) % 8 == 0 else "v3")
+
+
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
@@ -698,8 +709,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     fp4 = isinstance(k_cache, QTensor)
     layouts = (k_cache.layout, v_cache.layout) if fp4 else None
     if decode is None:
-        decode = {(KL.LAYOUT, KL.LAYOUT): "v6", (KL.LAYOUT, "natural"): "v5"}.get(
-            layouts, "v4" if q.shape[-1] % 8 == 0 else "v3")
+        decode = default_version(k_cache, v_cache) or "v4"  # (bf16 caches ignore it)
     if decode not in ("v1", "v2", "v3", "v4", "v5", "v6"):
         raise ValueError(f"decode must be one of v1 .. v6, got {decode!r}")
     b, hq, d = q.shape

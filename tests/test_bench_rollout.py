@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "experiments"))
 
@@ -29,6 +31,8 @@ def test_smoke_runs_every_engine(tmp_path, capsys):
     assert saved["jax_version"] and saved["device"] and "--smoke" in saved["command"]
     md = (tmp_path / "rollout_throughput.md").read_text()
     assert "| engine | context | batch |" in md and "## Targets" in md
+    assert [c["context"] for c in res["ceiling"]] == sorted({r["context"] for r in res["rows"]})
+    assert "## Byte ceiling of the ratio" in md
     assert out.rstrip().endswith(md.rstrip().splitlines()[-1])  # the markdown is printed last
 
 
@@ -127,3 +131,37 @@ def test_random_mgpu_cache_holds_finite_moderate_scales(monkeypatch):
         assert bool(jnp.all(jnp.isfinite(Q.dequantize(q))))
         sb = np.asarray(jax.lax.bitcast_convert_type(q.scales, jnp.uint8))
         assert sb.min() >= 0x28 and sb.max() < 0x39
+
+
+def _row(engine, context, batch, total_bytes, step_s):
+    return {"engine": engine, "context": context, "batch": batch, "total_bytes": total_bytes,
+            "step_s": step_s, "tokens_per_s": batch / step_s, "achieved_Bps": total_bytes / step_s}
+
+
+def test_byte_ceiling_is_the_bytes_per_token_ratio():
+    # bf16: 2 tokens for 100 B in 0.2 s (10 tok/s, 50 B/token); fp4: 8 tokens for 200 B in 0.4 s
+    # (20 tok/s, 25 B/token): ratio 2x, and 2x is also all that equal bandwidth allows
+    rows = [_row("bf16", 7, 2, 100.0, 0.2), _row("fp4", 7, 8, 200.0, 0.4),
+            _row("bf16", 9, 1, 10.0, 1.0), {"engine": "fp4", "context": 9, "error": "OOM"}]
+    (c,) = bench_rollout.byte_ceiling(rows, {7: 3.0}, peak_Bps=1000.0)
+    assert c["context"] == 7 and c["ceiling_x"] == 2.0 and c["ratio_x"] == 2.0
+    assert c["share_of_ceiling"] == 1.0
+    assert c["fp4_Bps_for_target"] == 3.0 * 10 * 25  # 3x of 10 tok/s at 25 B/token
+    assert c["ceiling_x_at_peak"] == 1000.0 / 25 / 10
+    md = bench_rollout.ceiling_table([c], 1000.0)
+    assert md.count("\n") == 2 and "| 7 |" in md and "2.00x" in md
+
+
+def test_ceiling_from_a_saved_result(tmp_path, capsys):
+    saved = {"device": "dev", "command": "cmd",
+             "rows": [_row("bf16", 32768, 4, 400.0, 1.0), _row("fp4", 32768, 16, 800.0, 2.0)]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(saved))
+    res = bench_rollout.main(["--ceiling_from", str(path), "--hbm_peak_tbs", "0"])
+    assert res["ceiling"][0]["ceiling_x"] == 100.0 / 50.0
+    assert "ceiling_x_at_peak" not in res["ceiling"][0]
+    assert "| 32768 |" in capsys.readouterr().out
+    saved["rows"] = saved["rows"][:1]
+    path.write_text(json.dumps(saved))
+    with pytest.raises(SystemExit, match="no context with both"):
+        bench_rollout.main(["--ceiling_from", str(path)])
