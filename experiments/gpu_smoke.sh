@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" | tee "$OUT/env.txt"
 echo "== quantize_with_hint bit-identity on GPU"
-timeout 120 python3 -m pallas_kernels.bench_attention --skip sweep,long,append --out "$OUT" \
+timeout 120 python3 -m pallas_kernels.bench_attention --skip long,append --out "$OUT" \
   2>&1 | tail -20 | tee "$OUT/quantize_hint.txt"
 echo "== diagnose configs/small.py (random init)"
 timeout 200 python3 -m trace_jax.diagnose --config=configs/small.py --json 2>/dev/null \
