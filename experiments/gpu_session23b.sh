@@ -8,11 +8,12 @@
 # and 27 x 128K, 67-68% at 8 x 128K, 43-64% at 8K and at 8-32 sequences of 32K (session 19);
 # MXFP4 3-10% below NVFP4; our bf16 kernel 90-103%; NVFP4 >= 3x the shipped bf16 kernel from 32K
 # up (session 6: shipped ~1.0 TB/s); quantize-with-hint 78-86% at 65536 x 4096, bit-identical.
-# Usage (repo root, with .whl/ carried): bash experiments/gpu_session23b.sh
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_session23b.sh; SKIP=attention for
+# the other sections alone (23c, after the long-context reference and quantize byte fixes)
 source "$(dirname "$0")/gpu_prelude.sh" r23b
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
-timeout 540 python3 -m pallas_kernels.bench_attention --device-time --max-seconds 420 \
+timeout 540 python3 -m pallas_kernels.bench_attention --device-time --max-seconds 420 ${SKIP:+--skip $SKIP} \
   --out "$R/attn" > "$R/attn.txt" 2>&1
 echo "attention rc=$?"
 tar -C "$R" -czf "$OUT/r23b.tar.gz" .
