@@ -1,6 +1,7 @@
 """GRPO objective, TIS, advantages, hint alignment, and the main loop: learning, resume,
 corruption, non-finite handling, config errors."""
 
+import collections
 import json
 import os
 import shutil
@@ -98,13 +99,45 @@ def read_metrics(workdir):
 STABLE = [k for k in RUN.METRIC_KEYS if not k.startswith("time_")]
 
 
+FINISHED_RUN_COMPILED = {}
+LOOP_PROGRAMS = ("jit(sft_step)", "jit(rl_step)", "jit(_generate)")
+# programs lowered for compilation, by function: one per jit cache miss, whether XLA then
+# compiles it or finds it in the persistent compilation cache (this process)
+_COMPILES = collections.Counter()
+
+
+def _count_compile(event, duration, fun_name=None, **_):
+    if event.endswith("jaxpr_to_mlir_module_duration") and fun_name in LOOP_PROGRAMS:
+        _COMPILES[fun_name] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+def compiled_counts():
+    return {k: _COMPILES[k] for k in LOOP_PROGRAMS}
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """One uninterrupted ``small`` run (2 SFT + 4 RL steps, checkpoints every 2 global steps),
-    shared read-only by the tests below (a test that changes it works on a copy)."""
+    shared read-only by the tests below (a test that changes it works on a copy);
+    ``FINISHED_RUN_COMPILED``: how many programs it added to each loop function's jit cache."""
     d = tmp_path_factory.mktemp("finished")
+    before = compiled_counts()
     RUN.run(small(d))
+    FINISHED_RUN_COMPILED.update({k: v - before[k] for k, v in compiled_counts().items()})
     return d
+
+
+def test_each_loop_program_compiles_once(finished_run):
+    """The SFT step, the RL step and the rollout each compile one program for the whole run:
+    the first step's inputs (a fresh init, a fresh optimizer's step count) are committed to the
+    device as every later step's (jit outputs) are, so the second step does not compile again;
+    test_resume_after_crash_equals_uninterrupted_run checks that a restored state (committed
+    arrays) reuses them too."""
+    assert set(FINISHED_RUN_COMPILED) == set(LOOP_PROGRAMS)
+    assert all(n <= 1 for n in FINISHED_RUN_COMPILED.values()), FINISHED_RUN_COMPILED
 
 
 def test_metrics_file_has_every_field_and_tensorboard(finished_run):
@@ -138,10 +171,12 @@ def test_resume_after_crash_equals_uninterrupted_run(finished_run, tmp_path, mon
         return real(exp, tc, ts, stale, ref_p, step, *a, **k)
 
     monkeypatch.setattr(RUN, "rl_iteration", crash_at_3)
+    compiled = compiled_counts()  # the finished run's programs, same config
     with pytest.raises(KeyboardInterrupt):
         RUN.run(small(tmp_path / "b"))
     monkeypatch.setattr(RUN, "rl_iteration", real)
     RUN.run(small(tmp_path / "b"))  # resumes from the checkpoint after global step 4 (RL step 1)
+    assert compiled_counts() == compiled  # the restored state reuses them: no new compile
     got = read_metrics(tmp_path / "b")
     assert [m["step"] for m in got] == [0, 1, 2, 3]
     for a, b in zip(ref, got):

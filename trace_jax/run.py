@@ -148,12 +148,21 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
                                                 kernel_layout=kl))
 
 
+def _on_one_device(tree):
+    """``tree`` committed to the first local device, as a restored checkpoint's arrays are.
+    Jit compiles committed and uncommitted inputs separately: with a fresh state committed too,
+    a run resumed in the same process (tests, notebooks) reuses the fresh run's programs, and
+    no step sees a mix of the two (a fresh optimizer's step count next to committed params)."""
+    return jax.device_put(tree, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
+
+
 def opt_init(opt, params, pl: Placement | None):
     """Optimizer state for ``params``: moments follow the params' shardings, scalars (step
-    counts) are replicated over the mesh."""
+    counts) are replicated over the mesh; without a mesh all of it is committed to the first
+    local device (:func:`place_state`)."""
     state = opt.init(params)
     if pl is None:
-        return state
+        return _on_one_device(state)
     rep = jax.sharding.NamedSharding(pl.mesh, jax.sharding.PartitionSpec())
 
     def fix(x):
@@ -165,9 +174,11 @@ def opt_init(opt, params, pl: Placement | None):
 
 
 def place_state(state: dict, pl: Placement | None, opt) -> dict:
-    """Put a fresh run state on the mesh (a restored one takes the fresh state's shardings)."""
+    """Put a fresh run state on the mesh (a restored one takes the fresh state's shardings);
+    without a mesh, committed to the first local device as a restored checkpoint's arrays are,
+    so the first steps and a resumed run reuse one compiled program (:func:`_on_one_device`)."""
     if pl is None:
-        return state
+        return _on_one_device(state)
     out = dict(state)
     out["params"] = pl.put_params(state["params"])  # (already there when built by initial_state)
     out["opt_state"] = opt_init(opt, out["params"], pl)
