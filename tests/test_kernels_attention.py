@@ -534,3 +534,25 @@ def test_split_target_default_sets_the_split_count(monkeypatch):
         np.testing.assert_allclose(o, outs[0], rtol=0, atol=1e-5)  # summation order only
     ref = _np_attention(q, dequantize(kc), dequantize(vc), lengths, 0.125)
     assert max(_rel(o, ref) for o in outs) < 1e-5
+
+
+def test_default_version_follows_the_cache_layouts():
+    """decode=None picks the kernel version that reads the caches' layouts (what the benchmark
+    reports as the model's kernel)."""
+    x = jnp.ones((1, 1, 4, 16), jnp.float32)
+    nat = Q.quantize(x, "nvfp4", axis=-1, global_scope="row")
+    words = KL.to_kv_words(nat)
+    assert AT.default_version(words, words) == "v6"
+    assert AT.default_version(words, nat) == "v5"
+    assert AT.default_version(nat, nat) == "v4"
+    assert AT.default_version(x.astype(jnp.bfloat16), x.astype(jnp.bfloat16)) is None
+
+
+def test_attention_benchmark_shapes_put_the_rollout_first_and_fit_the_budget():
+    from pallas_kernels import bench_attention as BA
+    shapes = BA.attention_shapes(tiny=False)
+    assert shapes[:2] == list(BA.ROLLOUT_SHAPES)
+    budget = BA.KV_BUDGET
+    for b, s in shapes:  # the bf16 cache of every row fits: K and V, 4 heads x 128 dims x 2 B
+        assert 2 * b * 4 * s * 128 * 2 <= budget
+    assert sorted(shapes[2:]) == sorted((b, s) for b in (8, 32, 128) for s in (8192, 32768, 131072))
