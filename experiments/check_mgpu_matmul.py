@@ -158,6 +158,10 @@ def main(argv=None) -> int:
 
 GROUPED = ((2048, 768), (768, 2048))
 GROUPED_KNOBS = ((16, 256, 2), (8, 256, 2), (24, 256, 2), (16, 256, 4))  # (mp, tk, steps), --sweep
+# --sweep at K = 768 (the down projection: 3 pipeline steps of tk 256 per chunk by default):
+# the K step and the stages, at the default mp (decode rows: 16)
+DOWN_KNOBS = ((16, 256, 2), (16, 256, 3), (16, 128, 2), (16, 128, 3), (16, 128, 4),
+              (16, 384, 2), (16, 192, 3))
 PREFILL_KNOBS = ((16, 256, 2), (56, 256, 2), (120, 256, 2), (120, 128, 3), (240, 128, 2))
 TOKENS = (27, 111)
 PREFILL_TOKENS = (2048, 8192)  # --prefill: 16K and 64K routed rows (mean group 128 / 512)
@@ -172,8 +176,6 @@ def grouped(a, argv) -> int:
     shapes = ([tuple(int(v) for v in kn.split("x")) for kn in a.shapes.split(",")] if a.shapes
               else GROUPED)
     for k, n in shapes:
-        if a.sweep and k == 768:
-            continue
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
             jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
         wm, wt = jax.jit(FM.prepare_mgpu)(q), jax.jit(fm.prepare_weights)(q)
@@ -189,7 +191,8 @@ def grouped(a, argv) -> int:
             runs = [] if a.aligned else [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                 x, w, g, backend="triton")), wt, None)]
             lay = "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
-            knobs = (PREFILL_KNOBS if a.prefill else GROUPED_KNOBS if a.sweep else
+            knobs = (PREFILL_KNOBS if a.prefill else
+                     (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
                      (FM.default_grouped_knobs(m, E, k, lay == "aligned"),))
             for mp, tk, steps in knobs:
                 name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
