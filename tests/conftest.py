@@ -16,8 +16,8 @@ import tempfile
 # and runs as fast; level 0 also compiles fast but runs slower and changed the NaN/Inf results of
 # the quantizers (test_nan_inf_rows_bit_identical failed), level 1 keeps them. Without LLVM's
 # expensive passes on top (compile time is ~3/4 of the suite): test_scanned_layers_equal_unrolled
-# 30.2-30.9 -> 27.3 s alone, the whole suite 1002-1062 -> 914 s on the 2-core machine, every
-# bit-identity test still passing (session 23)
+# 30.2-30.9 -> 27.3 s alone; the whole suite on the 2-core machine 914 and 1036 s in two runs
+# against 1002-1062 s (the machine's run-to-run spread is ~10%); every bit-identity test passes
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
     + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1"
