@@ -35,7 +35,7 @@ import numpy as np
 from pallas_kernels.attention_triton import decode_attention_triton, default_version, kv_bytes
 from pallas_kernels.decode_attention import decode_attention_reference
 from pallas_kernels.kv_append import append_kv
-from pallas_kernels.kv_layout import to_kv_words
+from pallas_kernels.kv_layout import to_kv_words, to_natural
 from pallas_kernels.quantize_hint import quantize_with_hint_reference, quantize_with_hint_triton
 from trace_jax import ops
 from trace_jax.quant import dequantize, quantize
@@ -160,9 +160,8 @@ class Bench:
             kc, vc = model_cache(kx, fmt), model_cache(vx, fmt)
             got = self.attend(q, kc, vc, lengths, sm_scale=D ** -0.5, out_dtype=jnp.float32)
             ref = ops.decode_attention_reference(q.astype(jnp.float32), kc, vc, lengths)  # f32
-            kf, vf = ((kx, vx) if fmt == "bf16" else
-                      (dequantize(quantize(kx, fmt, axis=-1, global_scope="row")),
-                       dequantize(quantize(vx, fmt, axis=-1, global_scope="row"))))
+            kf, vf = ((kx, vx) if fmt == "bf16" else  # the cache the kernel read, dequantized
+                      (dequantize(to_natural(kc)), dequantize(to_natural(vc))))
             n = int(lengths[1])  # float64 on the host for sequence 1
             kf = np.asarray(kf[1, :, :n], np.float64)
             vf = np.asarray(vf[1, :, :n], np.float64)
