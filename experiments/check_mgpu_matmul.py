@@ -14,6 +14,8 @@ The sweep's ``raw_scales_diag`` row skips the scale conversion (wrong values: a 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import os
 import sys
 import traceback
@@ -70,6 +72,10 @@ def main(argv=None) -> int:
                     help="with --grouped: also time the Mosaic kernel with these 64-row weight "
                          "tiles per program, e.g. 2,4 (columns mgpu_nt2, ...; fp4_matmul_mgpu."
                          "GROUPED_TILES)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="dense: also the Mosaic kernel alone (kernel_us) and the call with x "
+                         "padded to a multiple of 8 rows by XLA (padded_us: the wrapper before "
+                         "session 26) with its max |difference| from the call (padded_maxdiff)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -133,6 +139,9 @@ def main(argv=None) -> int:
                            auto_splits=auto,
                            ctas=(n // FM.ROWS) * sp, raw_scales_diag=diag, mgpu_us=t * 1e6,
                            mgpu_pct_copy=100 * nbytes / t / bw, mgpu_relerr=err)
+                if a.breakdown:
+                    row.update(_breakdown(f, x, wm, tk=tk, steps=steps, chunked=chunked,
+                                          splits=sp, nbytes=nbytes, bw=bw))
                 if not a.sweep and ci == 0:  # the baselines once per shape and M
                     if "triton" in baselines:
                         ft = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))
@@ -154,6 +163,35 @@ def main(argv=None) -> int:
         argv) + devtime.table_lines(rows)
     devtime.write_sweep(a.out, stem, lines, rows, bw)
     return 0
+
+
+def _padded_call(x, w, *, tk, steps, chunked, splits):
+    """``fp4_matmul_mgpu`` as it was up to session 25: x padded to a multiple of 8 rows by XLA
+    (a launch of its own) before the kernel."""
+    m, mp = x.shape[0], max(8, -(-x.shape[0] // 8) * 8)
+    xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
+    out_t = FM._matmul_t(w.codes, w.scales, xp, tk=tk, steps=steps, chunked=chunked,
+                         splits=splits)
+    out = jnp.sum(out_t, axis=0)[:, :m].T * (w.global_scale * (2.0 ** FM.SHIFT))
+    return out.astype(jnp.bfloat16)
+
+
+def _breakdown(f, x, w, *, tk, steps, chunked, splits, nbytes, bw) -> dict:
+    """--breakdown columns for one dense call ``f(x, w)``: the kernel alone, the XLA-padded
+    wrapper's time and its largest difference from ``f``."""
+    row = {}
+    try:
+        t = devtime.device_seconds(f, x, w, kernel="body")
+        row.update(kernel_us=t * 1e6, kernel_pct_copy=100 * nbytes / t / bw)
+        fp = jax.jit(functools.partial(_padded_call, tk=tk, steps=steps, chunked=chunked,
+                                       splits=splits))
+        row["padded_maxdiff"] = float(jnp.max(jnp.abs(
+            fp(x, w).astype(jnp.float32) - f(x, w).astype(jnp.float32))))
+        tp = devtime.device_seconds(fp, x, w)
+        row.update(padded_us=tp * 1e6, padded_pct_copy=100 * nbytes / tp / bw)
+    except Exception as e:  # noqa: BLE001
+        devtime.report_failure(f"breakdown M={x.shape[0]}", e)
+    return row
 
 
 GROUPED = ((2048, 768), (768, 2048))

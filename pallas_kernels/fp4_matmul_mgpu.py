@@ -231,16 +231,19 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
     return accs if multi else accs[0]
 
 
-@functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits"))
-def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1):
+@functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits", "mp"))
+def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None):
     """out^T partials [splits, N, Mp] f32 (values * 2**-SHIFT, no global scale; their sum over
-    axis 0 is the product) for x padded to [Mp, K]: CTA (n, j) takes 64 weight rows and the j-th
-    of ``splits`` equal K ranges."""
+    axis 0 is the product) for x [M, K], M <= Mp (``mp``, None: M; a multiple of 8): CTA (n, j)
+    takes 64 weight rows and the j-th of ``splits`` equal K ranges. Columns M.. of the partials
+    come from TMA's out-of-bounds fill of x's rows past M and are not part of the product."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     n, k8 = codes.shape
-    k, mp = 8 * k8, xp.shape[0]
+    k, mp = 8 * k8, mp or xp.shape[0]
+    if mp % 8 or not xp.shape[0] <= mp <= 256:
+        raise ValueError(f"mp={mp} must be a multiple of 8 in [M={xp.shape[0]}, 256]")
     kc = k // splits  # K per CTA
     if k % splits or kc % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must split into {splits} ranges that are multiples of tk={tk}, "
@@ -356,9 +359,11 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int |
         return fp4_matmul_mgpu_reference(x, w, row_scale)
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
-    xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
-    out_t = _matmul_t(w.codes, w.scales, xp, tk=dense_tk(k // splits, mp, steps, tk),
-                      steps=steps, chunked=chunked, splits=splits)
+    # x is not padded to mp rows: TMA fills the rows past M (session 26: the pad was a launch of
+    # its own, ~2% of the call at M = 1); output column j depends on x row j alone
+    out_t = _matmul_t(w.codes, w.scales, x.astype(jnp.bfloat16),
+                      tk=dense_tk(k // splits, mp, steps, tk), steps=steps, chunked=chunked,
+                      splits=splits, mp=mp)
     scale = w.global_scale * (2.0 ** SHIFT)
     out = jnp.sum(out_t, axis=0)[:, :m].T * scale
     return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)

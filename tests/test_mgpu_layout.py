@@ -466,6 +466,15 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
     dense, dense_split = [jax.jit(lambda c, s, x, sp=sp: FM._matmul_t(
         c, s, x, tk=256, steps=2, splits=sp)).trace(w.codes[0], w.scales[0], xp).lower(
         lowering_platforms=("cuda",)).as_text() for sp in (1, 2)]
+    # M = 1 and 3 unpadded: the x block of 8 rows reaches past x (TMA's out-of-bounds fill)
+    unpadded_dense = [jax.jit(lambda c, s, x: FM._matmul_t(
+        c, s, x, tk=256, steps=2, splits=2, mp=8)).trace(w.codes[0], w.scales[0], xp[:m]).lower(
+        lowering_platforms=("cuda",)).as_text() for m in (1, 3)]
+    with pytest.raises(ValueError, match="mp=4"):
+        FM._matmul_t(w.codes[0], w.scales[0], xp[:1], tk=256, steps=2, mp=4)
+    with pytest.raises(ValueError, match=r"mp=8 .*\[M=9"):
+        FM._matmul_t(w.codes[0], w.scales[0], jnp.zeros((9, 512), jnp.bfloat16), tk=256, steps=2,
+                     mp=8)
     with pytest.raises(ValueError, match="splits=3"):
         FM.fp4_matmul_mgpu(xp, jax.tree.map(lambda a: a[0], w), splits=3)  # K 512: not 3 x 64
     gs = jnp.array([3, 20], jnp.int32)
@@ -485,7 +494,7 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         w.codes, w.scales, jnp.zeros((src.shape[0], 512), jnp.bfloat16), gs, jnp.cumsum(gs),
         jnp.ones((2,), jnp.float32), jnp.ones((23,), jnp.float32), aends).lower(
         lowering_platforms=("cuda",)).as_text()
-    for txt in (dense, dense_split, *direct, unpadded, aligned):
+    for txt in (dense, dense_split, *unpadded_dense, *direct, unpadded, aligned):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
 
 

@@ -49,8 +49,10 @@ def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: b
     return run(params, ro.tokens, hint_dict, g.experts, g.recorded)
 
 
-def diagnose(config, params=None, *, seed_step: int = 0) -> dict:
-    """Metrics per variant (dict of dicts of floats / lists)."""
+def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True) -> dict:
+    """Metrics per variant (dict of dicts of floats / lists); with ``hint_cost`` also the
+    ``"hint_cost"`` entry (hint bytes per token, and the capture's share of rollout time, which
+    compiles and times two more rollouts)."""
     exp = X.build(config, "trace")
     if params is None:
         params = M.init_params(exp.cfg, jax.random.key(config.seed))
@@ -92,6 +94,8 @@ def diagnose(config, params=None, *, seed_step: int = 0) -> dict:
         lp, codes, ex = trainer_pass(params, ro, exp, num, hints=hints, replay=replay)
         report(name, ro, lp, codes, ex, trace_num.hinted)
 
+    if not hint_cost:
+        return out
     # Hint cost: bytes per token and capture time (second call of each: compile excluded).
     real = R.generate(rp, prompts, lens, key, cfg=exp.cfg, numerics=fp4, sampling=exp.sampling)
     times = {}
@@ -124,11 +128,12 @@ def format_table(res: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(
             "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.4g}"
             for v in vals) + " |")
-    hc = res["hint_cost"]
-    lines.append("")
-    lines.append(f"hint bytes/token: {hc['hint_bytes_per_token']:.0f} "
-                 f"(formula {hc['expected_bytes_per_token']:.0f}); capture overhead "
-                 f"{hc['capture_overhead_frac']:+.1%} of rollout time on {hc['device']}")
+    hc = res.get("hint_cost")
+    if hc:
+        lines.append("")
+        lines.append(f"hint bytes/token: {hc['hint_bytes_per_token']:.0f} "
+                     f"(formula {hc['expected_bytes_per_token']:.0f}); capture overhead "
+                     f"{hc['capture_overhead_frac']:+.1%} of rollout time on {hc['device']}")
     for name, m in res.items():
         if "code_distance_hist" in m:
             h = [int(x) for x in m["code_distance_hist"]]
