@@ -94,14 +94,12 @@ def _bytes(words: jax.Array) -> jax.Array:
 def _move_bits(codes_u8: jax.Array, to_layout: bool) -> jax.Array:
     """Natural bit 4c + j of each word <-> its place in the layout (``source_bits``)."""
     w = _words(codes_u8)
-    tab = source_bits()
-    out = jnp.zeros_like(w)
-    for c in range(8):
-        for j in range(4):
-            frm, to = 4 * c + j, int(tab[c, j])
-            if not to_layout:
-                frm, to = to, frm
-            out = out | (((w >> frm) & 1) << to)
+    frm, to = np.arange(32, dtype=np.uint32), source_bits().astype(np.uint32).reshape(32)
+    if not to_layout:
+        frm, to = to, frm
+    shape = (1,) * w.ndim + (32,)  # one bit per entry of a new last axis
+    bits = ((w[..., None] >> frm.reshape(shape)) & 1) << to.reshape(shape)
+    out = jnp.sum(bits, axis=-1, dtype=jnp.uint32)  # 32 distinct bits: the sum is their OR
     return _bytes(out)
 
 

@@ -288,7 +288,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *out_refs, fmt, bs, 
         else:  # v3
             zbits = _bits(zs[0])
             mag = _round_magnitude(jax.lax.bitcast_convert_type(zbits & _ABS, jnp.float32))
-            code = mag | ((zbits >> 31) << 3)
+            code = mag | jnp.where((zbits & _ABS) > 0x7F800000, 0, (zbits >> 31) << 3)  # NaN: +0
             if y_ref is not None:
                 y = _code_values(code, jnp.broadcast_to(s[:, :, None], code.shape))
                 y_ref[:, pl.ds(c * kc, kc)] = y.reshape(bm, kc).astype(values)

@@ -93,7 +93,10 @@ def encode_guided(z: jax.Array, mantissa_bit: jax.Array) -> jax.Array:
 
 
 def _with_sign(mag: jax.Array, z: jax.Array) -> jax.Array:
-    return (mag | (jnp.signbit(z).astype(jnp.uint8) << 3)).astype(jnp.uint8)
+    """``mag`` with the sign of ``z``; NaN ``z`` (index 0) gives code 0, +0: IEEE leaves the sign
+    of an arithmetic NaN (``x * NaN``) to the compiler and hardware, so it is not used."""
+    neg = jnp.signbit(z) & ~jnp.isnan(z)
+    return (mag | (neg.astype(jnp.uint8) << 3)).astype(jnp.uint8)
 
 
 def decode(codes: jax.Array) -> jax.Array:

@@ -148,9 +148,11 @@ def param_axes(cfg: ModelConfig) -> dict:
     return jax.tree.map(lambda s: s[1], param_shapes(cfg), is_leaf=_is_spec)
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "dtype"))
 def init_params(cfg: ModelConfig, key: jax.Array, dtype=None) -> dict:
     """Random initial params (norms 1, weights N(0, init_std), output projections scaled by
-    1/sqrt(2L)). ``jax.eval_shape(lambda k: init_params(cfg, k), key)`` describes a 30B model
+    1/sqrt(2L)), one compiled program per (cfg, dtype): op by op, every leaf's draw would compile
+    on its own. ``jax.eval_shape(lambda k: init_params(cfg, k), key)`` describes a 30B model
     without allocating it."""
     dtype = jnp.dtype(dtype or cfg.param_dtype)
     shapes = param_shapes(cfg)

@@ -167,10 +167,31 @@ def e8m0_to_f32(scales: jax.Array) -> jax.Array:
     return jnp.where(byte == 255, jnp.nan, val)
 
 
+# XLA's GPU backend rounds float32 division incorrectly, and its E4M3 -> float32 conversion fused
+# into ``quantize`` once read a neighbouring block's scale (``experiments/check_gpu_numerics.py``,
+# ``check_nvfp4_gpu.py``, an H200 on jax 0.11.2). There the reciprocal and the E4M3 decode run as
+# integer code (``_recip_int``, ``_e4m3_to_f32_int``), which gives the IEEE result on any backend.
+# XLA's CPU division and conversion are exact already, and the integer forms made the 2-layer
+# test model's rollout and QAT-gradient programs compile 1.5-1.6x slower on a 2-core CPU
+# (``experiments/bench_cpu_compile.py``), so the CPU uses the native ops: the same bits
+# either way (tests/test_quant.py checks both forms bit for bit). None: integer forms unless the default
+# backend is the CPU; True / False force one (read when a function is traced).
+INTEGER_FORMS: bool | None = None
+
+
+def _integer_forms() -> bool:
+    return jax.default_backend() != "cpu" if INTEGER_FORMS is None else INTEGER_FORMS
+
+
 def e4m3_to_f32(scales: jax.Array) -> jax.Array:
-    """Value of E4M3 (fn) scales, decoded with integer ops. XLA's GPU ``astype(float32)`` of E4M3
-    is exact alone but, fused into ``quantize`` on an H200 (jax 0.11.2), gave some blocks a
-    neighbouring block's scale (~5% of NVFP4 codes off; ``experiments/check_nvfp4_gpu.py``)."""
+    """Exact float32 value of E4M3 (fn) scales (``INTEGER_FORMS``)."""
+    if _integer_forms():
+        return _e4m3_to_f32_int(scales)
+    return jnp.asarray(scales).astype(jnp.float32)
+
+
+def _e4m3_to_f32_int(scales: jax.Array) -> jax.Array:
+    """Value of E4M3 (fn) scales, decoded with integer ops."""
     b = jax.lax.bitcast_convert_type(scales, jnp.uint8).astype(jnp.uint32)
     sign, ex, man = b >> 7, (b >> 3) & 0xF, b & 7
     normal = jax.lax.bitcast_convert_type((sign << 31) | ((ex + 120) << 23) | (man << 20),
@@ -192,10 +213,16 @@ GLOBAL_FACTOR = np.float32(1.0 / (e2m1.MAX * E4M3_MAX))
 
 
 def _recip(v):
-    """Correctly rounded float32 reciprocal of positive finite ``v``, by integer long division,
-    so every backend gives IEEE ``1 / v`` bit for bit (XLA's GPU float division is not correctly
-    rounded: ``experiments/check_gpu_numerics.py`` measured 13.5% of quotients off on an H200).
-    Outside the normal range (``v`` subnormal or ``1 / v`` subnormal) it falls back to ``1 / v``."""
+    """Correctly rounded float32 reciprocal ``1 / v`` of positive finite ``v`` (IEEE, bit for
+    bit on every backend: ``INTEGER_FORMS``)."""
+    if _integer_forms():
+        return _recip_int(v)
+    return jnp.float32(1.0) / jnp.asarray(v, jnp.float32)
+
+
+def _recip_int(v):
+    """``1 / v`` by integer long division. Outside the normal range (``v`` subnormal or ``1 / v``
+    subnormal) it falls back to ``1 / v``."""
     v = jnp.asarray(v, jnp.float32)
     bits = jax.lax.bitcast_convert_type(v, jnp.uint32)
     e = (bits >> 23) & 0xFF
