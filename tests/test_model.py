@@ -151,8 +151,9 @@ def test_rollout_and_qat_agree_and_hinted_codes_match_exactly(params, tokens):
     # rollout at a different batch size than the trainer: bf16 noise differs, codes may flip
     r_logits, r_aux, _ = run(pack_params(params, roll), tokens, CFG, roll,
                              capture_hints=True, capture_codes=True)
-    noisy = jax.tree.map(lambda a: (a * (1 + 3e-3 * jax.random.normal(jax.random.key(5), a.shape))
-                                    ).astype(a.dtype), params)  # emulate trainer-side drift
+    noisy = jax.jit(lambda p: jax.tree.map(  # emulate trainer-side drift (one program)
+        lambda a: (a * (1 + 3e-3 * jax.random.normal(jax.random.key(5), a.shape))).astype(a.dtype),
+        p))(params)
     t_rtn, a_rtn, _ = run(params, tokens, CFG, qat, capture_codes=True,
                           forced_experts_LxBxTxK=r_aux.experts)
     t_tr, a_tr, _ = run(params, tokens, CFG, qat, capture_codes=True, hints=r_aux.hints,

@@ -96,8 +96,8 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, dr
                     numerics=rec, sampling=S)
     g = ro.guidance
     qat = fp4.with_mode("fp4_qat")
-    w = jax.tree.map(lambda a: a * (1 + drift * jax.random.normal(jax.random.key(9), a.shape)),
-                     params)
+    w = jax.jit(lambda p: jax.tree.map(  # one program, not a draw compiled per leaf shape
+        lambda a: a * (1 + drift * jax.random.normal(jax.random.key(9), a.shape)), p))(params)
 
     def codes(w, g, tokens, hints):  # jitted: one compile instead of op-by-op dispatch
         num = qat if hints else dataclasses.replace(qat, hinted=frozenset())
