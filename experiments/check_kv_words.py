@@ -43,9 +43,9 @@ def main() -> int:
     cpu = jax.tree.map(np.asarray, conv(jax.device_put(x, jax.devices("cpu")[0])))
     rows = [("to_words vs numpy", int(np.sum(got != want))),
             ("from_words(numpy words) vs codes", int(np.sum(back != codes))),
-            ("to_kv_words(quantize(x)) vs CPU", sum(int(np.sum(a.view(np.uint8) != b.view(np.uint8)))
-                                                    for a, b in zip(jax.tree.leaves(dev),
-                                                                    jax.tree.leaves(cpu))))]
+            ("to_kv_words(quantize(x)) vs CPU",
+             sum(int(np.sum(a.view(np.uint8) != b.view(np.uint8)))
+                 for a, b in zip(jax.tree.leaves(dev), jax.tree.leaves(cpu))))]
     print(f"device {jax.devices()[0].device_kind}\n| check | mismatching bytes |\n|---|---|")
     for name, n in rows:
         print(f"| {name} | {n} |")

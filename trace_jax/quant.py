@@ -167,15 +167,16 @@ def e8m0_to_f32(scales: jax.Array) -> jax.Array:
     return jnp.where(byte == 255, jnp.nan, val)
 
 
-# XLA's GPU backend rounds float32 division incorrectly, and its E4M3 -> float32 conversion fused
-# into ``quantize`` once read a neighbouring block's scale (``experiments/check_gpu_numerics.py``,
-# ``check_nvfp4_gpu.py``, an H200 on jax 0.11.2). There the reciprocal and the E4M3 decode run as
-# integer code (``_recip_int``, ``_e4m3_to_f32_int``), which gives the IEEE result on any backend.
-# XLA's CPU division and conversion are exact already, and the integer forms made the 2-layer
-# test model's rollout and QAT-gradient programs compile 1.5-1.6x slower on a 2-core CPU
-# (``experiments/bench_cpu_compile.py``), so the CPU uses the native ops: the same bits
-# either way (tests/test_quant.py checks both forms bit for bit). None: integer forms unless the default
-# backend is the CPU; True / False force one (read when a function is traced).
+# XLA's GPU backend rounds float32 division incorrectly (13.5% of quotients off on an H200,
+# ``experiments/check_gpu_numerics.py``), and its E4M3 -> float32 conversion, exact alone, gave
+# some blocks a neighbouring block's scale when fused into ``quantize`` (~5% of NVFP4 codes off,
+# ``check_nvfp4_gpu.py``; jax 0.11.2). There the reciprocal and the E4M3 decode run as integer
+# code (``_recip_int``, ``_e4m3_to_f32_int``), which gives the IEEE result on any backend. XLA's
+# CPU division and conversion are exact already, and the integer forms made the 2-layer test
+# model's rollout and QAT-gradient programs compile 1.5-1.6x slower on a 2-core CPU
+# (``experiments/bench_cpu_compile.py``), so the CPU uses the native ops: the same bits either
+# way (tests/test_quant.py checks both forms bit for bit). ``INTEGER_FORMS``: None = integer
+# forms unless the default backend is the CPU; True / False force one (read at trace time).
 INTEGER_FORMS: bool | None = None
 
 
