@@ -18,6 +18,7 @@ import functools
 import itertools
 import os
 import sys
+import time
 import traceback
 
 import jax
@@ -41,9 +42,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--tk", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=None,
-                    help="pipeline stages (default: fp4_matmul_mgpu.default_steps by M)")
+    ap.add_argument("--tk", default="",
+                    help="K per pipeline step (default: fp4_matmul_mgpu.default_dense_tk by M, "
+                         "256 with --grouped); dense: a list, e.g. 128,256")
+    ap.add_argument("--steps", default="",
+                    help="pipeline stages (default: fp4_matmul_mgpu.default_steps by M); dense: "
+                         "a list, e.g. 2,3,4")
     ap.add_argument("--chunked", action="store_true")
     ap.add_argument("--shapes", default="",
                     help="K x N shapes instead of the issue's, e.g. 8192x25344,8192x28672 (with "
@@ -69,9 +73,20 @@ def main(argv=None) -> int:
                     help="with --grouped: the Mosaic kernel's x layout (default: "
                          "fp4_matmul_mgpu.GROUPED_X_LAYOUT; --aligned compares rows with aligned)")
     ap.add_argument("--tiles", default="",
-                    help="with --grouped: also time the Mosaic kernel with these 64-row weight "
+                    help="dense: 64-row weight tiles per CTA to time, e.g. 1,2,4 (default: "
+                         "fp4_matmul_mgpu.default_dense_tiles; rows of tiles > 1 also get "
+                         "maxdiff_t1, the largest difference from tiles 1 at the same splits). "
+                         "With --grouped: also time the Mosaic kernel with these 64-row weight "
                          "tiles per program, e.g. 2,4 (columns mgpu_nt2, ...; fp4_matmul_mgpu."
                          "GROUPED_TILES)")
+    ap.add_argument("--serial", default="1",
+                    help="dense, tiles > 1: fp4_matmul_mgpu.DENSE_SERIAL_TILES values to time, "
+                         "e.g. 1,0 (0: the next tile decodes under the previous tile's wgmma)")
+    ap.add_argument("--out-scoped", default="1",
+                    help="dense: fp4_matmul_mgpu.DENSE_OUT_SCOPED values to time, e.g. 1,0")
+    ap.add_argument("--max-seconds", type=float, default=1e9,
+                    help="dense: skip the configs left after this many seconds (the results "
+                         "so far are still written)")
     ap.add_argument("--breakdown", action="store_true",
                     help="dense: also the Mosaic kernel alone (kernel_us) and the call with x "
                          "padded to a multiple of 8 rows by XLA (padded_us: the wrapper before "
@@ -98,6 +113,10 @@ def main(argv=None) -> int:
               else SHAPES[:1] if a.sweep else SHAPES)
     ms = tuple(int(v) for v in a.ms.split(",")) if a.ms else (1, 8) if a.sweep else MS
     splits = [None if v == "auto" else int(v) for v in a.splits.split(",")]
+    tiles = [int(v) for v in a.tiles.split(",")] if a.tiles else [None]
+    serials = [v == "1" for v in a.serial.split(",")]
+    scopeds = [v == "1" for v in a.out_scoped.split(",")]
+    deadline = time.time() + a.max_seconds
     baselines = [b for b in a.baselines.split(",") if b]
     for k, n in shapes:
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
@@ -108,24 +127,44 @@ def main(argv=None) -> int:
         for m in ms:
             x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
-            configs = ([(*c, False, False, 1) for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, True, 1)] if a.sweep
-                       else [(min(a.tk, k // (sp or 1)),
-                              a.steps or FM.default_steps(max(8, -(-m // 8) * 8)), a.chunked,
-                              False, sp) for sp in splits])
-            for ci, (tk, steps, chunked, diag, sp) in enumerate(configs):
+            mp = max(8, -(-m // 8) * 8)
+            stepss = [int(v) for v in a.steps.split(",")] if a.steps else [FM.default_steps(mp)]
+            configs = ([(*c, False, False, 1, None, True, True)
+                        for c in itertools.product((256, 512), (2, 3, 4))]
+                       + [(256, 4, False, True, 1, None, True, True)] if a.sweep
+                       else [(min(tk, k // (sp or 1)), steps, a.chunked, False, sp, tl, se, sc)
+                             for sc in scopeds for sp in splits for tl in tiles
+                             for se in serials for steps in stepss
+                             for tk in ([int(v) for v in a.tk.split(",")] if a.tk
+                                        else [FM.default_dense_tk(mp)])])
+            firsts = {}  # splits -> the tiles-1 output (maxdiff_t1)
+            for ci, (tk, steps, chunked, diag, sp, tl, se, sc) in enumerate(configs):
+                if tl == 1 and not se:
+                    continue  # serial is moot with one tile
                 auto = sp is None  # the default rule's choice (column auto_splits)
                 if auto:
-                    sp = FM.default_splits(n, k, max(8, -(-m // 8) * 8), tk, steps)
-                if k % (tk * sp):
+                    sp = FM.default_splits(n, k, mp, tk, steps)
+                tl = FM.default_dense_tiles(n, mp) if tl is None else tl
+                if k % (tk * sp) or n % (FM.ROWS * tl) or FM.dense_smem(mp, tk, steps, tl) > \
+                        FM._SMEM_PER_SM:
+                    continue
+                if time.time() > deadline:
+                    print(f"  time budget spent: skipping K={k} N={n} M={m} tk={tk} "
+                          f"steps={steps} splits={sp} tiles={tl}", flush=True)
                     continue
                 FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
-                f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp:
+                FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = se, sc
+                f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
-                                               splits=sp, backend="mgpu"))
+                                               splits=sp, tiles=tl, backend="mgpu"))
                 try:
                     out = f(x, wm)
                     err = rel(out, ref)
+                    if tl == 1 and sc:
+                        firsts.setdefault((sp, tk), out)
+                    d1 = (float(jnp.max(jnp.abs(out.astype(jnp.float32)
+                                                - firsts[(sp, tk)].astype(jnp.float32))))
+                          if (tl > 1 or not sc) and (sp, tk) in firsts else None)
                 except Exception as e:  # noqa: BLE001
                     print(f"  mgpu K={k} N={n} M={m} tk={tk} steps={steps}: {type(e).__name__}: "
                           f"{str(e)[:1500]}", flush=True)
@@ -135,10 +174,12 @@ def main(argv=None) -> int:
                 if t is None:
                     continue
                 FM._DIAG_RAW_SCALES = False
+                FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = True, True
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
-                           auto_splits=auto,
-                           ctas=(n // FM.ROWS) * sp, raw_scales_diag=diag, mgpu_us=t * 1e6,
-                           mgpu_pct_copy=100 * nbytes / t / bw, mgpu_relerr=err)
+                           auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
+                           ctas=(n // (FM.ROWS * tl)) * sp, raw_scales_diag=diag,
+                           mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
+                           mgpu_relerr=err, maxdiff_t1=d1)
                 if a.breakdown:
                     row.update(_breakdown(f, x, wm, tk=tk, steps=steps, chunked=chunked,
                                           splits=sp, nbytes=nbytes, bw=bw))

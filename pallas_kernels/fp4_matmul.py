@@ -269,7 +269,7 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
 
         xb, g = matmul_triton.x_bf16(x)
         tk, steps, splits = cfg or (None, None, None)
-        return MGPU.fp4_matmul_mgpu(xb, w, tk=256 if tk is None else tk, steps=steps,
+        return MGPU.fp4_matmul_mgpu(xb, w, tk=tk, steps=steps,
                                     splits=splits, backend="mgpu",
                                     row_scale=g if isinstance(x, QTensor) else None)
     if (cfg is None or mosaic) and m >= PREFILL_M:  # (a Mosaic cfg does not apply here)

@@ -231,12 +231,27 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
     return accs if multi else accs[0]
 
 
-@functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits", "mp"))
-def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None):
+# Where the dense kernel's f32 output tile lives in shared memory: True, a scope opened after
+# the K pipeline's (Mosaic reuses the stages' memory for it); False, a kernel-wide scratch beside
+# the stages (sessions 14-27). Read at trace time. Session 28 measures the two side by side.
+DENSE_OUT_SCOPED = True
+# The dense K step with tiles > 1: as SERIAL_TILES for the grouped kernel. Read at trace time.
+# Session 28 (8192 x 28672, H200): M = 64, tk 128, 3 stages: 73.7-74.1 us overlapped against
+# 76.6-77.7 serial; M = 1 / 8: 46.4 / 46.8 against 49.5 / 49.9. Hence False.
+DENSE_SERIAL_TILES = False
+
+
+@functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits", "mp", "tiles",
+                                             "serial", "scoped"))
+def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None, tiles=1,
+              serial=True, scoped=True):
     """out^T partials [splits, N, Mp] f32 (values * 2**-SHIFT, no global scale; their sum over
     axis 0 is the product) for x [M, K], M <= Mp (``mp``, None: M; a multiple of 8): CTA (n, j)
-    takes 64 weight rows and the j-th of ``splits`` equal K ranges. Columns M.. of the partials
-    come from TMA's out-of-bounds fill of x's rows past M and are not part of the product."""
+    takes ``tiles`` adjacent 64-row weight tiles (one pipeline streams them against one x tile;
+    ``serial``: one decoded tile live at a time, else the next decodes under the previous
+    tile's wgmma) and the j-th of ``splits`` equal K ranges. Columns M.. of the partials come
+    from TMA's out-of-bounds fill of x's rows past M and are not part of the product.
+    ``scoped``: :data:`DENSE_OUT_SCOPED`."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -248,24 +263,36 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None)
     if k % splits or kc % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must split into {splits} ranges that are multiples of tk={tk}, "
                          f"tk a multiple of {MG.SPAN}")
+    if tiles < 1 or n % (ROWS * tiles):
+        raise ValueError(f"N={n} must be a multiple of {ROWS} x tiles={tiles} (tiles >= 1)")
+    rows_cta = ROWS * tiles
 
-    def body(u_gmem, s_gmem, x_gmem, o_gmem, o_smem):
+    def body(u_gmem, s_gmem, x_gmem, o_gmem, *scratch):
         ni = jax.lax.axis_index("n")
         ji = jax.lax.axis_index("k")
-        rows = pl.ds(ni * ROWS, ROWS)
-        acc = _k_loop(u_gmem.at[rows, pl.ds(ji * (kc // 8), kc // 8)],
-                      s_gmem.at[pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN), rows],
-                      x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk, steps=steps,
-                      chunked=chunked)
-        o_smem[...] = acc
-        plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[ji, rows, :])
-        plgpu.wait_smem_to_gmem(0)
+        row_sets = [pl.ds((ni * tiles + t) * ROWS, ROWS) for t in range(tiles)]
+        accs = _k_loop(tuple(u_gmem.at[r, pl.ds(ji * (kc // 8), kc // 8)] for r in row_sets),
+                       tuple(s_gmem.at[pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN), r]
+                             for r in row_sets),
+                       x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk, steps=steps,
+                       chunked=chunked, serial=serial)
+
+        def store(o_smem):
+            for t, acc in enumerate(accs):
+                o_smem[t * ROWS:(t + 1) * ROWS] = acc
+            plgpu.commit_smem()
+            plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[ji, pl.ds(ni * rows_cta, rows_cta), :])
+            plgpu.wait_smem_to_gmem(0)
+
+        if scoped:
+            pl.run_scoped(store, plgpu.SMEM((rows_cta, mp), jnp.float32))
+        else:
+            store(*scratch)
 
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((splits, n, mp), jnp.float32),
-        grid=(n // ROWS, splits), grid_names=("n", "k"),
-        scratch_types=[plgpu.SMEM((ROWS, mp), jnp.float32)],
+        grid=(n // rows_cta, splits), grid_names=("n", "k"),
+        scratch_types=[] if scoped else [plgpu.SMEM((rows_cta, mp), jnp.float32)],
     )(codes, scales, xp)
 
 
@@ -278,12 +305,17 @@ SPLIT_COST = 0.03  # per extra split: shorter CTAs and the partial sum (20a: spl
 _SMEM_PER_SM = 233472  # bytes a Hopper SM gives its CTAs (ncu: 233.47 KB), 1 KB each reserved
 
 
-def dense_smem(mp: int, tk: int, steps: int) -> int:
+def dense_smem(mp: int, tk: int, steps: int, tiles: int = 1,
+               scoped: bool | None = None) -> int:
     """Shared memory of one dense-kernel CTA with its 1 KB reserve: the pipeline stages of codes,
-    scales and x, and the f32 output tile (20a's resource dump: 55296 + 1024 at mp 8, tk 256, 4
-    stages)."""
-    stage = ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4 + mp * tk * 2
-    return steps * stage + ROWS * mp * 4 + 1024
+    scales (of ``tiles`` weight tiles) and x, and the f32 output tiles. ``scoped`` (None:
+    :data:`DENSE_OUT_SCOPED`): the output's scope follows the pipeline's and reuses its memory
+    (Pallas Mosaic GPU allocates scoped shared memory as a stack), so the larger of the two
+    counts; else the sum (20a's resource dump: 55296 + 1024 at mp 8, tk 256, 4 stages)."""
+    scoped = DENSE_OUT_SCOPED if scoped is None else scoped
+    stage = tiles * (ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4) + mp * tk * 2
+    out = tiles * ROWS * mp * 4
+    return (max(steps * stage, out) if scoped else steps * stage + out) + 1024
 
 
 def dense_ctas_per_sm(mp: int, tk: int, steps: int) -> int:
@@ -328,18 +360,41 @@ def default_splits(n: int, k: int, mp: int, tk: int, steps: int, sms: int | None
 
 
 def default_steps(mp: int) -> int:
-    """Pipeline stages of the dense kernel: 4 up to 16 rows, else 2 (20b at 8192 x 28672 with 2
-    splits: M = 32 56.2 -> 52.6 us, M = 64 99.8 -> 81.1 us; the x tile is 16-32 KB per stage)."""
-    return 4 if mp <= 16 else 2
+    """Pipeline stages of the dense kernel: 4 up to 16 rows, 2 up to 32, 3 up to 64 (with
+    :func:`default_dense_tk`'s 128 and 2 tiles), else 2. 20b at 8192 x 28672 with 2 splits:
+    M = 32 56.2 -> 52.6 us with 2 stages instead of 4 (the x tile is 16-32 KB per stage); M = 64
+    see :func:`default_dense_tiles`."""
+    return 4 if mp <= 16 else 2 if mp <= 32 or mp > 64 else 3
 
 
-def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int | None = None,
-                    chunked: bool = False, splits: int | None = None,
+def default_dense_tk(mp: int) -> int:
+    """K per pipeline step of the dense kernel: 256 up to 32 rows, else 128 (session 28, 8192 x
+    28672, H200: M = 200 156.0 us at 128 against 198.9 at 256; M = 64 see
+    :func:`default_dense_tiles`). :func:`dense_tk` may take a smaller one where K needs it."""
+    return 256 if mp <= 32 else 128
+
+
+def default_dense_tiles(n: int, mp: int) -> int:
+    """64-row weight tiles per dense CTA, sharing one x tile: 2 for 33-64 rows (N a multiple of
+    128), else 1. Session 28 (8192 x 28672, H200, device time, bit-identical to 1 tile): at M =
+    64, 2 tiles with tk 128, 3 stages and the next tile decoded under the previous wgmma took
+    73.7 / 73.9 / 74.1 us in three runs against 80.0 / 80.4 / 80.5 for the 1-tile default (tk
+    256, 2 stages): 1.08x; at M = 1 / 8 2 tiles were 11-16% slower, at M = 32 not faster. Rows
+    40-56 were not measured."""
+    return 2 if 32 < mp <= 64 and n % (2 * ROWS) == 0 else 1
+
+
+def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
+                    steps: int | None = None,
+                    chunked: bool = False, splits: int | None = None, tiles: int | None = None,
                     row_scale: jax.Array | None = None, backend: str = "auto") -> jax.Array:
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``splits`` > 1 splits K
     over that many CTAs per 64 weight rows (their f32 partials summed by XLA with the output's
-    transpose); None: :func:`default_splits`; ``steps`` None: :func:`default_steps`.
+    transpose); None: :func:`default_splits`; ``steps`` None: :func:`default_steps`; ``tk``
+    None: :func:`default_dense_tk`.
+    ``tiles``: adjacent 64-row weight tiles per CTA, streamed against one x tile (x is read from
+    L2 once per tiles x 64 rows); None: :func:`default_dense_tiles`.
     ``row_scale`` [M, 1] f32 multiplies the f32 result rows (an activation's global scale).
     ``backend="auto"``: the kernel on a GPU, the reference elsewhere; ``"mgpu"`` forces the
     kernel."""
@@ -351,19 +406,28 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int |
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
     mp = max(8, -(-m // 8) * 8)
     steps = default_steps(mp) if steps is None else steps
+    tk = default_dense_tk(mp) if tk is None else tk
     if splits is None:
         splits = default_splits(n, k, mp, min(tk, k), steps)
     if splits < 1 or k % (splits * MG.SPAN):
         raise ValueError(f"splits={splits}: K={k} must split into multiples of {MG.SPAN}")
+    tiles = default_dense_tiles(n, mp) if tiles is None else tiles
+    if tiles < 1 or n % (ROWS * tiles):
+        raise ValueError(f"tiles={tiles}: N={n} must be a multiple of {ROWS} x tiles")
     if backend == "reference" or (backend == "auto" and jax.default_backend() != "gpu"):
         return fp4_matmul_mgpu_reference(x, w, row_scale)
     if mp > 256:
         raise ValueError(f"M={m}: the Mosaic GPU FP4 matmul takes at most 256 rows")
-    # x is not padded to mp rows: TMA fills the rows past M (session 26: the pad was a launch of
-    # its own, ~2% of the call at M = 1); output column j depends on x row j alone
-    out_t = _matmul_t(w.codes, w.scales, x.astype(jnp.bfloat16),
+    # x is not padded to mp rows where TMA can fill the rows past M (session 26: the pad was a
+    # launch of its own, ~2% of the call at M = 1); output column j depends on x row j alone.
+    # TMA's tiled copy takes a dimension of fewer than 8 rows or a multiple of 8: other M pad.
+    xb = x.astype(jnp.bfloat16)
+    if m > 8 and m % 8:
+        xb = jnp.pad(xb, ((0, mp - m), (0, 0)))
+    out_t = _matmul_t(w.codes, w.scales, xb,
                       tk=dense_tk(k // splits, mp, steps, tk), steps=steps, chunked=chunked,
-                      splits=splits, mp=mp)
+                      splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
+                      scoped=DENSE_OUT_SCOPED)
     scale = w.global_scale * (2.0 ** SHIFT)
     out = jnp.sum(out_t, axis=0)[:, :m].T * scale
     return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
@@ -372,7 +436,8 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int = 256, steps: int |
 # --- grouped (MoE) version ----------------------------------------------------------------------
 #
 # Tokens sorted by expert (``group_sizes``), as ``fp4_matmul.fp4_grouped_matmul``. Each CTA
-# (expert e, 64 x nt weight rows: ``default_tiles``; of both weights for the fused gate / up) loops over its group in chunks of mp tokens, each read either
+# (expert e, 64 x nt weight rows: ``default_tiles``; of both weights for the fused gate / up)
+# loops over its group in chunks of mp tokens, each read either
 # straight from the sorted x as mp + 8 rows from an 8-aligned start (the "rows" layout: what TMA
 # into the swizzled tile needs; the extra rows are other tokens: computed, never stored) or, the
 # default "aligned" layout, as mp rows of a copy of x with each expert's rows at an 8-aligned
@@ -554,8 +619,9 @@ X_LAYOUTS = ("rows", "aligned")
 # at 128K 4.22 / 4.24 vs 4.22. Hence the default.
 FUSED_SWIGLU = True
 # The K step of a grouped program with several weight tiles (the fused gate / up pair, or nt > 1
-# tiles per program: GROUPED_TILES / default_tiles): False decodes the next tile under the previous tile's wgmma (two decoded A
-# tiles live), True waits for each wgmma first (one live). Read at trace time.
+# tiles per program: GROUPED_TILES / default_tiles): False decodes the next tile under the
+# previous tile's wgmma (two decoded A tiles live), True waits for each wgmma first (one live).
+# Read at trace time.
 # Session 21 (21d, H200, ptxas dumps, fused gate / up): 183 / 123 registers at mp 16 (167 / 111
 # at mp 8; the unfused kernel 102 / 96); the serial kernel alone 70.6 vs 80.5 us at 888 rows
 # (unfused 76.9), the stage 1.115x the unfused one at 27, 111 and 128 tokens, bit-identical; the

@@ -470,6 +470,13 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
     unpadded_dense = [jax.jit(lambda c, s, x: FM._matmul_t(
         c, s, x, tk=256, steps=2, splits=2, mp=8)).trace(w.codes[0], w.scales[0], xp[:m]).lower(
         lowering_platforms=("cuda",)).as_text() for m in (1, 3)]
+    # two 64-row weight tiles per CTA against one x tile (N = 128)
+    dense_tiles = jax.jit(lambda c, s, x: FM._matmul_t(c, s, x, tk=256, steps=2, tiles=2)).trace(
+        w.codes[0], w.scales[0], xp).lower(lowering_platforms=("cuda",)).as_text()
+    with pytest.raises(ValueError, match="tiles=4"):
+        FM._matmul_t(w.codes[0], w.scales[0], xp, tk=256, steps=2, tiles=4)  # N 128
+    with pytest.raises(ValueError, match="tiles=3"):
+        FM.fp4_matmul_mgpu(xp, jax.tree.map(lambda a: a[0], w), tiles=3)
     with pytest.raises(ValueError, match="mp=4"):
         FM._matmul_t(w.codes[0], w.scales[0], xp[:1], tk=256, steps=2, mp=4)
     with pytest.raises(ValueError, match=r"mp=8 .*\[M=9"):
@@ -494,7 +501,7 @@ def test_kernels_lower_to_mosaic_gpu_on_cpu():
         w.codes, w.scales, jnp.zeros((src.shape[0], 512), jnp.bfloat16), gs, jnp.cumsum(gs),
         jnp.ones((2,), jnp.float32), jnp.ones((23,), jnp.float32), aends).lower(
         lowering_platforms=("cuda",)).as_text()
-    for txt in (dense, dense_split, *unpadded_dense, *direct, unpadded, aligned):
+    for txt in (dense, dense_split, dense_tiles, *unpadded_dense, *direct, unpadded, aligned):
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt and "mul.rn.bf16x2" in txt
 
 
@@ -536,7 +543,16 @@ def test_dense_split_rule_reproduces_the_measured_best():
     assert FM.default_splits(28672, 8192, 32, 256, 2, sms=132) == 2
     assert FM.default_splits(28672, 8192, 64, 256, 2, sms=132) == 1
     assert FM.default_steps(8) == FM.default_steps(16) == 4 and FM.default_steps(32) == 2
+    # session 28: M = 64 2 tiles, tk 128, 3 stages (1.08x in three runs); M = 200 tk 128
+    assert (FM.default_dense_tiles(28672, 64), FM.default_dense_tk(64), FM.default_steps(64)) \
+        == (2, 128, 3)
+    assert FM.default_dense_tiles(28672, 8) == FM.default_dense_tiles(28672, 32) == 1
+    assert FM.default_dense_tiles(64 * 33, 64) == 1  # N not a multiple of 128
+    assert (FM.default_dense_tk(200), FM.default_steps(200), FM.default_dense_tiles(28672, 200)) \
+        == (128, 2, 1)
+    assert FM.default_dense_tk(32) == 256
     assert FM.dense_ctas_per_sm(8, 256, 4) == 4  # 20a's resource dump: 55296 B of smem per CTA
+    assert FM.dense_ctas_per_sm(32, 256, 2) == 4  # 3 with the output beside the stages (28b)
     assert FM.default_splits(768, 768, 8, 256, 4, sms=132) == 1  # 3 K steps: nothing to split
 
 
@@ -557,8 +573,10 @@ def test_grouped_knobs_by_layout():
 
 def test_fp4_matmul_mosaic_dispatch_lowers_on_cpu():
     """``fp4_matmul`` with dense Mosaic weights on the kernel path (``backend="triton"``: the GPU
-    dispatch) lowers for CUDA for a bf16 x and a W4A4 QTensor at M = 5, and at M = 200, where
-    tk 256 with 2 stages would not fit shared memory (``dense_tk`` takes 128)."""
+    dispatch) lowers for CUDA for a bf16 x and a W4A4 QTensor at M = 5, at M = 13 (not a
+    multiple of 8 and more than 8 rows: TMA cannot take x unpadded, session 28 found the
+    wrapper passing it so) and at M = 250, where tk 256 with 2 stages would not fit shared
+    memory (``dense_tk`` takes 128)."""
     from pallas_kernels import fp4_matmul as fm
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
@@ -566,13 +584,15 @@ def test_fp4_matmul_mosaic_dispatch_lowers_on_cpu():
     q = quantize(jax.random.normal(jax.random.PRNGKey(8), (k, n)), "nvfp4", axis=-2,
                  global_scope="tensor")
     wm = FM.prepare_mgpu(q)
-    for m in (5, 200):
+    for m in (5, 13, 250):
         x = jnp.ones((m, k), jnp.float32)
         for xin in (x.astype(jnp.bfloat16), quantize(x, "nvfp4", global_scope="tensor")):
             txt = jax.jit(lambda a, b: fm.fp4_matmul(a, b, backend="triton")).trace(
                 xin, wm).lower(lowering_platforms=("cuda",)).as_text()
             assert "mosaic_gpu" in txt
-    assert FM.dense_tk(8192, 8, 4) == 256 and FM.dense_tk(8192, 200, 2) == 128
-    assert FM.dense_smem(8, 256, 4) == 55296 + 1024  # 20a's resource dump
+    assert FM.dense_tk(8192, 8, 4) == 256 and FM.dense_tk(8192, 256, 2) == 128
+    assert FM.dense_smem(8, 256, 4, scoped=False) == 55296 + 1024  # 20a's resource dump
+    assert FM.dense_smem(8, 256, 4, scoped=True) == 55296 - 64 * 8 * 4 + 1024  # output reuses
+    assert FM.dense_smem(64, 256, 2, tiles=2, scoped=False) == 2 * 51200 + 32768 + 1024
     with pytest.raises(ValueError, match="no K tile <= 256 divides K / splits = 96"):
         FM.dense_tk(96, 8, 4)
