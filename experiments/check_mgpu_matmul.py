@@ -79,11 +79,14 @@ def main(argv=None) -> int:
                          "With --grouped: also time the Mosaic kernel with these 64-row weight "
                          "tiles per program, e.g. 2,4 (columns mgpu_nt2, ...; fp4_matmul_mgpu."
                          "GROUPED_TILES)")
-    ap.add_argument("--serial", default="1",
+    ap.add_argument("--serial", default="0",
                     help="dense, tiles > 1: fp4_matmul_mgpu.DENSE_SERIAL_TILES values to time, "
                          "e.g. 1,0 (0: the next tile decodes under the previous tile's wgmma)")
     ap.add_argument("--out-scoped", default="1",
                     help="dense: fp4_matmul_mgpu.DENSE_OUT_SCOPED values to time, e.g. 1,0")
+    ap.add_argument("--fused", default="0",
+                    help="dense: fp4_matmul_mgpu.DENSE_FUSED_SPLITS values to time, e.g. 0,1 "
+                         "(1: 2 splits summed in the kernel, no XLA epilogue)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="dense: skip the configs left after this many seconds (the results "
                          "so far are still written)")
@@ -116,6 +119,7 @@ def main(argv=None) -> int:
     tiles = [int(v) for v in a.tiles.split(",")] if a.tiles else [None]
     serials = [v == "1" for v in a.serial.split(",")]
     scopeds = [v == "1" for v in a.out_scoped.split(",")]
+    fuseds = [v == "1" for v in a.fused.split(",")]
     deadline = time.time() + a.max_seconds
     baselines = [b for b in a.baselines.split(",") if b]
     for k, n in shapes:
@@ -129,18 +133,19 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             mp = max(8, -(-m // 8) * 8)
             stepss = [int(v) for v in a.steps.split(",")] if a.steps else [FM.default_steps(mp)]
-            configs = ([(*c, False, False, 1, None, True, True)
+            configs = ([(*c, False, False, 1, None, True, True, False)
                         for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, True, 1, None, True, True)] if a.sweep
-                       else [(min(tk, k // (sp or 1)), steps, a.chunked, False, sp, tl, se, sc)
-                             for sc in scopeds for sp in splits for tl in tiles
+                       + [(256, 4, False, True, 1, None, True, True, False)] if a.sweep
+                       else [(min(tk, k // (sp or 1)), steps, a.chunked, False, sp, tl, se, sc,
+                              fu)
+                             for fu in fuseds for sc in scopeds for sp in splits for tl in tiles
                              for se in serials for steps in stepss
                              for tk in ([int(v) for v in a.tk.split(",")] if a.tk
                                         else [FM.default_dense_tk(mp)])])
             firsts = {}  # splits -> the tiles-1 output (maxdiff_t1)
-            for ci, (tk, steps, chunked, diag, sp, tl, se, sc) in enumerate(configs):
-                if tl == 1 and not se:
-                    continue  # serial is moot with one tile
+            for ci, (tk, steps, chunked, diag, sp, tl, se, sc, fu) in enumerate(configs):
+                if tl == 1 and se != serials[0]:
+                    continue  # serial is moot with one tile: time it once
                 auto = sp is None  # the default rule's choice (column auto_splits)
                 if auto:
                     sp = FM.default_splits(n, k, mp, tk, steps)
@@ -154,17 +159,19 @@ def main(argv=None) -> int:
                     continue
                 FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
                 FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = se, sc
+                FM.DENSE_FUSED_SPLITS = fu
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
                 try:
                     out = f(x, wm)
                     err = rel(out, ref)
-                    if tl == 1 and sc:
+                    plain = tl == 1 and sc and not fu
+                    if plain:
                         firsts.setdefault((sp, tk), out)
                     d1 = (float(jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - firsts[(sp, tk)].astype(jnp.float32))))
-                          if (tl > 1 or not sc) and (sp, tk) in firsts else None)
+                          if not plain and (sp, tk) in firsts else None)
                 except Exception as e:  # noqa: BLE001
                     print(f"  mgpu K={k} N={n} M={m} tk={tk} steps={steps}: {type(e).__name__}: "
                           f"{str(e)[:1500]}", flush=True)
@@ -174,9 +181,10 @@ def main(argv=None) -> int:
                 if t is None:
                     continue
                 FM._DIAG_RAW_SCALES = False
-                FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = True, True
+                FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = False, True
+                FM.DENSE_FUSED_SPLITS = False
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
-                           auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
+                           auto_splits=auto, tiles=tl, serial=se, out_scoped=sc, fused=fu,
                            ctas=(n // (FM.ROWS * tl)) * sp, raw_scales_diag=diag,
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)
