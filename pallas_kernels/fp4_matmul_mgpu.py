@@ -379,8 +379,9 @@ def default_dense_tiles(n: int, mp: int) -> int:
     128), else 1. Session 28 (8192 x 28672, H200, device time, bit-identical to 1 tile): at M =
     64, 2 tiles with tk 128, 3 stages and the next tile decoded under the previous wgmma took
     73.7 / 73.9 / 74.1 us in three runs against 80.0 / 80.4 / 80.5 for the 1-tile default (tk
-    256, 2 stages): 1.08x; at M = 1 / 8 2 tiles were 11-16% slower, at M = 32 not faster. Rows
-    40-56 were not measured."""
+    256, 2 stages): 1.08x; at M = 48 (28e) 65.8 us against 72.0 with 1 tile (tk 128, 3 stages);
+    at M = 1 / 8 2 tiles were 11-16% slower, at M = 32 not faster, at M = 200 237 us against
+    154."""
     return 2 if 32 < mp <= 64 and n % (2 * ROWS) == 0 else 1
 
 
@@ -428,7 +429,7 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
         rs = jnp.ones((1,), jnp.float32) if row_scale is None else row_scale.reshape(m)
         return _matmul_fused(w.codes, w.scales, xb, w.global_scale.reshape(1), rs,
                              tk=dense_tk(k // 2, mp, steps, tk), steps=steps, mp=mp,
-                             scaled=row_scale is not None)
+                             scaled=row_scale is not None, m=m)
     out_t = _matmul_t(w.codes, w.scales, xb,
                       tk=dense_tk(k // splits, mp, steps, tk), steps=steps, chunked=chunked,
                       splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
@@ -446,7 +447,10 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
 # bf16 rows of [M, N] itself (``_store_rows``), so the call is one launch. CTAs start in the order
 # of their linear index (n fastest), so every (n, 0) has started before any (n, 1) waits on it.
 # The semaphores (``pl.get_global``, one per 64 weight rows) persist across calls and return to 0
-# in each (+1, then -1). Read at trace time; measured before it becomes the default.
+# in each (+1, then -1). Read at trace time. Session 28 (28e, H200, 8192 x 28672, two runs side
+# by side, bit-identical): M = 1 41.5 / 41.2 us against 40.8 / 40.8 XLA-summed, M = 8 41.1 /
+# 41.2 against 41.0 / 41.1, M = 3 41.3 / 41.7 against 42.6 / 42.1, M = 32 48.2 / 48.2 against
+# 48.5 / 48.3: the epilogue's time moved into the kernel's tail. Hence off.
 DENSE_FUSED_SPLITS = False
 
 
@@ -484,19 +488,21 @@ def _partial_io(acc, ws_gmem, n0, *, add: bool):
     return io(acc, ws_gmem, n0)
 
 
-@functools.partial(jax.jit, static_argnames=("tk", "steps", "mp", "scaled"))
-def _matmul_fused(codes, scales, xp, gscale, row_scale, *, tk, steps, mp, scaled):
+@functools.partial(jax.jit, static_argnames=("tk", "steps", "mp", "scaled", "m"))
+def _matmul_fused(codes, scales, xp, gscale, row_scale, *, tk, steps, mp, scaled, m=None):
     """out [M, N] bf16 = x @ W * ``gscale`` (and ``row_scale`` [M] per row if ``scaled``) with K
     split over 2 CTAs per 64 weight rows whose partials meet in a workspace (see
-    :data:`DENSE_FUSED_SPLITS`); x [M, K], M <= ``mp`` (a multiple of 8)."""
+    :data:`DENSE_FUSED_SPLITS`); x [M', K] with M <= M' <= ``mp`` (a multiple of 8): rows past
+    ``m`` (None: M') are padding, computed and not stored."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     n, k8 = codes.shape
-    k, m = 8 * k8, xp.shape[0]
+    k, m = 8 * k8, xp.shape[0] if m is None else m
     kc = k // 2
-    if mp % 8 or not m <= mp <= 256:
-        raise ValueError(f"mp={mp} must be a multiple of 8 in [M={m}, 256]")
+    if mp % 8 or not m <= xp.shape[0] <= mp <= 256:
+        raise ValueError(f"mp={mp} must be a multiple of 8 in [x rows={xp.shape[0]}, 256], "
+                         f"M={m} at most the x rows")
     if k % 2 or kc % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must split into 2 ranges that are multiples of tk={tk}, "
                          f"tk a multiple of {MG.SPAN}")
