@@ -87,6 +87,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fused", default="0",
                     help="dense: fp4_matmul_mgpu.DENSE_FUSED_SPLITS values to time, e.g. 0,1 "
                          "(1: 2 splits summed in the kernel, no XLA epilogue)")
+    ap.add_argument("--token-major", default="0",
+                    help="dense: fp4_matmul_mgpu.DENSE_TOKEN_MAJOR values to time, e.g. 0,1 "
+                         "(1: partials stored [splits, M, N] from registers, no transpose)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="dense: skip the configs left after this many seconds (the results "
                          "so far are still written)")
@@ -120,6 +123,7 @@ def main(argv=None) -> int:
     serials = [v == "1" for v in a.serial.split(",")]
     scopeds = [v == "1" for v in a.out_scoped.split(",")]
     fuseds = [v == "1" for v in a.fused.split(",")]
+    tmajors = [v == "1" for v in a.token_major.split(",")]
     deadline = time.time() + a.max_seconds
     baselines = [b for b in a.baselines.split(",") if b]
     for k, n in shapes:
@@ -133,17 +137,18 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             mp = max(8, -(-m // 8) * 8)
             stepss = [int(v) for v in a.steps.split(",")] if a.steps else [FM.default_steps(mp)]
-            configs = ([(*c, False, False, 1, None, True, True, False)
+            configs = ([(*c, False, False, 1, None, True, True, False, False)
                         for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, True, 1, None, True, True, False)] if a.sweep
+                       + [(256, 4, False, True, 1, None, True, True, False, False)] if a.sweep
                        else [(min(tk, k // (sp or 1)), steps, a.chunked, False, sp, tl, se, sc,
-                              fu)
-                             for fu in fuseds for sc in scopeds for sp in splits for tl in tiles
+                              fu, tm)
+                             for tm in tmajors for fu in fuseds for sc in scopeds
+                             for sp in splits for tl in tiles
                              for se in serials for steps in stepss
                              for tk in ([int(v) for v in a.tk.split(",")] if a.tk
                                         else [FM.default_dense_tk(mp)])])
             firsts = {}  # splits -> the tiles-1 output (maxdiff_t1)
-            for ci, (tk, steps, chunked, diag, sp, tl, se, sc, fu) in enumerate(configs):
+            for ci, (tk, steps, chunked, diag, sp, tl, se, sc, fu, tm) in enumerate(configs):
                 if tl == 1 and se != serials[0]:
                     continue  # serial is moot with one tile: time it once
                 auto = sp is None  # the default rule's choice (column auto_splits)
@@ -159,14 +164,14 @@ def main(argv=None) -> int:
                     continue
                 FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
                 FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = se, sc
-                FM.DENSE_FUSED_SPLITS = fu
+                FM.DENSE_FUSED_SPLITS, FM.DENSE_TOKEN_MAJOR = fu, tm
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
                 try:
                     out = f(x, wm)
                     err = rel(out, ref)
-                    plain = tl == 1 and sc and not fu
+                    plain = tl == 1 and sc and not fu and not tm
                     if plain:
                         firsts.setdefault((sp, tk), out)
                     d1 = (float(jnp.max(jnp.abs(out.astype(jnp.float32)
@@ -182,9 +187,10 @@ def main(argv=None) -> int:
                     continue
                 FM._DIAG_RAW_SCALES = False
                 FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = False, True
-                FM.DENSE_FUSED_SPLITS = False
+                FM.DENSE_FUSED_SPLITS = FM.DENSE_TOKEN_MAJOR = False
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
                            auto_splits=auto, tiles=tl, serial=se, out_scoped=sc, fused=fu,
+                           token_major=tm,
                            ctas=(n // (FM.ROWS * tl)) * sp, raw_scales_diag=diag,
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)

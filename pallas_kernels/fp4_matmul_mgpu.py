@@ -235,23 +235,62 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
 # the K pipeline's (Mosaic reuses the stages' memory for it); False, a kernel-wide scratch beside
 # the stages (sessions 14-27). Read at trace time. Session 28 measures the two side by side.
 DENSE_OUT_SCOPED = True
+# How the dense kernel stores its f32 partials: False, the [64, Mp] tile through shared memory by
+# TMA into [splits, N, Mp] (XLA's epilogue then sums, slices M columns and transposes: 1.7-2.1
+# us at M <= 8, session 26); True, from registers straight into [splits, M, N], the M token rows
+# only (predicated 4-byte stores), so the epilogue is an elementwise sum of M x N. Prepared in
+# session 28 (CPU-lowered, not yet run on a GPU); read at trace time.
+DENSE_TOKEN_MAJOR = False
 # The dense K step with tiles > 1: as SERIAL_TILES for the grouped kernel. Read at trace time.
 # Session 28 (8192 x 28672, H200): M = 64, tk 128, 3 stages: 73.7-74.1 us overlapped against
 # 76.6-77.7 serial; M = 1 / 8: 46.4 / 46.8 against 49.5 / 49.9. Hence False.
 DENSE_SERIAL_TILES = False
 
 
+def _store_partial_rows(acc, o_gmem, j, n0, m: int):
+    """inline_mgpu: the f32 [64 weight rows, mp tokens] accumulator (WGMMA layout) of weight rows
+    n0.. into ``o_gmem[j, token, n0 + row]`` ([splits, M, N], token-major) for the tokens < ``m``
+    only: predicated 4-byte stores (a warp's store covers 8 consecutive weight rows per token)."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import arith, memref, vector
+    from jax.experimental.mosaic.gpu import fragmented_array as fa
+    from jax.experimental.mosaic.gpu import utils as mu
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    splat = plgpu.Layout.WG_SPLAT(shape=())
+
+    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, plgpu.RefType(), splat, splat))
+    def store(ctx, acc_fa, out, j_fa, n0_fa):
+        del ctx
+        index = ir.IndexType.get()
+        jj, base = splat_value(j_fa), splat_value(n0_fa)
+        mm = arith.constant(index, m)
+        stores = []
+        for (r, col), reg in zip(fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape),
+                                 acc_fa.registers.flat):
+            for i in range(ir.VectorType(reg.type).shape[0]):
+                c = arith.addi(col, arith.constant(index, i))
+                stores.append((arith.cmpi(arith.CmpIPredicate.slt, c, mm),
+                               vector.extract(reg, [], [i]), [jj, c, arith.addi(base, r)]))
+        for ok, v, at in stores:
+            with mu.when(ok):
+                memref.store(v, out, at)
+
+    store(acc, o_gmem, j, n0)
+
+
 @functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits", "mp", "tiles",
-                                             "serial", "scoped"))
+                                             "serial", "scoped", "token_major"))
 def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None, tiles=1,
-              serial=True, scoped=True):
+              serial=True, scoped=True, token_major=False):
     """out^T partials [splits, N, Mp] f32 (values * 2**-SHIFT, no global scale; their sum over
     axis 0 is the product) for x [M, K], M <= Mp (``mp``, None: M; a multiple of 8): CTA (n, j)
     takes ``tiles`` adjacent 64-row weight tiles (one pipeline streams them against one x tile;
     ``serial``: one decoded tile live at a time, else the next decodes under the previous
     tile's wgmma) and the j-th of ``splits`` equal K ranges. Columns M.. of the partials come
     from TMA's out-of-bounds fill of x's rows past M and are not part of the product.
-    ``scoped``: :data:`DENSE_OUT_SCOPED`."""
+    ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M, N] instead,
+    the M token rows of x only, stored from registers (:data:`DENSE_TOKEN_MAJOR`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -284,15 +323,21 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
             plgpu.copy_smem_to_gmem(o_smem, o_gmem.at[ji, pl.ds(ni * rows_cta, rows_cta), :])
             plgpu.wait_smem_to_gmem(0)
 
-        if scoped:
+        if token_major:
+            for t, acc in enumerate(accs):
+                _store_partial_rows(acc, o_gmem, ji, (ni * tiles + t) * ROWS, m)
+        elif scoped:
             pl.run_scoped(store, plgpu.SMEM((rows_cta, mp), jnp.float32))
         else:
             store(*scratch)
 
+    m = xp.shape[0]
+    smem_out = not (scoped or token_major)
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((splits, n, mp), jnp.float32),
+        body, out_type=jax.ShapeDtypeStruct((splits, m, n) if token_major else (splits, n, mp),
+                                            jnp.float32),
         grid=(n // rows_cta, splits), grid_names=("n", "k"),
-        scratch_types=[] if scoped else [plgpu.SMEM((rows_cta, mp), jnp.float32)],
+        scratch_types=[plgpu.SMEM((rows_cta, mp), jnp.float32)] if smem_out else [],
     )(codes, scales, xp)
 
 
@@ -433,9 +478,12 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
     out_t = _matmul_t(w.codes, w.scales, xb,
                       tk=dense_tk(k // splits, mp, steps, tk), steps=steps, chunked=chunked,
                       splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
-                      scoped=DENSE_OUT_SCOPED)
+                      scoped=DENSE_OUT_SCOPED, token_major=DENSE_TOKEN_MAJOR)
     scale = w.global_scale * (2.0 ** SHIFT)
-    out = jnp.sum(out_t, axis=0)[:, :m].T * scale
+    if DENSE_TOKEN_MAJOR:  # [splits, M or Mp (x padded), N]
+        out = jnp.sum(out_t, axis=0)[:m] * scale
+    else:  # [splits, N, Mp]
+        out = jnp.sum(out_t, axis=0)[:, :m].T * scale
     return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
 
 

@@ -626,3 +626,28 @@ def test_dense_fused_splits_lower_on_cpu(monkeypatch):
         FM._matmul_fused(w.codes, w.scales, jnp.zeros((8, 1024), jnp.bfloat16),
                          w.global_scale.reshape(1), jnp.ones((1,)), tk=384, steps=2, mp=8,
                          scaled=False)
+
+
+def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
+    """``DENSE_TOKEN_MAJOR``: the dense kernel stores its f32 partials from registers as [splits,
+    M, N] (the M token rows only), so XLA's epilogue is a sum without a transpose; it lowers
+    for CUDA at M = 1, 8 and 13 (x padded to 16 rows; the output keeps 13) with 2 splits and at
+    M = 64 with 2 weight tiles, and the default layout still transposes."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    q = quantize(jax.random.normal(jax.random.PRNGKey(4), (1024, 256)), "nvfp4", axis=-2,
+                 global_scope="tensor")
+    w = FM.prepare_mgpu(q)
+
+    def lowered(m, splits, tiles):
+        traced = jax.jit(lambda x: FM.fp4_matmul_mgpu(x, w, splits=splits, tiles=tiles,
+                                                      backend="mgpu")).trace(
+            jnp.zeros((m, 1024), jnp.bfloat16))
+        assert traced.out_info.shape == (m, 256)
+        return traced.lower(lowering_platforms=("cuda",)).as_text()
+
+    assert "stablehlo.transpose" in lowered(8, 2, 1)  # the [splits, N, Mp] tiles
+    monkeypatch.setattr(FM, "DENSE_TOKEN_MAJOR", True)
+    for m, splits, tiles in ((1, 2, 1), (8, 2, 1), (13, 2, 1), (64, 1, 2)):
+        txt = lowered(m, splits, tiles)
+        assert "wgmma.mma_async" in txt and "stablehlo.transpose" not in txt
