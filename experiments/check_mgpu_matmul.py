@@ -4,6 +4,7 @@ bf16 dot at the issue-6 decode shapes; then a (tk, pipeline steps) sweep at 8192
 
   python experiments/check_mgpu_matmul.py [--out DIR] [--sweep]
   python experiments/check_mgpu_matmul.py --grouped [--sweep | --prefill]   # the MoE kernel
+  python experiments/check_mgpu_matmul.py --summary DIR/kernels_matmul_mgpu.json  # a dense run
 
 Per row: time per call (device time of all its kernels, 5 profiled calls), bytes the FP4 kernel
 streams (codes + scales) / time as % of a copy measured the same way, relative error (Frobenius)
@@ -36,6 +37,29 @@ MS = (1, 8, 32, 64)
 
 
 rel = devtime.relerr
+
+# --summary: the knob columns that a dense row may carry, (column, short name), in print order
+_KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
+          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"))
+
+
+def summary_lines(path: str) -> list[str]:
+    """A dense run's JSON (this script's output) as one line per row, sorted by shape, M and
+    time: the knobs, time, % of copy, relerr, the max difference from tiles 1 and the bf16
+    dot's time where measured."""
+    import json
+
+    with open(path) as f:
+        rows = json.load(f)["rows"]
+    out = []
+    for r in sorted(rows, key=lambda r: (r["k"], r["n"], r["m"], r["mgpu_us"])):
+        knobs = " ".join(f"{short}={int(r[c]) if isinstance(r[c], bool) else r[c]}"
+                         for c, short in _KNOBS if c in r)
+        bf16 = r.get("bf16_us")
+        out.append(f"{r['k']}x{r['n']} M={r['m']:>3} {knobs} {r['mgpu_us']:7.2f} us "
+                   f"{r['mgpu_pct_copy']:5.1f}% err={r['mgpu_relerr']:.1e} "
+                   f"d1={r.get('maxdiff_t1')}" + (f" bf16={bf16:.1f}" if bf16 else ""))
+    return out
 
 
 def main(argv=None) -> int:
@@ -97,10 +121,16 @@ def main(argv=None) -> int:
                     help="dense: also the Mosaic kernel alone (kernel_us) and the call with x "
                          "padded to a multiple of 8 rows by XLA (padded_us: the wrapper before "
                          "session 26) with its max |difference| from the call (padded_maxdiff)")
+    ap.add_argument("--summary", metavar="JSON", default=None,
+                    help="instead: print a dense run's JSON (kernels_matmul_mgpu.json) as one "
+                         "line per row")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
     a = ap.parse_args(argv)
+    if a.summary:
+        print("\n".join(summary_lines(a.summary)))
+        return 0
     if a.grouped:
         return grouped(a, argv)
     bw = devtime.report_copy_bandwidth(1 << 30)

@@ -85,3 +85,14 @@ attention_check() {
 mgpu_attention_summary() {
   python3 "$REPO/experiments/check_mgpu_attention.py" --summary "$R/$1/kernels_attention_mgpu.json"
 }
+
+# dense_summary NAME...: experiments/check_mgpu_matmul.py --summary of each $R/NAME/
+# kernels_matmul_mgpu.json (a dense run: one line per row), then the run's error lines.
+dense_summary() {
+  local n
+  for n in "$@"; do
+    echo "== $n"
+    python3 "$REPO/experiments/check_mgpu_matmul.py" --summary "$R/$n/kernels_matmul_mgpu.json"
+    grep -hiE "^ *mgpu .*Error|Traceback" "$R/$n.txt" 2>/dev/null | sort | uniq -c | head -4
+  done
+}

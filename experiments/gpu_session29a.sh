@@ -26,16 +26,5 @@ timeout 100 python3 experiments/check_mgpu_matmul.py --shapes 2048x768,768x2048 
   > "$R/experts.txt" 2>&1
 echo "experts rc=$?"
 tar -C "$R" -czf "$OUT/r29a.tar.gz" .
-for d in tmajor_1 tmajor_2 experts; do
-  echo "== $d"
-  python3 - "$R/$d/kernels_matmul_mgpu.json" <<'PY'
-import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-for r in sorted(rows, key=lambda r: (r["k"], r["m"], r["mgpu_us"])):
-    print(f"{r['k']}x{r['n']} M={r['m']:>3} sp={r['splits']} t={r['tiles']} "
-          f"tm={int(r['token_major'])} {r['mgpu_us']:7.2f} us {r['mgpu_pct_copy']:5.1f}% "
-          f"err={r['mgpu_relerr']:.1e} d1={r.get('maxdiff_t1')} bf16={r.get('bf16_us')}")
-PY
-done
-grep -hiE "^ *mgpu .*Error|Traceback" "$R"/*.txt | sort | uniq -c | head -6
+dense_summary tmajor_1 tmajor_2 experts
 exit 0

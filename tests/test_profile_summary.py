@@ -152,3 +152,23 @@ def test_mgpu_attention_check_variants_and_summary(tmp_path):
     lines = CM.summary_lines(str(tmp_path / "kernels_attention_mgpu.json"))
     assert lines == ["copy TB/s 4.300", "8 1024 mgpu=10.0  triton=12.5",
                      "   pct mgpu=50.0  triton=40.0", "   relerr mgpu=1e-05  triton=2e-05"]
+
+
+def test_mgpu_matmul_check_summary(tmp_path):
+    """check_mgpu_matmul.py --summary: one line per dense row, sorted by shape, M and time, with
+    the knobs a row carries (booleans as 0 / 1) and the bf16 time where measured."""
+    from experiments import check_mgpu_matmul as CM
+    from pallas_kernels import devtime
+    rows = [dict(k=64, n=128, m=8, tk=256, steps=4, splits=2, tiles=1, serial=False,
+                 mgpu_us=12.0, mgpu_pct_copy=70.0, mgpu_relerr=5e-5, maxdiff_t1=None,
+                 bf16_us=30.5),
+            dict(k=64, n=128, m=8, tk=256, steps=4, splits=2, tiles=2, serial=True,
+                 mgpu_us=11.0, mgpu_pct_copy=76.0, mgpu_relerr=5e-5, maxdiff_t1=0.0),
+            dict(k=64, n=128, m=1, tk=128, steps=2, splits=1, mgpu_us=20.0,
+                 mgpu_pct_copy=40.0, mgpu_relerr=1e-4)]
+    devtime.write_sweep(str(tmp_path), "kernels_matmul_mgpu", ["# t"], rows, 4.3e12)
+    assert CM.summary_lines(str(tmp_path / "kernels_matmul_mgpu.json")) == [
+        "64x128 M=  1 tk=128 st=2 sp=1   20.00 us  40.0% err=1.0e-04 d1=None",
+        "64x128 M=  8 tk=256 st=4 sp=2 t=2 ser=1   11.00 us  76.0% err=5.0e-05 d1=0.0",
+        "64x128 M=  8 tk=256 st=4 sp=2 t=1 ser=0   12.00 us  70.0% err=5.0e-05 d1=None "
+        "bf16=30.5"]
