@@ -15,6 +15,7 @@ The sweep's ``raw_scales_diag`` row skips the scale conversion (wrong values: a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import os
@@ -37,6 +38,33 @@ MS = (1, 8, 32, 64)
 
 
 rel = devtime.relerr
+
+# The plain dense kernel's trace-time knobs (fp4_matmul_mgpu): what maxdiff_t1 compares against.
+_PLAIN = dict(_DIAG_RAW_SCALES=False, DENSE_OUT_SCOPED=True, DENSE_FUSED_SPLITS=False,
+              DENSE_TOKEN_MAJOR=False)
+
+
+@contextlib.contextmanager
+def _knobs(**values):
+    """fp4_matmul_mgpu's module knobs set to ``values`` inside, restored after (an exception
+    included). The inner jits' caches are cleared on both sides: a knob that their static
+    arguments do not carry (``_DIAG_RAW_SCALES``, read when ``_decode_tile`` traces) would
+    otherwise reuse another config's trace."""
+    old = {name: getattr(FM, name) for name in values}
+
+    def clear():
+        FM._matmul_t.clear_cache()
+        FM._matmul_fused.clear_cache()
+
+    for name, v in values.items():
+        setattr(FM, name, v)
+    clear()
+    try:
+        yield
+    finally:
+        for name, v in old.items():
+            setattr(FM, name, v)
+        clear()
 
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
 _KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
@@ -67,8 +95,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--tk", default="",
-                    help="K per pipeline step (default: fp4_matmul_mgpu.default_dense_tk by M, "
-                         "256 with --grouped); dense: a list, e.g. 128,256")
+                    help="dense: K per pipeline step, a list, e.g. 128,256 (default: "
+                         "fp4_matmul_mgpu.default_dense_tk by M)")
     ap.add_argument("--steps", default="",
                     help="pipeline stages (default: fp4_matmul_mgpu.default_steps by M); dense: "
                          "a list, e.g. 2,3,4")
@@ -98,8 +126,9 @@ def main(argv=None) -> int:
                          "fp4_matmul_mgpu.GROUPED_X_LAYOUT; --aligned compares rows with aligned)")
     ap.add_argument("--tiles", default="",
                     help="dense: 64-row weight tiles per CTA to time, e.g. 1,2,4 (default: "
-                         "fp4_matmul_mgpu.default_dense_tiles; rows of tiles > 1 also get "
-                         "maxdiff_t1, the largest difference from tiles 1 at the same splits). "
+                         "fp4_matmul_mgpu.default_dense_tiles; every row but the plain kernel's "
+                         "(1 tile, tile stores, XLA-summed partials) gets maxdiff_t1, its "
+                         "largest difference from the plain kernel at the same splits and tk). "
                          "With --grouped: also time the Mosaic kernel with these 64-row weight "
                          "tiles per program, e.g. 2,4 (columns mgpu_nt2, ...; fp4_matmul_mgpu."
                          "GROUPED_TILES)")
@@ -177,47 +206,56 @@ def main(argv=None) -> int:
                              for se in serials for steps in stepss
                              for tk in ([int(v) for v in a.tk.split(",")] if a.tk
                                         else [FM.default_dense_tk(mp)])])
-            firsts = {}  # splits -> the tiles-1 output (maxdiff_t1)
-            for ci, (tk, steps, chunked, diag, sp, tl, se, sc, fu, tm) in enumerate(configs):
-                if tl == 1 and se != serials[0]:
-                    continue  # serial is moot with one tile: time it once
+            plains = {}  # (splits, tk) -> the plain call's output (maxdiff_t1)
+
+            def plain_out(sp, tk, steps):
+                """The output of the plain kernel (1 tile, tile stores, XLA-summed partials)
+                at these splits and tk: what every other variant must equal bit for bit."""
+                if (sp, tk) not in plains:
+                    with _knobs(**_PLAIN):
+                        plains[(sp, tk)] = FM.fp4_matmul_mgpu(x, wm, tk=tk, steps=steps,
+                                                              splits=sp, tiles=1,
+                                                              backend="mgpu")
+                return plains[(sp, tk)]
+
+            based = a.sweep  # the baselines, once per shape and M, beside the first row
+            for tk, steps, chunked, diag, sp, tl, se, sc, fu, tm in configs:
                 auto = sp is None  # the default rule's choice (column auto_splits)
                 if auto:
                     sp = FM.default_splits(n, k, mp, tk, steps)
                 tl = FM.default_dense_tiles(n, mp) if tl is None else tl
-                if k % (tk * sp) or n % (FM.ROWS * tl) or FM.dense_smem(mp, tk, steps, tl) > \
-                        FM._SMEM_PER_SM:
+                if tl == 1 and se != serials[0]:
+                    continue  # serial is moot with one tile: time it once
+                if fu and (tm or sp != 2 or tl != 1 or chunked):
+                    continue  # the fused kernel takes 2 splits of 1 tile, tile-major
+                if k % (tk * sp) or n % (FM.ROWS * tl) or \
+                        FM.dense_smem(mp, tk, steps, tl, scoped=sc) > FM._SMEM_PER_SM:
                     continue
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping K={k} N={n} M={m} tk={tk} "
                           f"steps={steps} splits={sp} tiles={tl}", flush=True)
                     continue
-                FM._DIAG_RAW_SCALES = diag  # read at trace time: a fresh jit per config
-                FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = se, sc
-                FM.DENSE_FUSED_SPLITS, FM.DENSE_TOKEN_MAJOR = fu, tm
+                plain = tl == 1 and sc and not (fu or tm or diag)
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
-                try:
-                    out = f(x, wm)
-                    err = rel(out, ref)
-                    plain = tl == 1 and sc and not fu and not tm
-                    if plain:
-                        firsts.setdefault((sp, tk), out)
-                    d1 = (float(jnp.max(jnp.abs(out.astype(jnp.float32)
-                                                - firsts[(sp, tk)].astype(jnp.float32))))
-                          if not plain and (sp, tk) in firsts else None)
-                except Exception as e:  # noqa: BLE001
-                    print(f"  mgpu K={k} N={n} M={m} tk={tk} steps={steps}: {type(e).__name__}: "
-                          f"{str(e)[:1500]}", flush=True)
-                    traceback.print_exc(limit=4)
-                    continue
-                t = timed("mgpu", f, x, wm, k=k, n=n, m=m)
+                with _knobs(_DIAG_RAW_SCALES=diag, DENSE_SERIAL_TILES=se, DENSE_OUT_SCOPED=sc,
+                            DENSE_FUSED_SPLITS=fu, DENSE_TOKEN_MAJOR=tm):
+                    try:
+                        out = f(x, wm)
+                        err = rel(out, ref)
+                    except Exception as e:  # noqa: BLE001
+                        print(f"  mgpu K={k} N={n} M={m} tk={tk} steps={steps}: "
+                              f"{type(e).__name__}: {str(e)[:1500]}", flush=True)
+                        traceback.print_exc(limit=4)
+                        continue
+                    t = timed("mgpu", f, x, wm, k=k, n=n, m=m)
                 if t is None:
                     continue
-                FM._DIAG_RAW_SCALES = False
-                FM.DENSE_SERIAL_TILES, FM.DENSE_OUT_SCOPED = False, True
-                FM.DENSE_FUSED_SPLITS = FM.DENSE_TOKEN_MAJOR = False
+                if plain:
+                    plains.setdefault((sp, tk), out)
+                d1 = None if plain or diag else float(jnp.max(jnp.abs(
+                    out.astype(jnp.float32) - plain_out(sp, tk, steps).astype(jnp.float32))))
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
                            auto_splits=auto, tiles=tl, serial=se, out_scoped=sc, fused=fu,
                            token_major=tm,
@@ -227,7 +265,8 @@ def main(argv=None) -> int:
                 if a.breakdown:
                     row.update(_breakdown(f, x, wm, tk=tk, steps=steps, chunked=chunked,
                                           splits=sp, nbytes=nbytes, bw=bw))
-                if not a.sweep and ci == 0:  # the baselines once per shape and M
+                if not based:
+                    based = True
                     if "triton" in baselines:
                         ft = jax.jit(lambda x, w: fm.fp4_matmul(x, w, backend="triton"))
                         tt = timed("triton", ft, x, wt)

@@ -240,7 +240,8 @@ DENSE_OUT_SCOPED = True
 # How the dense kernel stores its f32 partials: False, the [64, Mp] tile through shared memory by
 # TMA into [splits, N, Mp] (XLA's epilogue then sums, slices M columns and transposes: 1.7-2.1
 # us at M <= 8, session 26); True, from registers straight into [splits, M, N], the M token rows
-# only (predicated 4-byte stores), so the epilogue is an elementwise sum of M x N. Prepared in
+# only (Mp where x is padded; predicated 4-byte stores), so the epilogue is an elementwise sum
+# without a transpose. Prepared in
 # session 28 (CPU-lowered, not yet run on a GPU); read at trace time.
 DENSE_TOKEN_MAJOR = False
 # The dense K step with tiles > 1: as SERIAL_TILES for the grouped kernel. Read at trace time.
@@ -284,15 +285,16 @@ def _store_partial_rows(acc, o_gmem, j, n0, m: int):
 @functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits", "mp", "tiles",
                                              "serial", "scoped", "token_major"))
 def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None, tiles=1,
-              serial=True, scoped=True, token_major=False):
+              serial=False, scoped=True, token_major=False):
     """out^T partials [splits, N, Mp] f32 (values * 2**-SHIFT, no global scale; their sum over
     axis 0 is the product) for x [M, K], M <= Mp (``mp``, None: M; a multiple of 8): CTA (n, j)
     takes ``tiles`` adjacent 64-row weight tiles (one pipeline streams them against one x tile;
     ``serial``: one decoded tile live at a time, else the next decodes under the previous
     tile's wgmma) and the j-th of ``splits`` equal K ranges. Columns M.. of the partials come
     from TMA's out-of-bounds fill of x's rows past M and are not part of the product.
-    ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M, N] instead,
-    the M token rows of x only, stored from registers (:data:`DENSE_TOKEN_MAJOR`)."""
+    ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M', N] instead
+    for x's M' rows (M, or Mp where the wrapper padded x), stored from registers
+    (:data:`DENSE_TOKEN_MAJOR`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -371,15 +373,17 @@ def dense_ctas_per_sm(mp: int, tk: int, steps: int) -> int:
     return max(1, min(4, _SMEM_PER_SM // dense_smem(mp, tk, steps)))
 
 
-def dense_tk(kc: int, mp: int, steps: int, tk: int = 256) -> int:
+def dense_tk(kc: int, mp: int, steps: int, tk: int = 256, tiles: int = 1) -> int:
     """K columns per pipeline step: the largest of ``tk``, 128, 64 (at most ``tk``) that divides
-    the CTA's K range ``kc`` and whose stages fit one SM's shared memory (at mp > 160 and 2
-    stages, tk 256 does not); a ValueError naming the sizes when none does."""
+    the CTA's K range ``kc`` and whose stages (of ``tiles`` weight tiles) fit one SM's shared
+    memory (at mp > 208 and 2 stages, tk 256 does not); a ValueError naming the sizes when none
+    does."""
     for t in (tk, 128, MG.SPAN):
-        if t <= tk and kc % t == 0 and dense_smem(mp, t, steps) <= _SMEM_PER_SM:
+        if t <= tk and kc % t == 0 and dense_smem(mp, t, steps, tiles) <= _SMEM_PER_SM:
             return t
     raise ValueError(f"no K tile <= {tk} divides K / splits = {kc} and fits {steps} stages of "
-                     f"{mp} rows in {_SMEM_PER_SM} bytes of shared memory")
+                     f"{mp} rows and {tiles} weight tiles in {_SMEM_PER_SM} bytes of shared "
+                     f"memory")
 
 
 def default_splits(n: int, k: int, mp: int, tk: int, steps: int, sms: int | None = None) -> int:
@@ -439,7 +443,8 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``splits`` > 1 splits K
     over that many CTAs per 64 weight rows (their f32 partials summed by XLA with the output's
-    transpose); None: :func:`default_splits`; ``steps`` None: :func:`default_steps`; ``tk``
+    transpose, without it under :data:`DENSE_TOKEN_MAJOR`, in the kernel under
+    :data:`DENSE_FUSED_SPLITS`); None: :func:`default_splits`; ``steps`` None: :func:`default_steps`; ``tk``
     None: :func:`default_dense_tk`.
     ``tiles``: adjacent 64-row weight tiles per CTA, streamed against one x tile (x is read from
     L2 once per tiles x 64 rows); None: :func:`default_dense_tiles`.
@@ -478,7 +483,8 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
                              tk=dense_tk(k // 2, mp, steps, tk), steps=steps, mp=mp,
                              scaled=row_scale is not None, m=m)
     out_t = _matmul_t(w.codes, w.scales, xb,
-                      tk=dense_tk(k // splits, mp, steps, tk), steps=steps, chunked=chunked,
+                      tk=dense_tk(k // splits, mp, steps, tk, tiles), steps=steps,
+                      chunked=chunked,
                       splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
                       scoped=DENSE_OUT_SCOPED, token_major=DENSE_TOKEN_MAJOR)
     scale = w.global_scale * (2.0 ** SHIFT)
@@ -494,8 +500,10 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
 # Session 28: the 2-split dense call spends 1.7-2.1 us (of ~40 at M <= 8) in XLA's epilogue (the
 # partials' sum, transpose, scale, bf16). Here CTA (n, 0) writes its f32 partial to a workspace
 # and signals a semaphore; CTA (n, 1) waits for it, adds it to its own accumulator and stores the
-# bf16 rows of [M, N] itself (``_store_rows``), so the call is one launch. CTAs start in the order
-# of their linear index (n fastest), so every (n, 0) has started before any (n, 1) waits on it.
+# bf16 rows of [M, N] itself (``_store_rows``), so the call is one launch. It assumes that CTAs
+# are dispatched in the order of their linear index (n fastest), so that every (n, 0) has started
+# before its (n, 1) waits: CUDA does not promise that order, current GPUs keep it, and stream-K
+# GEMMs rely on the same.
 # The semaphores (``pl.get_global``, one per 64 weight rows) persist across calls and return to 0
 # in each (+1, then -1). Read at trace time. Session 28 (28e, H200, 8192 x 28672, two runs side
 # by side, bit-identical): M = 1 41.5 / 41.2 us against 40.8 / 40.8 XLA-summed, M = 8 41.1 /

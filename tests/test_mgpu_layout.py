@@ -591,6 +591,12 @@ def test_fp4_matmul_mosaic_dispatch_lowers_on_cpu():
                 xin, wm).lower(lowering_platforms=("cuda",)).as_text()
             assert "mosaic_gpu" in txt
     assert FM.dense_tk(8192, 8, 4) == 256 and FM.dense_tk(8192, 256, 2) == 128
+    assert FM.dense_tk(8192, 208, 2) == 256 and FM.dense_tk(8192, 216, 2) == 128
+    # 4 weight tiles' stages at tk 256 do not fit where 1 tile's do; at mp 256 their f32 output
+    # tiles alone (256 KB) do not
+    assert FM.dense_tk(8192, 128, 3) == 256 and FM.dense_tk(8192, 128, 3, tiles=4) == 128
+    with pytest.raises(ValueError, match="3 stages of 256 rows and 4 weight tiles"):
+        FM.dense_tk(8192, 256, 3, 128, tiles=4)
     assert FM.dense_smem(8, 256, 4, scoped=False) == 55296 + 1024  # 20a's resource dump
     assert FM.dense_smem(8, 256, 4, scoped=True) == 55296 - 64 * 8 * 4 + 1024  # output reuses
     assert FM.dense_smem(64, 256, 2, tiles=2, scoped=False) == 2 * 51200 + 32768 + 1024
