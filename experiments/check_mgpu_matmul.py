@@ -40,8 +40,7 @@ MS = (1, 8, 32, 64)
 rel = devtime.relerr
 
 # The plain dense kernel's trace-time knobs (fp4_matmul_mgpu): what maxdiff_t1 compares against.
-_PLAIN = dict(_DIAG_RAW_SCALES=False, DENSE_OUT_SCOPED=True, DENSE_FUSED_SPLITS=False,
-              DENSE_TOKEN_MAJOR=False)
+_PLAIN = dict(_DIAG_RAW_SCALES=False, DENSE_OUT_SCOPED=True, DENSE_TOKEN_MAJOR=False)
 
 
 @contextlib.contextmanager
@@ -52,23 +51,19 @@ def _knobs(**values):
     otherwise reuse another config's trace."""
     old = {name: getattr(FM, name) for name in values}
 
-    def clear():
-        FM._matmul_t.clear_cache()
-        FM._matmul_fused.clear_cache()
-
     for name, v in values.items():
         setattr(FM, name, v)
-    clear()
+    FM._matmul_t.clear_cache()
     try:
         yield
     finally:
         for name, v in old.items():
             setattr(FM, name, v)
-        clear()
+        FM._matmul_t.clear_cache()
 
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
 _KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
-          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"))
+          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"))  # fused: 28e's runs
 
 
 def summary_lines(path: str) -> list[str]:
@@ -137,9 +132,6 @@ def main(argv=None) -> int:
                          "e.g. 1,0 (0: the next tile decodes under the previous tile's wgmma)")
     ap.add_argument("--out-scoped", default="1",
                     help="dense: fp4_matmul_mgpu.DENSE_OUT_SCOPED values to time, e.g. 1,0")
-    ap.add_argument("--fused", default="0",
-                    help="dense: fp4_matmul_mgpu.DENSE_FUSED_SPLITS values to time, e.g. 0,1 "
-                         "(1: 2 splits summed in the kernel, no XLA epilogue)")
     ap.add_argument("--token-major", default="0",
                     help="dense: fp4_matmul_mgpu.DENSE_TOKEN_MAJOR values to time, e.g. 0,1 "
                          "(1: partials stored [splits, M, N] from registers, no transpose)")
@@ -181,7 +173,6 @@ def main(argv=None) -> int:
     tiles = [int(v) for v in a.tiles.split(",")] if a.tiles else [None]
     serials = [v == "1" for v in a.serial.split(",")]
     scopeds = [v == "1" for v in a.out_scoped.split(",")]
-    fuseds = [v == "1" for v in a.fused.split(",")]
     tmajors = [v == "1" for v in a.token_major.split(",")]
     deadline = time.time() + a.max_seconds
     baselines = [b for b in a.baselines.split(",") if b]
@@ -196,12 +187,12 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             mp = max(8, -(-m // 8) * 8)
             stepss = [int(v) for v in a.steps.split(",")] if a.steps else [FM.default_steps(mp)]
-            configs = ([(*c, False, False, 1, None, True, True, False, False)
+            configs = ([(*c, False, False, 1, None, True, True, False)
                         for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, True, 1, None, True, True, False, False)] if a.sweep
+                       + [(256, 4, False, True, 1, None, True, True, False)] if a.sweep
                        else [(min(tk, k // (sp or 1)), steps, a.chunked, False, sp, tl, se, sc,
-                              fu, tm)
-                             for tm in tmajors for fu in fuseds for sc in scopeds
+                              tm)
+                             for tm in tmajors for sc in scopeds
                              for sp in splits for tl in tiles
                              for se in serials for steps in stepss
                              for tk in ([int(v) for v in a.tk.split(",")] if a.tk
@@ -219,15 +210,13 @@ def main(argv=None) -> int:
                 return plains[(sp, tk)]
 
             based = a.sweep  # the baselines, once per shape and M, beside the first row
-            for tk, steps, chunked, diag, sp, tl, se, sc, fu, tm in configs:
+            for tk, steps, chunked, diag, sp, tl, se, sc, tm in configs:
                 auto = sp is None  # the default rule's choice (column auto_splits)
                 if auto:
                     sp = FM.default_splits(n, k, mp, tk, steps)
                 tl = FM.default_dense_tiles(n, mp) if tl is None else tl
                 if tl == 1 and se != serials[0]:
                     continue  # serial is moot with one tile: time it once
-                if fu and (tm or sp != 2 or tl != 1 or chunked):
-                    continue  # the fused kernel takes 2 splits of 1 tile, tile-major
                 if k % (tk * sp) or n % (FM.ROWS * tl) or \
                         FM.dense_smem(mp, tk, steps, tl, scoped=sc) > FM._SMEM_PER_SM:
                     continue
@@ -235,12 +224,12 @@ def main(argv=None) -> int:
                     print(f"  time budget spent: skipping K={k} N={n} M={m} tk={tk} "
                           f"steps={steps} splits={sp} tiles={tl}", flush=True)
                     continue
-                plain = tl == 1 and sc and not (fu or tm or diag)
+                plain = tl == 1 and sc and not (tm or diag)
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
                 with _knobs(_DIAG_RAW_SCALES=diag, DENSE_SERIAL_TILES=se, DENSE_OUT_SCOPED=sc,
-                            DENSE_FUSED_SPLITS=fu, DENSE_TOKEN_MAJOR=tm):
+                            DENSE_TOKEN_MAJOR=tm):
                     try:
                         out = f(x, wm)
                         err = rel(out, ref)
@@ -257,7 +246,7 @@ def main(argv=None) -> int:
                 d1 = None if plain or diag else float(jnp.max(jnp.abs(
                     out.astype(jnp.float32) - plain_out(sp, tk, steps).astype(jnp.float32))))
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
-                           auto_splits=auto, tiles=tl, serial=se, out_scoped=sc, fused=fu,
+                           auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
                            token_major=tm,
                            ctas=(n // (FM.ROWS * tl)) * sp, raw_scales_diag=diag,
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,

@@ -443,9 +443,8 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``splits`` > 1 splits K
     over that many CTAs per 64 weight rows (their f32 partials summed by XLA with the output's
-    transpose, without it under :data:`DENSE_TOKEN_MAJOR`, in the kernel under
-    :data:`DENSE_FUSED_SPLITS`); None: :func:`default_splits`; ``steps`` None: :func:`default_steps`; ``tk``
-    None: :func:`default_dense_tk`.
+    transpose, without it under :data:`DENSE_TOKEN_MAJOR`); None: :func:`default_splits`;
+    ``steps`` None: :func:`default_steps`; ``tk`` None: :func:`default_dense_tk`.
     ``tiles``: adjacent 64-row weight tiles per CTA, streamed against one x tile (x is read from
     L2 once per tiles x 64 rows); None: :func:`default_dense_tiles`.
     ``row_scale`` [M, 1] f32 multiplies the f32 result rows (an activation's global scale).
@@ -477,11 +476,6 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
     xb = x.astype(jnp.bfloat16)
     if m > 8 and m % 8:
         xb = jnp.pad(xb, ((0, mp - m), (0, 0)))
-    if DENSE_FUSED_SPLITS and splits == 2 and tiles == 1 and not chunked:
-        rs = jnp.ones((1,), jnp.float32) if row_scale is None else row_scale.reshape(m)
-        return _matmul_fused(w.codes, w.scales, xb, w.global_scale.reshape(1), rs,
-                             tk=dense_tk(k // 2, mp, steps, tk), steps=steps, mp=mp,
-                             scaled=row_scale is not None, m=m)
     out_t = _matmul_t(w.codes, w.scales, xb,
                       tk=dense_tk(k // splits, mp, steps, tk, tiles), steps=steps,
                       chunked=chunked,
@@ -493,108 +487,6 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
     else:  # [splits, N, Mp]
         out = jnp.sum(out_t, axis=0)[:, :m].T * scale
     return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
-
-
-# --- the dense kernel with its 2 split partials summed on chip -----------------------------------
-#
-# Session 28: the 2-split dense call spends 1.7-2.1 us (of ~40 at M <= 8) in XLA's epilogue (the
-# partials' sum, transpose, scale, bf16). Here CTA (n, 0) writes its f32 partial to a workspace
-# and signals a semaphore; CTA (n, 1) waits for it, adds it to its own accumulator and stores the
-# bf16 rows of [M, N] itself (``_store_rows``), so the call is one launch. It assumes that CTAs
-# are dispatched in the order of their linear index (n fastest), so that every (n, 0) has started
-# before its (n, 1) waits: CUDA does not promise that order, current GPUs keep it, and stream-K
-# GEMMs rely on the same.
-# The semaphores (``pl.get_global``, one per 64 weight rows) persist across calls and return to 0
-# in each (+1, then -1). Read at trace time. Session 28 (28e, H200, 8192 x 28672, two runs side
-# by side, bit-identical): M = 1 41.5 / 41.2 us against 40.8 / 40.8 XLA-summed, M = 8 41.1 /
-# 41.2 against 41.0 / 41.1, M = 3 41.3 / 41.7 against 42.6 / 42.1, M = 32 48.2 / 48.2 against
-# 48.5 / 48.3: the epilogue's time moved into the kernel's tail. Hence off.
-DENSE_FUSED_SPLITS = False
-
-
-def _partial_io(acc, ws_gmem, n0, *, add: bool):
-    """inline_mgpu: the f32 [64, mp] accumulator (WGMMA layout) of weight rows n0.. written to
-    (``add`` False; returns None) or read from the workspace ``ws_gmem`` [N, mp] and added
-    (returns the sum, WGMMA layout); each thread moves its own registers (8-byte accesses)."""
-    import jax.experimental.mosaic.gpu as mgpu
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import arith, vector
-    from jax.experimental.mosaic.gpu import fragmented_array as fa
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    splat = plgpu.Layout.WG_SPLAT(shape=())
-    ret = (plgpu.ShapeDtypeStruct(acc.shape, jnp.float32, layout=plgpu.Layout.WGMMA) if add
-           else ())
-
-    @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA, plgpu.RefType(), splat), return_type=ret)
-    def io(ctx, acc_fa, ws, n0_fa):
-        del ctx
-        base = splat_value(n0_fa)
-        out = np.empty(acc_fa.registers.shape, dtype=object)
-        idxs = fa.WGMMA_LAYOUT.thread_idxs(acc_fa.shape)
-        for pos, (r, col) in zip(np.ndindex(acc_fa.registers.shape), idxs):
-            reg = acc_fa.registers[pos]
-            at = [arith.addi(base, r), col]
-            if add:
-                out[pos] = arith.addf(reg, vector.load(reg.type, ws, at))
-            else:
-                vector.store(reg, ws, at)
-        if add:
-            return mgpu.FragmentedArray(_registers=out, _layout=fa.WGMMA_LAYOUT, _is_signed=None)
-        return ()
-
-    return io(acc, ws_gmem, n0)
-
-
-@functools.partial(jax.jit, static_argnames=("tk", "steps", "mp", "scaled", "m"))
-def _matmul_fused(codes, scales, xp, gscale, row_scale, *, tk, steps, mp, scaled, m=None):
-    """out [M, N] bf16 = x @ W * ``gscale`` (and ``row_scale`` [M] per row if ``scaled``) with K
-    split over 2 CTAs per 64 weight rows whose partials meet in a workspace (see
-    :data:`DENSE_FUSED_SPLITS`); x [M', K] with M <= M' <= ``mp`` (a multiple of 8): rows past
-    ``m`` (None: M') are padding, computed and not stored."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    n, k8 = codes.shape
-    k, m = 8 * k8, xp.shape[0] if m is None else m
-    kc = k // 2
-    if mp % 8 or not m <= xp.shape[0] <= mp <= 256:
-        raise ValueError(f"mp={mp} must be a multiple of 8 in [x rows={xp.shape[0]}, 256], "
-                         f"M={m} at most the x rows")
-    if k % 2 or kc % tk or tk % MG.SPAN:
-        raise ValueError(f"K={k} must split into 2 ranges that are multiples of tk={tk}, "
-                         f"tk a multiple of {MG.SPAN}")
-    tiles = n // ROWS
-
-    def body(u_gmem, s_gmem, x_gmem, g_gmem, rs_gmem, o_gmem, ws_gmem):
-        ni = jax.lax.axis_index("n")
-        ji = jax.lax.axis_index("k")
-        rows = pl.ds(ni * ROWS, ROWS)
-        acc = _k_loop(u_gmem.at[rows, pl.ds(ji * (kc // 8), kc // 8)],
-                      s_gmem.at[pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN), rows],
-                      x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk, steps=steps)
-        sem = pl.get_global(plgpu.SemaphoreType.REGULAR((tiles,)))
-        n0 = ni * ROWS
-
-        @pl.when(ji == 0)
-        def _():
-            _partial_io(acc, ws_gmem, n0, add=False)
-            plgpu.semaphore_signal(sem.at[ni], 1, memory_scope="gpu")
-
-        @pl.when(ji == 1)
-        def _():
-            plgpu.semaphore_wait(sem.at[ni], 1, memory_scope="gpu")
-            total = _partial_io(acc, ws_gmem, n0, add=True)
-            zero = jnp.int32(0)
-            _store_rows(total, o_gmem, rs_gmem if scaled else None, g_gmem[0] * 2.0 ** SHIFT,
-                        zero, zero, jnp.int32(m), jnp.int32(m), n0, m)
-
-    out, _ = plgpu.kernel(
-        body, out_type=(jax.ShapeDtypeStruct((m, n), jnp.bfloat16),
-                        jax.ShapeDtypeStruct((n, mp), jnp.float32)),
-        grid=(tiles, 2), grid_names=("n", "k"),
-    )(codes, scales, xp, gscale, row_scale)
-    return out
 
 
 # --- grouped (MoE) version ----------------------------------------------------------------------

@@ -604,36 +604,6 @@ def test_fp4_matmul_mosaic_dispatch_lowers_on_cpu():
         FM.dense_tk(96, 8, 4)
 
 
-def test_dense_fused_splits_lower_on_cpu(monkeypatch):
-    """``DENSE_FUSED_SPLITS``: the 2-split dense kernel that sums its partials through a
-    workspace and a semaphore per 64 weight rows lowers for CUDA (bf16 x at M = 1 and 8, a row
-    scale at M = 3; M = 13, whose x is padded to 16 rows: 28e's H200 run found the output
-    taking the padded row count), one Mosaic launch with the semaphore's release / acquire;
-    its bad inputs raise. (Its values are checked against the XLA-summed kernel on the H200.)"""
-    from pallas_kernels import fp4_matmul_mgpu as FM
-    from trace_jax.quant import quantize
-    q = quantize(jax.random.normal(jax.random.PRNGKey(3), (1024, 128)), "nvfp4", axis=-2,
-                 global_scope="tensor")
-    w = FM.prepare_mgpu(q)
-    monkeypatch.setattr(FM, "DENSE_FUSED_SPLITS", True)
-    for m, rs in ((1, None), (8, None), (3, jnp.ones((3, 1), jnp.float32)), (13, None)):
-        traced = jax.jit(lambda x, r: FM.fp4_matmul_mgpu(x, w, splits=2, row_scale=r,
-                                                         backend="mgpu")).trace(
-            jnp.zeros((m, 1024), jnp.bfloat16), rs)
-        assert traced.out_info.shape == (m, 128)
-        txt = traced.lower(lowering_platforms=("cuda",)).as_text()
-        assert txt.count("mosaic_gpu") >= 1 and "red.release.gpu" in txt
-        assert "fence.acquire.gpu" in txt and "wgmma.mma_async" in txt
-    with pytest.raises(ValueError, match=r"mp=8 .*x rows=9"):
-        FM._matmul_fused(w.codes, w.scales, jnp.zeros((9, 1024), jnp.bfloat16),
-                         w.global_scale.reshape(1), jnp.ones((1,)), tk=256, steps=2, mp=8,
-                         scaled=False)
-    with pytest.raises(ValueError, match="tk=384"):
-        FM._matmul_fused(w.codes, w.scales, jnp.zeros((8, 1024), jnp.bfloat16),
-                         w.global_scale.reshape(1), jnp.ones((1,)), tk=384, steps=2, mp=8,
-                         scaled=False)
-
-
 def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
     """``DENSE_TOKEN_MAJOR``: the dense kernel stores its f32 partials from registers as [splits,
     M, N] (the M token rows only), so XLA's epilogue is a sum without a transpose; it lowers
