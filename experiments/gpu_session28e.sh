@@ -8,7 +8,8 @@
 # 2-3 us faster (their epilogue transposes an odd width); M = 32 about 1 us faster.
 # Then the final defaults at M = 48 / 64 / 200 (28d's part 1-2) and, time allowing, the issue's
 # table with the fused kernel on.
-# Ran on commit 4be5e92's code; the fused kernel and --fused were removed afterwards (no gain).
+# Ran on commit 013b966's code; the fused kernel and --fused were removed afterwards (no gain;
+# 4be5e92 holds their last version).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session28e.sh
 source "$(dirname "$0")/gpu_prelude.sh" r28e
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
