@@ -132,9 +132,10 @@ def main(argv=None) -> int:
                          "e.g. 1,0 (0: the next tile decodes under the previous tile's wgmma)")
     ap.add_argument("--out-scoped", default="1",
                     help="dense: fp4_matmul_mgpu.DENSE_OUT_SCOPED values to time, e.g. 1,0")
-    ap.add_argument("--token-major", default="0",
+    ap.add_argument("--token-major", default="auto",
                     help="dense: fp4_matmul_mgpu.DENSE_TOKEN_MAJOR values to time, e.g. 0,1 "
-                         "(1: partials stored [splits, M, N] from registers, no transpose)")
+                         "(1: partials stored [splits, M, N] from registers, no transpose; "
+                         "auto: default_token_major)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="dense: skip the configs left after this many seconds (the results "
                          "so far are still written)")
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
     tiles = [int(v) for v in a.tiles.split(",")] if a.tiles else [None]
     serials = [v == "1" for v in a.serial.split(",")]
     scopeds = [v == "1" for v in a.out_scoped.split(",")]
-    tmajors = [v == "1" for v in a.token_major.split(",")]
+    tmajors = [None if v == "auto" else v == "1" for v in a.token_major.split(",")]
     deadline = time.time() + a.max_seconds
     baselines = [b for b in a.baselines.split(",") if b]
     for k, n in shapes:
@@ -224,7 +225,7 @@ def main(argv=None) -> int:
                     print(f"  time budget spent: skipping K={k} N={n} M={m} tk={tk} "
                           f"steps={steps} splits={sp} tiles={tl}", flush=True)
                     continue
-                plain = tl == 1 and sc and not (tm or diag)
+                plain = tl == 1 and sc and tm is False and not diag
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
@@ -247,7 +248,8 @@ def main(argv=None) -> int:
                     out.astype(jnp.float32) - plain_out(sp, tk, steps).astype(jnp.float32))))
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
                            auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
-                           token_major=tm,
+                           token_major=(FM.default_token_major(max(8, -(-m // 8) * 8))
+                                        if tm is None else tm),
                            ctas=(n // (FM.ROWS * tl)) * sp, raw_scales_diag=diag,
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)

@@ -241,13 +241,22 @@ DENSE_OUT_SCOPED = True
 # TMA into [splits, N, Mp] (XLA's epilogue then sums, slices M columns and transposes: 1.7-2.1
 # us at M <= 8, session 26); True, from registers straight into [splits, M, N], the M token rows
 # only (Mp where x is padded; predicated 4-byte stores), so the epilogue is an elementwise sum
-# without a transpose. Prepared in
-# session 28 (CPU-lowered, not yet run on a GPU); read at trace time.
-DENSE_TOKEN_MAJOR = False
+# without a transpose; None, :func:`default_token_major`. Read at trace time.
+DENSE_TOKEN_MAJOR: bool | None = None
 # The dense K step with tiles > 1: as SERIAL_TILES for the grouped kernel. Read at trace time.
 # Session 28 (8192 x 28672, H200): M = 64, tk 128, 3 stages: 73.7-74.1 us overlapped against
 # 76.6-77.7 serial; M = 1 / 8: 46.4 / 46.8 against 49.5 / 49.9. Hence False.
 DENSE_SERIAL_TILES = False
+
+
+def default_token_major(mp: int) -> bool:
+    """Whether the dense kernel stores token-major partials (:data:`DENSE_TOKEN_MAJOR`) for x
+    padded to ``mp`` rows: up to 32. Session 29 (29a, H200, 8192 x 28672, device time, two runs
+    side by side, bit-identical): M = 1 40.3 / 40.5 us against 40.7 / 40.8, M = 3 40.0 / 40.2
+    against 42.4 / 42.4, M = 8 40.7 / 40.8 against 40.9 / 41.2, M = 13 45.3 / 45.3 against
+    47.8 / 47.9, M = 32 48.2 / 48.2 against 48.7 / 48.1; M = 64 (2 tiles) 75.5 / 75.7 against
+    74.5 / 74.0: the predicated stores of 64 tokens cost more than the transpose they save."""
+    return mp <= 32
 
 
 def _store_partial_rows(acc, o_gmem, j, n0, m: int):
@@ -443,7 +452,7 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
     """x [M, K] bf16 @ W [K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation;
     equals :func:`fp4_matmul_mgpu_reference` up to f32 summation order. ``splits`` > 1 splits K
     over that many CTAs per 64 weight rows (their f32 partials summed by XLA with the output's
-    transpose, without it under :data:`DENSE_TOKEN_MAJOR`); None: :func:`default_splits`;
+    transpose, without it when token-major: :data:`DENSE_TOKEN_MAJOR`); None: :func:`default_splits`;
     ``steps`` None: :func:`default_steps`; ``tk`` None: :func:`default_dense_tk`.
     ``tiles``: adjacent 64-row weight tiles per CTA, streamed against one x tile (x is read from
     L2 once per tiles x 64 rows); None: :func:`default_dense_tiles`.
@@ -476,13 +485,14 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
     xb = x.astype(jnp.bfloat16)
     if m > 8 and m % 8:
         xb = jnp.pad(xb, ((0, mp - m), (0, 0)))
+    token_major = default_token_major(mp) if DENSE_TOKEN_MAJOR is None else DENSE_TOKEN_MAJOR
     out_t = _matmul_t(w.codes, w.scales, xb,
                       tk=dense_tk(k // splits, mp, steps, tk, tiles), steps=steps,
                       chunked=chunked,
                       splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
-                      scoped=DENSE_OUT_SCOPED, token_major=DENSE_TOKEN_MAJOR)
+                      scoped=DENSE_OUT_SCOPED, token_major=token_major)
     scale = w.global_scale * (2.0 ** SHIFT)
-    if DENSE_TOKEN_MAJOR:  # [splits, M or Mp (x padded), N]
+    if token_major:  # [splits, M or Mp (x padded), N]
         out = jnp.sum(out_t, axis=0)[:m] * scale
     else:  # [splits, N, Mp]
         out = jnp.sum(out_t, axis=0)[:, :m].T * scale

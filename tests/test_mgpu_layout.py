@@ -608,7 +608,7 @@ def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
     """``DENSE_TOKEN_MAJOR``: the dense kernel stores its f32 partials from registers as [splits,
     M, N] (the M token rows only), so XLA's epilogue is a sum without a transpose; it lowers
     for CUDA at M = 1, 8 and 13 (x padded to 16 rows; the output keeps 13) with 2 splits and at
-    M = 64 with 2 weight tiles, and the default layout still transposes."""
+    M = 64 with 2 weight tiles; by default (``default_token_major``) up to 32 rows only."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     q = quantize(jax.random.normal(jax.random.PRNGKey(4), (1024, 256)), "nvfp4", axis=-2,
@@ -622,6 +622,10 @@ def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
         assert traced.out_info.shape == (m, 256)
         return traced.lower(lowering_platforms=("cuda",)).as_text()
 
+    assert FM.DENSE_TOKEN_MAJOR is None  # the default: token-major up to 32 rows
+    assert "stablehlo.transpose" not in lowered(8, 2, 1)
+    assert "stablehlo.transpose" in lowered(64, 1, 2)
+    monkeypatch.setattr(FM, "DENSE_TOKEN_MAJOR", False)
     assert "stablehlo.transpose" in lowered(8, 2, 1)  # the [splits, N, Mp] tiles
     monkeypatch.setattr(FM, "DENSE_TOKEN_MAJOR", True)
     for m, splits, tiles in ((1, 2, 1), (8, 2, 1), (13, 2, 1), (64, 1, 2)):
