@@ -2,9 +2,10 @@
 # One H200, issue 6 (prepared in session 28, not yet run): the issue's full table
 # (`pallas_kernels.bench matmul --device-time`) with the session-28 defaults, with time for the
 # grouped rows that 26b / 28c / 28e's time guards skipped; it replaces session 20c's
-# `experiments/results/kernels_matmul.{md,json}` if every row ran. If 29a made
-# DENSE_TOKEN_MAJOR the default, this measures that too. Prediction: Mosaic dense 73-77% at
-# M = 1 / 8, 60-64% at 32, ~42% at 64; grouped Mosaic 60-70%.
+# `experiments/results/kernels_matmul.{md,json}` if every row ran. 29a made token-major
+# partials the default up to 32 rows (default_token_major); this measures that too.
+# Prediction (session 28; after 29a): Mosaic dense 73-77% (now 74-77%) at M = 1 / 8, 60-64%
+# (now 62-64%) at 32, ~42% (now ~41%) at 64; grouped Mosaic 60-70%.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session29b.sh
 source "$(dirname "$0")/gpu_prelude.sh" r29b
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
