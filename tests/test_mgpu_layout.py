@@ -631,3 +631,100 @@ def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
     for m, splits, tiles in ((1, 2, 1), (8, 2, 1), (13, 2, 1), (64, 1, 2)):
         txt = lowered(m, splits, tiles)
         assert "wgmma.mma_async" in txt and "stablehlo.transpose" not in txt
+
+
+@pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((20, 3, 0, 0), 26, 8),
+                                        ((0, 0, 2, 9), 40, 16), ((0, 0, 0, 0), 9, 8),
+                                        ((10, 5, 3), 12, 8), ((9, 17, 1), 27, 16)])
+def test_chunk_table_lists_every_chunk_of_the_aligned_layout(sizes, m, mp):
+    """``chunk_table`` (the streamed kernel's items): ``count`` chunks, in expert order, each
+    reading mp rows from an 8-aligned row of the aligned x whose stored columns are copies of
+    the sorted rows they are stored at; together they store each sorted row in [0, M) once
+    (rows past the groups' sum as zeros); the entries past ``count`` store nothing."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    gs = jnp.asarray(sizes, jnp.int32)
+    ends = FM._cumsum_small(gs)
+    aends, src = FM.aligned_rows(gs, m, mp)
+    tab, count = (np.asarray(a) for a in FM.chunk_table(gs, ends, aends, m, mp))
+    src = np.asarray(src)
+    c = len(tab) // 5
+    ex, x0, t0, hi, z = tab.reshape(5, c)
+    nchunks = np.asarray(FM.program_plan(gs, ends, jnp.arange(len(sizes)) == len(sizes) - 1,
+                                         m, mp)[3])
+    assert count.shape == (1,) and count[0] == nchunks.sum() <= c == -(-m // mp) + len(sizes)
+    np.testing.assert_array_equal(ex[:count[0]], np.repeat(np.arange(len(sizes)), nchunks))
+    np.testing.assert_array_equal(hi[count[0]:], 0)
+    stored = np.zeros(m, int)
+    for g in range(count[0]):
+        assert x0[g] % 8 == 0 and x0[g] + mp <= len(src) and 0 < hi[g] <= mp
+        for i in range(hi[g]):
+            assert src[x0[g] + i] == t0[g] + i
+            stored[t0[g] + i] += 1
+            assert (i >= z[g]) == (t0[g] + i >= sum(sizes))
+    np.testing.assert_array_equal(stored, 1)
+
+
+@pytest.mark.parametrize("sizes,m,mp", [((5, 0, 7, 1), 13, 8), ((0, 0, 2, 9), 40, 16),
+                                        ((0, 0, 0, 0), 9, 8), ((20, 3, 0, 0), 26, 8)])
+def test_streamed_grouped_emulation_equals_the_direct_one(monkeypatch, sizes, m, mp):
+    """With ``GROUPED_STREAM`` the grouped calls (one weight, the fused gate / up pair, a row
+    scale) store, through ``chunk_table``, exactly what the direct kernel's plan stores, every
+    row included (the emulations leave unstored rows NaN); the reference agrees to bf16."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    e, k, n = len(sizes), 128, 128
+    ws = [jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2,
+                                                     global_scope="tensor")))(
+        jax.random.normal(jax.random.PRNGKey(i), (e, k, n)) *
+        jnp.arange(1, e + 1, dtype=jnp.float32)[:, None, None]) for i in (2, 7)]
+    x = jax.random.normal(jax.random.PRNGKey(3), (m, k), jnp.bfloat16)
+    gs = jnp.asarray(sizes, jnp.int32)
+    rs = jax.random.uniform(jax.random.PRNGKey(4), (m, 1), minval=0.5, maxval=2.0)
+    calls = {"one": lambda: FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, mp=mp, backend="emulate"),
+             "scaled": lambda: FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, mp=mp, row_scale=rs,
+                                                          backend="emulate"),
+             "pair": lambda: FM.fp4_grouped_swiglu_mgpu(x, *ws, gs, mp=mp, backend="emulate")}
+    for name, call in calls.items():
+        monkeypatch.setattr(FM, "GROUPED_STREAM", False)
+        direct = np.asarray(call(), np.float32)
+        monkeypatch.setattr(FM, "GROUPED_STREAM", True)
+        streamed = np.asarray(call(), np.float32)
+        assert not np.isnan(streamed).any(), name
+        np.testing.assert_array_equal(streamed, direct, err_msg=name)
+    ref = FM.fp4_grouped_matmul_mgpu_reference(x, ws[0], gs)
+    np.testing.assert_allclose(np.asarray(calls["one"](), np.float32),
+                               np.asarray(ref, np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_streamed_grouped_kernel_lowers_and_sizes_its_grid(monkeypatch):
+    """The streamed kernel lowers for CUDA on the CPU (one weight with 1 and 2 tiles per item,
+    serial or overlapped K step, and the fused pair) on a grid of ``stream_ctas`` CTAs: 132 x
+    the CTAs whose stages fit an SM (4 at the down projection's knobs), or
+    ``GROUPED_STREAM_CTAS``, which is checked."""
+    import re
+
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    e, k, n, m = 2, 512, 256, 23
+    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(0), (e, k, n)), "nvfp4",
+                                 axis=-2, global_scope="tensor"))
+    gs = jnp.array([3, 20], jnp.int32)
+    x = jnp.zeros((m, k), jnp.bfloat16)
+    monkeypatch.setattr(FM, "GROUPED_STREAM", True)
+    assert FM.stream_ctas(1, 2, 16, 256, 2) == 4 * FM.STREAM_SMS
+    assert FM.stream_ctas(2, 1, 56, 256, 4) == FM.STREAM_SMS  # 4 stages of 55 KB: one CTA
+    for serial in (True, False):
+        monkeypatch.setattr(FM, "SERIAL_TILES", serial)
+        for f in (lambda x, w, g: FM.fp4_grouped_matmul_mgpu(x, w, g, backend="mgpu", nt=1),
+                  lambda x, w, g: FM.fp4_grouped_matmul_mgpu(x, w, g, backend="mgpu", nt=2),
+                  lambda x, w, g: FM.fp4_grouped_swiglu_mgpu(x, w, w, g, backend="mgpu")):
+            jaxpr = str(jax.make_jaxpr(f)(x, w, gs))
+            assert re.findall(r"Mesh\(grid=\((\d+),\)", jaxpr) == [
+                str(FM.stream_ctas(1, 1, 8, 256, 2))]
+            txt = jax.jit(f).trace(x, w, gs).lower(lowering_platforms=("cuda",)).as_text()
+            assert "wgmma.mma_async" in txt and "_grouped_stream" in txt
+    monkeypatch.setattr(FM, "GROUPED_STREAM_CTAS", 7)
+    assert FM.stream_ctas(1, 2, 16, 256, 2) == 7
+    monkeypatch.setattr(FM, "GROUPED_STREAM_CTAS", 0)
+    with pytest.raises(ValueError, match="GROUPED_STREAM_CTAS=0"):
+        FM.fp4_grouped_matmul_mgpu(x, w, gs, backend="mgpu")
