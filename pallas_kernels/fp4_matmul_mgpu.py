@@ -992,6 +992,7 @@ def _grouped_stream(codes, scales, x_aligned, tab, count, gscale, row_scale, *, 
     if nt < 1 or n % (ROWS * nt):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
     ksteps, nb, c = k // tk, n // (ROWS * nt), tab.shape[0] // 5
+    nmax = -(-(c * nb) // ctas)  # a bound on any CTA's items
     x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 
     def body(*refs):
@@ -1005,45 +1006,62 @@ def _grouped_stream(codes, scales, x_aligned, tab, count, gscale, row_scale, *, 
             t = cta + i * ctas
             return t // nb, (t % nb) * nt
 
-        def weight_spec(q, block, order):  # tile q of the item's nt, of one weight
-            def index(i, kk):
-                g, j = item(i)
-                return (tab_gmem[g], *order(kk, j + q))
-            return plgpu.BlockSpec(block, index)
+        def scoped(tab_s, scale_s):
+            # this CTA's items' table rows and global scales, copied to shared memory first (all
+            # loads issued before the first store): the pipeline's index maps and the stores
+            # read them there instead of waiting on a global load at every K step
+            gs = [jnp.minimum(item(i)[0], c - 1) for i in range(nmax)]
+            vals = [[tab_gmem[r * c + g] for r in range(5)] for g in gs]
+            scales_ = [[gr[v[0]] for gr in g_refs] for v in vals]
+            for i in range(nmax):
+                for r in range(5):
+                    tab_s[r * nmax + i] = vals[i][r]
+                for w in range(nw):
+                    scale_s[w * nmax + i] = scales_[i][w] * 2.0 ** SHIFT
 
-        def x_index(i, kk):  # (the aligned layout starts every chunk at a multiple of 8)
-            return pl.multiple_of(tab_gmem[c + item(i)[0]], 8), kk
+            def weight_spec(q, block, order):  # tile q of the item's nt, of one weight
+                def index(i, kk):
+                    return (tab_s[i], *order(kk, item(i)[1] + q))
+                return plgpu.BlockSpec(block, index)
 
-        specs = [weight_spec(q, (None, ROWS, tk // 8), lambda kk, j: (j, kk))
-                 for q in range(nt) for _ in range(nw)]
-        specs += [weight_spec(q, (None, tk // MG.SPAN, ROWS), lambda kk, j: (kk, j))
-                  for q in range(nt) for _ in range(nw)]
-        specs.append(plgpu.BlockSpec((pl.Element(mp), tk), x_index, transforms=x_tr))
+            def x_index(i, kk):  # (the aligned layout starts every chunk at a multiple of 8)
+                return pl.multiple_of(tab_s[nmax + i], 8), kk
 
-        def compute(*acc_refs):
-            def step(idx, *smem):
-                i, kk = idx
-                _step_mmas(acc_refs, smem[:nw * nt], smem[nw * nt:2 * nw * nt],
-                           smem[2 * nw * nt], tk=tk, serial=serial)
+            specs = [weight_spec(q, (None, ROWS, tk // 8), lambda kk, j: (j, kk))
+                     for q in range(nt) for _ in range(nw)]
+            specs += [weight_spec(q, (None, tk // MG.SPAN, ROWS), lambda kk, j: (kk, j))
+                      for q in range(nt) for _ in range(nw)]
+            specs.append(plgpu.BlockSpec((pl.Element(mp), tk), x_index, transforms=x_tr))
 
-                @pl.when(kk == ksteps - 1)
-                def _store():
-                    g, j = item(i)
-                    ex, t0, hi, z = (tab_gmem[r * c + g] for r in (0, 2, 3, 4))
-                    scale = tuple(gr[ex] * 2.0 ** SHIFT for gr in g_refs)
-                    for q in range(nt):
-                        accs = tuple(a[...] for a in acc_refs[q * nw:(q + 1) * nw])
-                        _store_rows(accs if nw > 1 else accs[0], o_gmem,
-                                    rs_gmem if scaled else None, scale if nw > 1 else scale[0],
-                                    t0, 0 * t0, hi, z, (j + q) * ROWS, m)
-                    for a in acc_refs:
-                        a[...] = jnp.zeros((ROWS, mp), jnp.float32)
+            def compute(*acc_refs):
+                def step(idx, *smem):
+                    i, kk = idx
+                    _step_mmas(acc_refs, smem[:nw * nt], smem[nw * nt:2 * nw * nt],
+                               smem[2 * nw * nt], tk=tk, serial=serial)
 
-            ws = [u for _ in range(nt) for u in u_refs] + [s for _ in range(nt) for s in s_refs]
-            plgpu.emit_pipeline(step, grid=(mine, ksteps), max_concurrent_steps=steps,
-                                in_specs=specs)(*ws, x_gmem)
+                    @pl.when(kk == ksteps - 1)
+                    def _store():
+                        j = item(i)[1]
+                        t0, hi, z = (tab_s[r * nmax + i] for r in (2, 3, 4))
+                        scale = tuple(scale_s[w * nmax + i] for w in range(nw))
+                        for q in range(nt):
+                            accs = tuple(a[...] for a in acc_refs[q * nw:(q + 1) * nw])
+                            _store_rows(accs if nw > 1 else accs[0], o_gmem,
+                                        rs_gmem if scaled else None,
+                                        scale if nw > 1 else scale[0],
+                                        t0, 0 * t0, hi, z, (j + q) * ROWS, m)
+                        for a in acc_refs:
+                            a[...] = jnp.zeros((ROWS, mp), jnp.float32)
 
-        pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * (nw * nt))
+                ws = ([u for _ in range(nt) for u in u_refs]
+                      + [s for _ in range(nt) for s in s_refs])
+                plgpu.emit_pipeline(step, grid=(mine, ksteps), max_concurrent_steps=steps,
+                                    in_specs=specs)(*ws, x_gmem)
+
+            pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * (nw * nt))
+
+        pl.run_scoped(scoped, plgpu.SMEM((5 * nmax,), jnp.int32),
+                      plgpu.SMEM((nw * nmax,), jnp.float32))
 
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(ctas,),
