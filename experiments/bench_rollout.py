@@ -931,10 +931,6 @@ def main(argv=None):
     ap.add_argument("--grouped_plan", default=None, choices=["kernel", "xla"],
                     help="the aligned x layout's bookkeeping: one Pallas Triton launch (the "
                          "default) or XLA ops (fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL)")
-    ap.add_argument("--grouped_stream", default=None, choices=["stream", "direct"],
-                    help="the grouped Mosaic kernels on the aligned x: one K pipeline per CTA "
-                         "over all its (chunk, tile) items, or a program per (expert, tile) "
-                         "(fp4_matmul_mgpu.GROUPED_STREAM)")
     ap.add_argument("--ceiling_from", default=None, metavar="JSON",
                     help="print the byte-ceiling table of a saved rollout_throughput.json and "
                          "exit (no device work)")
@@ -948,8 +944,6 @@ def main(argv=None):
         print(f"{saved.get('device')}: {saved.get('command')}\n\n{ceiling_table(ceil, peak)}")
         return {"ceiling": ceil}
     attention.FP4_CACHE_LAYOUT = args.kv_cache_layout
-    if args.grouped_stream:
-        fp4_matmul_mgpu.GROUPED_STREAM = args.grouped_stream == "stream"
     if args.grouped_plan:
         fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL = args.grouped_plan == "kernel"
     if args.grouped_tiles not in (None, "default"):

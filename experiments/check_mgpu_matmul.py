@@ -146,9 +146,6 @@ def main(argv=None) -> int:
     ap.add_argument("--summary", metavar="JSON", default=None,
                     help="instead: print a dense run's JSON (kernels_matmul_mgpu.json) as one "
                          "line per row")
-    ap.add_argument("--stream", action="store_true",
-                    help="with --grouped: also time the streamed kernel (fp4_matmul_mgpu."
-                         "GROUPED_STREAM) at the default knobs; its maxdiff is against mgpu")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -324,18 +321,6 @@ PREFILL_TOKENS = (2048, 8192)  # --prefill: 16K and 64K routed rows (mean group 
 E, TOPK = 128, 8
 
 
-def _streamed(f):
-    """``f`` traced and run with ``fp4_matmul_mgpu.GROUPED_STREAM`` on (read at trace time;
-    restored after every call)."""
-    def run(*args):
-        old, FM.GROUPED_STREAM = FM.GROUPED_STREAM, True
-        try:
-            return f(*args)
-        finally:
-            FM.GROUPED_STREAM = old
-    return run
-
-
 def grouped(a, argv) -> int:
     from pallas_kernels.bench_matmul import route
 
@@ -377,11 +362,6 @@ def grouped(a, argv) -> int:
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                             x_layout=lay, nt=nt)), wm, "body"))
-            if a.stream:
-                runs.append(("mgpu_stream", _streamed(jax.jit(
-                    lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                        x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu", x_layout=lay))),
-                    wm, "body"))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body"))
@@ -395,11 +375,6 @@ def grouped(a, argv) -> int:
                 try:
                     out = f(x, w, gs)
                     row[f"{name}_relerr"] = rel(out, ref)
-                    if name == "mgpu":
-                        first = out
-                    if name == "mgpu_stream":
-                        row[f"{name}_maxdiff"] = float("nan") if first is None else float(
-                            jnp.max(jnp.abs(out.astype(jnp.float32) - first.astype(jnp.float32))))
                     if a.aligned:
                         first = out if name == "mgpu" else first
                         row[f"{name}_maxdiff"] = float("nan") if first is None else float(

@@ -41,10 +41,10 @@ def parse_knobs(spec: str) -> list[dict]:
             kv = {k: int(v) for k, v in (p.split("=") for p in part.split(","))}
         except ValueError:
             raise SystemExit(f"--knobs: {part!r} is not name=integer[,name=integer...]") from None
-        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "stream"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
-                             f"serial, nt, stream)")
+                             f"serial, nt)")
         if "nt" in kv and (kv["nt"] < 1 or N % (64 * kv["nt"])):
             raise SystemExit(f"--knobs: nt={kv['nt']} does not tile N={N} in 64-row tiles")
         out.append(kv)
@@ -58,10 +58,10 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default="tk=128",
                     help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
                          "steps, serial (0 / 1: fp4_matmul_mgpu.SERIAL_TILES), nt "
-                         "(GROUPED_TILES), stream (0 / 1: GROUPED_STREAM)")
+                         "(GROUPED_TILES)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
-    serial0, nt0, stream0 = FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_STREAM  # defaults
+    serial0, nt0 = FM.SERIAL_TILES, FM.GROUPED_TILES  # the library defaults
     bw = devtime.report_copy_bandwidth(1 << 30)
     prep = jax.jit(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor")))
     wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (E, K, N), jnp.float32))
@@ -86,13 +86,12 @@ def main(argv=None) -> int:
             knobs = tuple(v.get(k) for k in ("mp", "tk", "steps"))
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
                 kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
-                nt=v.get("nt", nt0), stream=bool(v.get("stream", stream0)))))
+                nt=v.get("nt", nt0))))
         runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
             FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
             FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
-            FM.GROUPED_STREAM = kw.pop("stream", stream0)
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
             try:
                 out = f(xin, wg, wu, gs)

@@ -8,6 +8,8 @@
 # 216 rows: 30.3 -> 26-28), since its 3 K steps per program pay a pipeline fill each; the
 # 2048 x 768 single weight and the fused gate / up pair (8 K steps) 0-6% faster; the 4-layer
 # step at 32K 0.5-1.5% faster. A hang or a wrong row would show as a timeout or maxdiff > 0.
+# Ran at commit 517c794. The streamed kernel and its options were removed after 29d (not
+# faster; commit 5be97fb keeps them), so this script needs that commit.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session29c.sh
 source "$(dirname "$0")/gpu_prelude.sh" r29c
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -7,6 +7,8 @@
 # memory first. Prediction (written before the run): outputs identical; kernel alone within
 # -8%..+3% of the direct kernel (if the per-step loads were the whole loss, what is left is the
 # saved pipeline fills); the call still 5-10 us slower (chunk_table); the step within 2%.
+# Ran at commit 5be97fb. The streamed kernel and its options were removed after 29d (not
+# faster; commit 5be97fb keeps them), so this script needs that commit.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session29d.sh
 source "$(dirname "$0")/gpu_prelude.sh" r29d
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

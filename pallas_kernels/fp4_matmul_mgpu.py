@@ -183,34 +183,6 @@ def _decode_tile(uw, srows, tk):
     return dec(uw, *srows)
 
 
-def _step_mmas(acc_refs, u_smems, s_smems, x_smem, *, tk, chunked=False, serial=False):
-    """One K step of a warpgroup: each weight tile's codes and scales (shared memory) decoded
-    to bf16 in registers and multiplied into its accumulator against the x tile's tk columns,
-    then a wait for every wgmma. ``chunked``: one wgmma per 64-column span (the next span
-    decodes under it); ``serial``: wait for each tile's wgmma before decoding the next."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    for acc_ref, u_smem, s_smem in zip(acc_refs, u_smems, s_smems):
-        if chunked:  # one wgmma per 64-column span: the next span decodes under it
-            for j in range(tk // MG.SPAN):
-                uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)],
-                                layout=plgpu.Layout.WGMMA, optimized=False)
-                srow = plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
-                a = _decode_tile(uw, [srow], MG.SPAN)
-                xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
-                plgpu.wgmma(acc_ref, a, xs.T)
-        else:
-            uw = plgpu.load(u_smem, layout=plgpu.Layout.WGMMA, optimized=True)
-            srows = [plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
-                     for j in range(tk // MG.SPAN)]
-            a = _decode_tile(uw, srows, tk)
-            plgpu.wgmma(acc_ref, a, x_smem.T)
-        if serial and acc_ref is not acc_refs[-1]:
-            plgpu.wgmma_wait(0)
-    plgpu.wgmma_wait(0)
-
-
 def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
@@ -227,8 +199,25 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
 
     def compute(*acc_refs):
         def step(_, *smem):
-            _step_mmas(acc_refs, smem[:nw], smem[nw:2 * nw], smem[2 * nw], tk=tk,
-                       chunked=chunked, serial=serial)
+            x_smem = smem[2 * nw]
+            for acc_ref, u_smem, s_smem in zip(acc_refs, smem[:nw], smem[nw:2 * nw]):
+                if chunked:  # one wgmma per 64-column span: the next span decodes under it
+                    for j in range(tk // MG.SPAN):
+                        uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)],
+                                        layout=plgpu.Layout.WGMMA, optimized=False)
+                        srow = plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
+                        a = _decode_tile(uw, [srow], MG.SPAN)
+                        xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
+                        plgpu.wgmma(acc_ref, a, xs.T)
+                else:
+                    uw = plgpu.load(u_smem, layout=plgpu.Layout.WGMMA, optimized=True)
+                    srows = [plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
+                             for j in range(tk // MG.SPAN)]
+                    a = _decode_tile(uw, srows, tk)
+                    plgpu.wgmma(acc_ref, a, x_smem.T)
+                if serial and acc_ref is not acc_refs[-1]:
+                    plgpu.wgmma_wait(0)
+            plgpu.wgmma_wait(0)
 
         plgpu.emit_pipeline(
             step, grid=(k // tk,), max_concurrent_steps=steps,
@@ -868,23 +857,6 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
-def _emulated_products(codes, scales, gscale, ee, xr, rs):
-    """The emulations' products: f32 x rows ``xr`` [P, K] times expert ``ee`` [P]'s weights,
-    each scaled by its global scale (and ``rs`` [P] or 1.0) and rounded to bf16 as the kernel's
-    store does; a (gate, up) pair: then the SwiGLU in f32, rounded to bf16."""
-    e = codes[0].shape[0]
-    ys = []
-    for cw, sw, gw in zip(codes, scales, gscale):
-        w = MgpuWeights(codes=cw, scales=sw, global_scale=jnp.ones(e, jnp.float32))
-        wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
-        y = jnp.einsum("pk,pkn->pn", xr, wf[ee], precision="highest")
-        ys.append((y * (gw[ee] * 2.0 ** SHIFT * rs)[:, None]).astype(jnp.bfloat16))
-    if len(ys) == 1:
-        return ys[0]
-    gv, uv = (a.astype(jnp.float32) for a in ys)
-    return (gv * (1.0 / (1.0 + jnp.exp(-gv))) * uv).astype(jnp.bfloat16)
-
-
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
                              serial=False, nt=1):
@@ -909,185 +881,18 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     t = t0 + ii
     xr = x_sorted[jnp.clip(x0 + ii, 0, x_sorted.shape[0] - 1)].astype(jnp.float32)
     rs = row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0
-    y = _emulated_products(codes, scales, gscale, ee, xr, rs)
+    ys = []
+    for cw, sw, gw in zip(codes, scales, gscale):
+        w = MgpuWeights(codes=cw, scales=sw, global_scale=jnp.ones(e, jnp.float32))
+        wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32) * 2.0 ** -SHIFT  # [E, K, N]
+        y = jnp.einsum("pk,pkn->pn", xr, wf[ee], precision="highest")
+        ys.append((y * (gw[ee] * 2.0 ** SHIFT * rs)[:, None]).astype(jnp.bfloat16))
+    y = ys[0]
+    if len(ys) == 2:
+        gv, uv = (a.astype(jnp.float32) for a in ys)
+        y = (gv * (1.0 / (1.0 + jnp.exp(-gv))) * uv).astype(jnp.bfloat16)
     y = jnp.where((ii >= zstart)[:, None], 0.0, y.astype(jnp.float32))
     y = jnp.where((x0 + r > x_sorted.shape[0])[:, None], jnp.nan, y).astype(jnp.bfloat16)
-    out = jnp.full((m, n), jnp.nan, jnp.bfloat16)
-    return out.at[jnp.where(live, t, m)].set(y, mode="drop")
-
-
-# --- the streamed grouped kernel: one K pipeline over all of a CTA's (chunk, tile) items -------
-#
-# The direct kernel above runs a program per (expert, 64 x nt weight rows), each with its own
-# K pipeline: at decode a program streams one chunk over K = 768 in 3 steps (the down
-# projection), so the pipeline's fill and drain and the program's start are paid per 55 KB of
-# weights. Here a fixed grid of CTAs takes the (chunk, weight-tile) items in turn (item t =
-# chunk t // NB, tile block t % NB, CTA t % G) and one pipeline walks all of a CTA's items'
-# K steps, so the next item's tiles are in flight while the last step of the current one
-# computes; the item's rows are stored from its last step. Aligned x layout only (a chunk is
-# mp rows from an 8-aligned row). The chunks come from a table built once per call
-# (:func:`chunk_table`).
-
-# Whether the aligned-layout grouped calls run the streamed kernel. Read at trace time.
-# Prepared in session 29 (CPU-lowered and emulated; not yet run on a GPU), hence off.
-GROUPED_STREAM = False
-# CTAs of the streamed kernel: None, :data:`STREAM_SMS` x the CTAs whose pipeline stages fit
-# one SM's shared memory (at most 4); an int overrides it. Read at trace time.
-GROUPED_STREAM_CTAS: int | None = None
-STREAM_SMS = 132  # H100 / H200 SXM
-
-
-def chunk_table(group_sizes, ends, aends, m: int, mp: int):
-    """(tab [5 * C], count [1]) int32: the chunks of all experts in expert order, C =
-    ceil(M / mp) + E (a bound on their number), as five rows of C entries: the expert, the
-    first aligned x row (:func:`aligned_rows`' ``aends``), t0, hi and zstart of
-    :func:`chunk_columns` (the columns [0, hi) store sorted rows t0 + i, those from zstart store
-    0); ``count`` the number of real chunks. Entries past ``count`` repeat chunk 0's expert
-    and rows with hi = 0 (nothing stored). Same int32 values on every backend."""
-    e = group_sizes.shape[0]
-    c = -(-m // mp) + e
-    off, _, rows, nchunks = program_plan(group_sizes, ends, jnp.arange(e) == e - 1, m, mp)
-    aoff = aends - jnp.bitwise_and(rows + 7, -8)
-    cends = _cumsum_small(nchunks)
-    g = jnp.arange(c, dtype=jnp.int32)
-    ex = jnp.minimum(jnp.sum((cends[None, :] <= g[:, None]).astype(jnp.int32), axis=1), e - 1)
-    cc = g - (cends - nchunks)[ex]
-    real = g < cends[e - 1]
-    x0, t0, _, hi, zstart = chunk_columns(off[ex], None, rows[ex], ends[e - 1], cc, mp,
-                                          aoff[ex])
-    tab = jnp.stack([jnp.where(real, ex, 0), jnp.where(real, x0, 0), jnp.where(real, t0, 0),
-                     jnp.where(real, hi, 0), jnp.where(real, zstart, 0)]).astype(jnp.int32)
-    return tab.reshape(5 * c), cends[e - 1:].astype(jnp.int32)
-
-
-def stream_ctas(nw: int, nt: int, mp: int, tk: int, steps: int) -> int:
-    """:data:`GROUPED_STREAM_CTAS`, or :data:`STREAM_SMS` x the CTAs per SM whose pipeline
-    stages fit the SM's shared memory (per stage: nw x nt code tiles [64, tk / 8] and scale
-    tiles [tk / 64, 64] of uint32, the x tile [mp, tk] bf16), between 1 and 4."""
-    if GROUPED_STREAM_CTAS is not None:
-        if not isinstance(GROUPED_STREAM_CTAS, int) or GROUPED_STREAM_CTAS < 1:
-            raise ValueError(f"fp4_matmul_mgpu.GROUPED_STREAM_CTAS={GROUPED_STREAM_CTAS!r}: "
-                             "use None or a positive int")
-        return GROUPED_STREAM_CTAS
-    stage = nw * nt * (ROWS * tk // 8 * 4 + tk // MG.SPAN * ROWS * 4) + mp * tk * 2
-    return STREAM_SMS * max(1, min(4, _SMEM_PER_SM // (steps * stage + 2048)))
-
-
-@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "serial",
-                                             "nt", "ctas"))
-def _grouped_stream(codes, scales, x_aligned, tab, count, gscale, row_scale, *, mp, tk, steps,
-                    m, scaled, serial=False, nt=1, ctas=528):
-    """out [M, N] bf16 as :func:`_grouped_direct` on the aligned x, from ``ctas`` CTAs that
-    each stream their items (a chunk of :func:`chunk_table` x ``nt`` adjacent 64-row tiles of
-    each weight) through one K pipeline and store an item's rows from its last K step."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
-    nw = len(codes)
-    e, n, k8 = codes[0].shape
-    k = 8 * k8
-    if k % tk or tk % MG.SPAN:
-        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
-    if nt < 1 or n % (ROWS * nt):
-        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
-    ksteps, nb, c = k // tk, n // (ROWS * nt), tab.shape[0] // 5
-    nmax = -(-(c * nb) // ctas)  # a bound on any CTA's items
-    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-
-    def body(*refs):
-        u_refs, s_refs, g_refs = refs[:nw], refs[nw:2 * nw], refs[2 * nw:3 * nw]
-        x_gmem, tab_gmem, cnt_gmem, rs_gmem, o_gmem = refs[3 * nw:]
-        cta = jax.lax.axis_index("c")
-        items = cnt_gmem[0] * nb
-        mine = jnp.maximum(items - cta + (ctas - 1), 0) // ctas  # items cta, cta + G, ... < T
-
-        def item(i):  # (chunk, first 64-row tile) of this CTA's i-th item
-            t = cta + i * ctas
-            return t // nb, (t % nb) * nt
-
-        def scoped(tab_s, scale_s):
-            # this CTA's items' table rows and global scales, copied to shared memory first (all
-            # loads issued before the first store): the pipeline's index maps and the stores
-            # read them there instead of waiting on a global load at every K step
-            gs = [jnp.minimum(item(i)[0], c - 1) for i in range(nmax)]
-            vals = [[tab_gmem[r * c + g] for r in range(5)] for g in gs]
-            scales_ = [[gr[v[0]] for gr in g_refs] for v in vals]
-            for i in range(nmax):
-                for r in range(5):
-                    tab_s[r * nmax + i] = vals[i][r]
-                for w in range(nw):
-                    scale_s[w * nmax + i] = scales_[i][w] * 2.0 ** SHIFT
-
-            def weight_spec(q, block, order):  # tile q of the item's nt, of one weight
-                def index(i, kk):
-                    return (tab_s[i], *order(kk, item(i)[1] + q))
-                return plgpu.BlockSpec(block, index)
-
-            def x_index(i, kk):  # (the aligned layout starts every chunk at a multiple of 8)
-                return pl.multiple_of(tab_s[nmax + i], 8), kk
-
-            specs = [weight_spec(q, (None, ROWS, tk // 8), lambda kk, j: (j, kk))
-                     for q in range(nt) for _ in range(nw)]
-            specs += [weight_spec(q, (None, tk // MG.SPAN, ROWS), lambda kk, j: (kk, j))
-                      for q in range(nt) for _ in range(nw)]
-            specs.append(plgpu.BlockSpec((pl.Element(mp), tk), x_index, transforms=x_tr))
-
-            def compute(*acc_refs):
-                def step(idx, *smem):
-                    i, kk = idx
-                    _step_mmas(acc_refs, smem[:nw * nt], smem[nw * nt:2 * nw * nt],
-                               smem[2 * nw * nt], tk=tk, serial=serial)
-
-                    @pl.when(kk == ksteps - 1)
-                    def _store():
-                        j = item(i)[1]
-                        t0, hi, z = (tab_s[r * nmax + i] for r in (2, 3, 4))
-                        scale = tuple(scale_s[w * nmax + i] for w in range(nw))
-                        for q in range(nt):
-                            accs = tuple(a[...] for a in acc_refs[q * nw:(q + 1) * nw])
-                            _store_rows(accs if nw > 1 else accs[0], o_gmem,
-                                        rs_gmem if scaled else None,
-                                        scale if nw > 1 else scale[0],
-                                        t0, 0 * t0, hi, z, (j + q) * ROWS, m)
-                        for a in acc_refs:
-                            a[...] = jnp.zeros((ROWS, mp), jnp.float32)
-
-                ws = ([u for _ in range(nt) for u in u_refs]
-                      + [s for _ in range(nt) for s in s_refs])
-                plgpu.emit_pipeline(step, grid=(mine, ksteps), max_concurrent_steps=steps,
-                                    in_specs=specs)(*ws, x_gmem)
-
-            pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * (nw * nt))
-
-        pl.run_scoped(scoped, plgpu.SMEM((5 * nmax,), jnp.int32),
-                      plgpu.SMEM((nw * nmax,), jnp.float32))
-
-    return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(ctas,),
-        grid_names=("c",),
-    )(*codes, *scales, *gscale, x_aligned, tab, count, row_scale)
-
-
-def _grouped_stream_emulated(codes, scales, x_aligned, tab, count, gscale, row_scale, *, mp,
-                             tk, steps, m, scaled, serial=False, nt=1, ctas=528):
-    """What :func:`_grouped_stream` stores, in plain JAX (CPU tests of :func:`chunk_table`):
-    every chunk of the table below ``count`` reads mp aligned x rows and stores its columns
-    [0, hi) at rows t0 + i (0 from zstart on). Unstored rows stay NaN, a chunk reading past x
-    stores NaN."""
-    del tk, steps, serial, nt, ctas
-    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
-    n = codes[0].shape[1]
-    c = tab.shape[0] // 5
-    ex, x0, t0, hi, zstart = (tab[r * c:(r + 1) * c] for r in range(5))
-    gg, ii = (a.ravel() for a in jnp.meshgrid(jnp.arange(c), jnp.arange(mp), indexing="ij"))
-    live = (gg < count[0]) & (ii < hi[gg])
-    t = t0[gg] + ii
-    xr = x_aligned[jnp.clip(x0[gg] + ii, 0, x_aligned.shape[0] - 1)].astype(jnp.float32)
-    rs = row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0
-    y = _emulated_products(codes, scales, gscale, ex[gg], xr, rs)
-    y = jnp.where((ii >= zstart[gg])[:, None], 0.0, y.astype(jnp.float32))
-    y = jnp.where((x0[gg] + mp > x_aligned.shape[0])[:, None], jnp.nan, y).astype(jnp.bfloat16)
     out = jnp.full((m, n), jnp.nan, jnp.bfloat16)
     return out.at[jnp.where(live, t, m)].set(y, mode="drop")
 
@@ -1222,14 +1027,6 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
     codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
     ends = _cumsum_small(gs) if ends is None else ends
-    if layout == "aligned" and GROUPED_STREAM:
-        tab, count = chunk_table(gs, ends, aends, m, mp)
-        f = _grouped_stream_emulated if backend == "emulate" else _grouped_stream
-        tk = min(tk, k)
-        return f(codes[0] if one else codes, scales[0] if one else scales, xp, tab, count,
-                 gscale[0] if one else gscale, rs, mp=mp, tk=tk, steps=steps, m=m,
-                 scaled=row_scale is not None, serial=SERIAL_TILES, nt=nt,
-                 ctas=stream_ctas(len(ws), nt, mp, tk, steps))
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
