@@ -931,6 +931,9 @@ def main(argv=None):
     ap.add_argument("--grouped_plan", default=None, choices=["kernel", "xla"],
                     help="the aligned x layout's bookkeeping: one Pallas Triton launch (the "
                          "default) or XLA ops (fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL)")
+    ap.add_argument("--attn_p_precision", default=None, choices=["f32", "bf16"],
+                    help="P in the FP4-KV attention's P.V: split into two bf16 terms (f32, the "
+                         "default) or rounded once (attention_triton.P_PRECISION)")
     ap.add_argument("--ceiling_from", default=None, metavar="JSON",
                     help="print the byte-ceiling table of a saved rollout_throughput.json and "
                          "exit (no device work)")
@@ -968,6 +971,8 @@ def main(argv=None):
     if args.attn_combine:
         attention_triton.SPLIT_COMBINE = args.attn_combine
     nx.ACTIVATION_QUANTIZER = args.activation_quantizer
+    if args.attn_p_precision:
+        attention_triton.P_PRECISION = args.attn_p_precision
     if args.attn_partial_dtype:
         attention_triton.PARTIAL_DTYPE = {"f32": jnp.float32, "bf16": jnp.bfloat16}[
             args.attn_partial_dtype]

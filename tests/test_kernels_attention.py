@@ -268,6 +268,32 @@ def test_f32_p_precision_beats_bf16_p(fmt):
     assert err["bf16"] > 5 * err["f32"], err
 
 
+def test_p_precision_none_follows_the_module_default(monkeypatch):
+    """``precision=None`` takes ``P_PRECISION`` when the kernel traces (the rollout config's
+    ``attention_p_precision``): the same output as naming it; an unknown one is refused."""
+    b, hq, h, s, d = 1, 8, 1, 128, 128
+    q, k, v = _inputs(22, b, hq, h, s, d)
+    kc, vc = _cache(k * 0.3, "nvfp4"), _cache(v, "nvfp4")
+    lengths = jnp.asarray([s - 3], jnp.int32)
+
+    def run(**kw):
+        return np.asarray(AT.decode_attention_triton(
+            q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=64, num_splits=2,
+            out_dtype=jnp.float32, interpret=True, **kw))
+
+    named = {p: run(precision=p) for p in AT.P_PRECISIONS}
+    assert not np.array_equal(named["f32"], named["bf16"])
+    for p in AT.P_PRECISIONS:
+        monkeypatch.setattr(AT, "P_PRECISION", p)
+        AT.decode_attention_triton.clear_cache()  # (the default is read at trace time)
+        np.testing.assert_array_equal(run(), named[p])
+    monkeypatch.setattr(AT, "P_PRECISION", "f16")
+    AT.decode_attention_triton.clear_cache()
+    with pytest.raises(ValueError, match="precision must be one of"):
+        run()
+    AT.decode_attention_triton.clear_cache()
+
+
 def test_split_combine_kernel_equals_the_xla_combine():
     """The Pallas split combine (interpret mode) equals the XLA one on random partials with
     fully masked splits (running max -1e30, sum 0, as a split past the sequence's length

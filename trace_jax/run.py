@@ -71,6 +71,9 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
             raise ValueError(f"rollout.expert_kernel='mosaic' takes nvfp4 experts with d_model "
                              f"and d_expert multiples of 64; this run has {fmt}, d_model={d}, "
                              f"d_expert={f} (use 'auto' or 'triton')")
+    p_precision = config.rollout.get("attention_p_precision", "f32")
+    if p_precision not in ("f32", "bf16"):
+        raise ValueError(f"rollout.attention_p_precision={p_precision!r}: use 'f32' or 'bf16'")
     init_from = config.get("init_from", "")
     if init_from and not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
@@ -106,6 +109,15 @@ class Placement:
         """Host (numpy) trajectories, identical on every process, split by trajectory; each
         process places only its own shards (multi-host safe)."""
         return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
+
+
+def set_attention_p_precision(config) -> None:
+    """``rollout.attention_p_precision`` as the GPU decode attention kernel's module default
+    (``pallas_kernels.attention_triton.P_PRECISION``, read when the rollout step traces; the
+    CPU's reference attention is f32 throughout)."""
+    from pallas_kernels import attention_triton
+
+    attention_triton.P_PRECISION = config.rollout.get("attention_p_precision", "f32")
 
 
 def rollout_kernel_layout(config) -> bool | str:
@@ -284,6 +296,7 @@ def run(config) -> dict:
     tc = train_config(config)
     exp = X.build(config)
     validate(config, exp, tc)
+    set_attention_p_precision(config)
     workdir = workdir_of(config)
     os.makedirs(workdir, exist_ok=True)
     if D.is_main_process():
