@@ -797,6 +797,7 @@ def attention_kernel_version() -> str:
     tiling += ", split combine " + attention_triton.SPLIT_COMBINE + ", launch order (P, H, B)"
     partials = attention_triton.PARTIAL_DTYPE
     tiling += ", partials " + ("the output dtype" if partials is None else jnp.dtype(partials).name)
+    tiling += f", P in P.V {attention_triton.P_PRECISION}"
     quantizer = nx.ACTIVATION_QUANTIZER
     if quantizer == "auto":
         quantizer = "auto: " + ("kernel" if nx.quantize_kernel_active() else "xla")
