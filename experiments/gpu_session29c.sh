@@ -11,7 +11,8 @@
 # Ran at commit 517c794. The streamed kernel and its options were removed after 29d (not
 # faster; commit 5be97fb keeps them), so this script needs that commit.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session29c.sh
-source "$(dirname "$0")/gpu_prelude.sh" r29c
+NAME=${NAME:-r29c}  # (gpu_session29d.sh reruns this as r29d)
+source "$(dirname "$0")/gpu_prelude.sh" "$NAME"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
 timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --stream --out "$R/grouped" \
@@ -22,7 +23,7 @@ timeout 120 python3 experiments/check_mgpu_swiglu.py --tokens 27,111 --knobs "st
 echo "swiglu rc=$?"
 rollout_4l step_direct 90 fp4 32768 --steps 16 --grouped_stream direct
 rollout_4l step_stream 90 fp4 32768 --steps 16 --grouped_stream stream
-tar -C "$R" -czf "$OUT/r29c.tar.gz" .
+tar -C "$R" -czf "$OUT/$NAME.tar.gz" .
 for f in grouped swiglu; do
   grep -hE "^ *(k=|tokens=)" "$R/$f.txt" | tr ' ' '\n' \
     | grep -E "^(k|n|tokens|rows)=|kernel_us|^mgpu(_stream)?_us|^fused(_stream1)?_us|maxdiff|relerr" \

@@ -10,23 +10,4 @@
 # Ran at commit 5be97fb. The streamed kernel and its options were removed after 29d (not
 # faster; commit 5be97fb keeps them), so this script needs that commit.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session29d.sh
-source "$(dirname "$0")/gpu_prelude.sh" r29d
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
-timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --stream --out "$R/grouped" \
-  > "$R/grouped.txt" 2>&1
-echo "grouped rc=$?"
-timeout 120 python3 experiments/check_mgpu_swiglu.py --tokens 27,111 --knobs "stream=1" \
-  --out "$R/swiglu" > "$R/swiglu.txt" 2>&1
-echo "swiglu rc=$?"
-rollout_4l step_direct 90 fp4 32768 --steps 16 --grouped_stream direct
-rollout_4l step_stream 90 fp4 32768 --steps 16 --grouped_stream stream
-tar -C "$R" -czf "$OUT/r29d.tar.gz" .
-for f in grouped swiglu; do
-  grep -hE "^ *(k=|tokens=)" "$R/$f.txt" | tr ' ' '\n' \
-    | grep -E "^(k|n|tokens|rows)=|kernel_us|^mgpu(_stream)?_us|^fused(_stream1)?_us|maxdiff|relerr" \
-    | grep -v w4a4 | paste -sd' ' | fold -w 1000
-  grep -hiE "error|Traceback|timed out" "$R/$f.txt" | head -4
-done
-rollout_rows step_direct step_stream
-exit 0
+NAME=r29d exec bash "$(dirname "$0")/gpu_session29c.sh"  # the same runs, after 5be97fb
