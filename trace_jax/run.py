@@ -71,9 +71,12 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
             raise ValueError(f"rollout.expert_kernel='mosaic' takes nvfp4 experts with d_model "
                              f"and d_expert multiples of 64; this run has {fmt}, d_model={d}, "
                              f"d_expert={f} (use 'auto' or 'triton')")
+    from pallas_kernels.attention_triton import P_PRECISIONS
+
     p_precision = config.rollout.get("attention_p_precision", "f32")
-    if p_precision not in ("f32", "bf16"):
-        raise ValueError(f"rollout.attention_p_precision={p_precision!r}: use 'f32' or 'bf16'")
+    if p_precision not in P_PRECISIONS:
+        raise ValueError(f"rollout.attention_p_precision={p_precision!r}: use one of "
+                         f"{P_PRECISIONS}")
     init_from = config.get("init_from", "")
     if init_from and not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
