@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Prepared in session 29, not yet run (its device time was spent).
 # One H200, issue 7: 29e's f32 / bf16 P comparison for MXFP4 caches (the Triton v6 kernel,
 # MXFP4 knobs) at the rollout shapes, and NVFP4 at two small-batch shapes.
 # Prediction (written before the run): MXFP4 bf16 P 10-15% faster (60% of copy -> 67-70%);
