@@ -58,10 +58,11 @@ def base_config():
         # which FP4 grouped kernel kernel_layout packs for: "auto" (the Mosaic GPU kernel for
         # NVFP4 experts with K, N multiples of 64, else the Triton one), "triton", "mosaic"
         expert_kernel="auto",
-        # P in the GPU decode attention's P.V (pallas_kernels.attention_triton.P_PRECISION):
-        # "f32" (split into two bf16 terms, 8e-7 relative error at 128K) or "bf16" (rounded
-        # once, 5e-4; the attention call 13-15% faster at 32K+ on an H200, session 29). The
-        # trainer's attention is f32 either way, so "bf16" moves the rollout further from it.
+        # P in the rollout's decode attention P.V (trace_jax.ops.ATTENTION_P_PRECISION): "f32"
+        # (the GPU kernel splits it into two bf16 terms, 8e-7 relative error at 128K) or
+        # "bf16" (rounded once, 5e-4; the attention call 13-15% faster at 32K+ on an H200,
+        # session 29; the CPU reference rounds the same way). The trainer's attention is f32
+        # either way, so "bf16" moves the rollout further from it.
         attention_p_precision="f32",
     ))
 

@@ -797,7 +797,7 @@ def attention_kernel_version() -> str:
     tiling += ", split combine " + attention_triton.SPLIT_COMBINE + ", launch order (P, H, B)"
     partials = attention_triton.PARTIAL_DTYPE
     tiling += ", partials " + ("the output dtype" if partials is None else jnp.dtype(partials).name)
-    tiling += f", P in P.V {attention_triton.P_PRECISION}"
+    tiling += f", P in P.V {ops.ATTENTION_P_PRECISION}"
     quantizer = nx.ACTIVATION_QUANTIZER
     if quantizer == "auto":
         quantizer = "auto: " + ("kernel" if nx.quantize_kernel_active() else "xla")
@@ -934,7 +934,7 @@ def main(argv=None):
                          "default) or XLA ops (fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL)")
     ap.add_argument("--attn_p_precision", default=None, choices=["f32", "bf16"],
                     help="P in the FP4-KV attention's P.V: split into two bf16 terms (f32, the "
-                         "default) or rounded once (attention_triton.P_PRECISION)")
+                         "default) or rounded once (trace_jax.ops.ATTENTION_P_PRECISION)")
     ap.add_argument("--ceiling_from", default=None, metavar="JSON",
                     help="print the byte-ceiling table of a saved rollout_throughput.json and "
                          "exit (no device work)")
@@ -973,7 +973,7 @@ def main(argv=None):
         attention_triton.SPLIT_COMBINE = args.attn_combine
     nx.ACTIVATION_QUANTIZER = args.activation_quantizer
     if args.attn_p_precision:
-        attention_triton.P_PRECISION = args.attn_p_precision
+        ops.ATTENTION_P_PRECISION = args.attn_p_precision
     if args.attn_partial_dtype:
         attention_triton.PARTIAL_DTYPE = {"f32": jnp.float32, "bf16": jnp.bfloat16}[
             args.attn_partial_dtype]

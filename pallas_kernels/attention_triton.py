@@ -555,15 +555,6 @@ SPLIT_COMBINE = "kernel"
 # loop, another register / pipe mix), faster only at 32 x 32K (-4.6%) and for MXFP4 (-1%): f32
 # stays.
 PARTIAL_DTYPE = jnp.float32
-# P's precision in P.V (``decode_attention_triton(precision=None)``, read at trace time;
-# ``rollout.attention_p_precision``, ``bench_rollout.py --attn_p_precision``): "f32" (P split
-# into bf16 hi + lo terms, two MMAs: 8e-7 relative error at 128K against float64) or "bf16" (P
-# rounded once: 5e-4). Session 29 (29e, H200, NVFP4 v6, device time per call): bf16 P 638 vs
-# 736 us at 111 x 32K (80.3% vs 69.6% of copy), 609 vs 701 at 27 x 128K (82.0 / 71.2%), 734 vs
-# 848 at 128 x 32K, 199 vs 234 at 32 x 32K: the split is 13-15% of the call. f32 stays the
-# default: the rollout's attention should match the trainer's as closely as it can.
-P_PRECISION = "f32"
-P_PRECISIONS = ("f32", "bf16")
 SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 COMBINE_TD = 16  # D2 columns per combine program
 COMBINE_WARPS = 4  # warps per combine program
@@ -663,14 +654,15 @@ def default_version(k_cache, v_cache) -> str | None:
                      "split_order", "partial_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=None,
-                            precision=None, decode=None, chains=None,
+                            precision="f32", decode=None, chains=None,
                             out_dtype=jnp.bfloat16, split_combine=None, split_order=None,
                             partial_dtype=None, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
-    ``precision``: ``"f32"`` multiplies P @ V with P split into two bf16 terms (f32 accuracy of
-    P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour; 13-15% faster for NVFP4 v6 at
-    32K+); None: the module default ``P_PRECISION`` ("f32"). ``decode`` (FP4 caches;
+    ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
+    accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour; 13-15% faster for
+    NVFP4 v6 at 32K+, session 29; the model passes ``trace_jax.ops.ATTENTION_P_PRECISION``).
+    ``decode`` (FP4 caches;
     bf16 caches ignore it; None = the version that reads the caches' layouts: ``"v6"`` for K and
     V in the ``kv_layout`` word layout (what ``trace_jax.attention.init_cache`` makes), ``"v5"``
     for only K in it, else ``"v4"`` when head_dim % 8 == 0, else ``"v3"``): ``"v6"`` (K and V
@@ -709,9 +701,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                          f"{split_combine!r}")
     if split_combine is None:
         split_combine = "xla" if interpret else SPLIT_COMBINE
-    precision = P_PRECISION if precision is None else precision
-    if precision not in P_PRECISIONS:
-        raise ValueError(f"precision must be one of {P_PRECISIONS}, got {precision!r}")
+    if precision not in ("f32", "bf16"):
+        raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
     partial_dtype = jnp.dtype(partial_dtype or PARTIAL_DTYPE or out_dtype)
     if partial_dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
         raise ValueError(f"partial_dtype must be float32 or bfloat16, got {partial_dtype}")

@@ -269,18 +269,18 @@ def test_config_errors_before_compute(tmp_path):
     assert not os.path.exists(tmp_path / "metrics.jsonl")
 
 
-def test_attention_p_precision_reaches_the_kernel_default(monkeypatch, tmp_path):
-    """``rollout.attention_p_precision`` becomes the GPU attention kernel's module default
-    (read when the rollout step traces), "f32" when the config does not name it."""
-    from pallas_kernels import attention_triton as AT
-    monkeypatch.setattr(AT, "P_PRECISION", "f32")
+def test_attention_p_precision_reaches_the_attention_op(monkeypatch, tmp_path):
+    """``rollout.attention_p_precision`` becomes ``ops.ATTENTION_P_PRECISION`` (read when the
+    rollout step traces), "f32" when the config does not name it."""
+    from trace_jax import ops
+    monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "f32")
     RUN.set_attention_p_precision(small(tmp_path, **{"rollout.attention_p_precision": "bf16"}))
-    assert AT.P_PRECISION == "bf16"
+    assert ops.ATTENTION_P_PRECISION == "bf16"
     c = small(tmp_path)
     c.rollout.unlock()
     del c.rollout["attention_p_precision"]
     RUN.set_attention_p_precision(c)
-    assert AT.P_PRECISION == "f32"
+    assert ops.ATTENTION_P_PRECISION == "f32"
 
 
 def test_shifted_hint_batch_is_detected(tmp_path):

@@ -72,14 +72,32 @@ def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> 
     return (jax.nn.silu(g) * u).astype(x_MxK.dtype)
 
 
+# P's precision in the decode attention's P.V (read at trace time; ``rollout.
+# attention_p_precision`` sets it, ``bench_rollout.py --attn_p_precision`` too): "f32" (the GPU
+# kernel splits P into two bf16 terms, two MMAs: 8e-7 relative error at 128K against float64)
+# or "bf16" (P rounded once to bf16, one MMA: 5e-4). On the GPU the kernel takes it as its
+# ``precision``; the CPU reference rounds its unnormalised P to bf16 the same way, so CPU runs
+# show the rounding's effect (its size, not the kernel's bits). Session 29 (H200, NVFP4 v6,
+# device time; NOTES_attention): "bf16" makes the attention call 13-15% faster at 32K+ and the
+# 4-layer 30B FP4 step 9.0-9.5% faster; "f32" stays the default because the trainer's
+# attention is f32.
+ATTENTION_P_PRECISION = "f32"
+P_PRECISIONS = ("f32", "bf16")
+
+
 def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
-    """Attention of one query token per sequence over cache slots ``< lengths[b]``.
+    """Attention of one query token per sequence over cache slots ``< lengths[b]``, with P.V at
+    :data:`ATTENTION_P_PRECISION`.
 
     Caches are ``[B, Hkv, S, D]`` bf16 arrays or FP4 QTensors (see ``trace_jax.attention``)."""
+    if ATTENTION_P_PRECISION not in P_PRECISIONS:
+        raise ValueError(f"ops.ATTENTION_P_PRECISION={ATTENTION_P_PRECISION!r}: use one of "
+                         f"{P_PRECISIONS}")
     fn = _kernel("decode_attention", "decode_attention")
     if fn is not None:
-        return fn(q_BxHxD, k_cache, v_cache, lengths_B)
-    return decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B)
+        return fn(q_BxHxD, k_cache, v_cache, lengths_B, precision=ATTENTION_P_PRECISION)
+    return decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B,
+                                      p_precision=ATTENTION_P_PRECISION)
 
 
 def decode_attention_mgpu(q_BxHxD, cache, lengths_B) -> jax.Array:
@@ -94,10 +112,13 @@ def decode_attention_mgpu(q_BxHxD, cache, lengths_B) -> jax.Array:
     return decode_attention_reference(q_BxHxD, *from_mgpu_kv(cache), lengths_B)
 
 
-def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale=None) -> jax.Array:
+def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale=None,
+                               p_precision="f32") -> jax.Array:
     """Float32 masked-softmax attention over the dequantized cache, in ``q``'s dtype; slots
     ``>= lengths[b]`` may hold anything (NaN included). ``sm_scale`` defaults to 1/sqrt(D).
-    FP4 caches may be in either QTensor layout (natural, or init_cache's "kv_words")."""
+    FP4 caches may be in either QTensor layout (natural, or init_cache's "kv_words").
+    ``p_precision="bf16"``: the unnormalised weights exp(s - max) are rounded to bf16 before
+    P.V (their f32 sum normalises), as the GPU kernel's one-MMA P.V does."""
 
     def values(c):
         if not isinstance(c, Q.QTensor):
@@ -119,7 +140,13 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     s = jnp.einsum("bkgd,bksd->bkgs", qg, k, precision=hi) * scale
     valid = jnp.arange(S)[None, :] < lengths_B[:, None]  # B,S
     s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
-    p = jax.nn.softmax(s, axis=-1)
+    if p_precision not in P_PRECISIONS:
+        raise ValueError(f"p_precision must be one of {P_PRECISIONS}, got {p_precision!r}")
     v = jnp.where(valid[:, None, :, None], v, 0.0)  # unwritten slots may hold anything
-    o = jnp.einsum("bkgs,bksd->bkgd", p, v, precision=hi)
+    if p_precision == "bf16":
+        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        w = e.astype(jnp.bfloat16).astype(jnp.float32)
+        o = jnp.einsum("bkgs,bksd->bkgd", w, v, precision=hi) / jnp.sum(e, axis=-1)[..., None]
+    else:
+        o = jnp.einsum("bkgs,bksd->bkgd", jax.nn.softmax(s, axis=-1), v, precision=hi)
     return o.reshape(B, H, D).astype(q_BxHxD.dtype)

@@ -24,6 +24,7 @@ from trace_jax import distributed as D
 from trace_jax import experiment as X
 from trace_jax import grpo
 from trace_jax import model as M
+from trace_jax import ops
 from trace_jax import rollout as R
 from trace_jax import sharding as SH
 from trace_jax import tasks
@@ -71,12 +72,10 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
             raise ValueError(f"rollout.expert_kernel='mosaic' takes nvfp4 experts with d_model "
                              f"and d_expert multiples of 64; this run has {fmt}, d_model={d}, "
                              f"d_expert={f} (use 'auto' or 'triton')")
-    from pallas_kernels.attention_triton import P_PRECISIONS
-
     p_precision = config.rollout.get("attention_p_precision", "f32")
-    if p_precision not in P_PRECISIONS:
+    if p_precision not in ops.P_PRECISIONS:
         raise ValueError(f"rollout.attention_p_precision={p_precision!r}: use one of "
-                         f"{P_PRECISIONS}")
+                         f"{ops.P_PRECISIONS}")
     init_from = config.get("init_from", "")
     if init_from and not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
@@ -115,12 +114,10 @@ class Placement:
 
 
 def set_attention_p_precision(config) -> None:
-    """``rollout.attention_p_precision`` as the GPU decode attention kernel's module default
-    (``pallas_kernels.attention_triton.P_PRECISION``, read when the rollout step traces; the
-    CPU's reference attention is f32 throughout)."""
-    from pallas_kernels import attention_triton
-
-    attention_triton.P_PRECISION = config.rollout.get("attention_p_precision", "f32")
+    """``rollout.attention_p_precision`` as :data:`trace_jax.ops.ATTENTION_P_PRECISION` (read
+    when the rollout step traces: the GPU kernel's ``precision``, the CPU reference's rounding
+    of P)."""
+    ops.ATTENTION_P_PRECISION = config.rollout.get("attention_p_precision", "f32")
 
 
 def rollout_kernel_layout(config) -> bool | str:

@@ -1,0 +1,120 @@
+"""Rollout / trainer mismatch with the rollout's decode attention P rounded to bf16.
+
+  python experiments/p_precision_mismatch.py --config configs/tiny.py --checkpoint DIR \
+      [--batches 8] [--out experiments/results]
+
+``rollout.attention_p_precision="bf16"`` makes the GPU decode attention 13-15% faster (session
+29) by rounding P once to bf16 in P.V instead of splitting it into two bf16 terms; the trainer's
+attention stays f32. This script asks what that rounding does to METHOD.md's mismatch metrics:
+``trace_jax.diagnose`` on ``--batches`` eval batches of one checkpoint, once per precision, each
+precision in a process of its own (the rollout step reads ``ops.ATTENTION_P_PRECISION`` when it
+traces). On a CPU the reference attention rounds the same weights the kernel does (the
+rounding's size, not the kernel's bits). Batch b samples with the same key under both
+precisions, so the rows are paired. Writes ``p_precision_mismatch.{md,json}``: per variant
+and metric, the mean over batches under f32 and bf16 P and the mean paired difference with its
+standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRECISIONS = ("f32", "bf16")
+METRICS = ("kl_k3", "logprob_gap_mean", "logprob_gap_max", "code_agreement_hinted")
+
+
+def worker(config_path: str, checkpoint: str, precision: str, batches: int) -> list[dict]:
+    """``diagnose`` on batches 0 .. batches - 1 with the rollout's P at ``precision``."""
+    sys.path.insert(0, _REPO)
+    from trace_jax import checkpoint as C
+    from trace_jax import diagnose as DG
+    from trace_jax import ops
+    from trace_jax import run as RUN
+
+    config = _load_config(config_path)
+    config.rollout.attention_p_precision = precision
+    RUN.set_attention_p_precision(config)
+    assert ops.ATTENTION_P_PRECISION == precision
+    params = C.load_params(checkpoint, config)
+    out = []
+    for b in range(batches):
+        res = DG.diagnose(config, params, seed_step=b, hint_cost=False)
+        out.append({v: {m: r[m] for m in METRICS if m in r} for v, r in res.items()})
+    return out
+
+
+def _load_config(path: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("experiment_config", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+def summarize(rows: dict[str, list[dict]]) -> list[dict]:
+    """Per (variant, metric): the means under each precision and the paired bf16 - f32
+    difference (mean, standard error over batches)."""
+    out = []
+    for v in rows["f32"][0]:
+        for m in METRICS:
+            if m not in rows["f32"][0][v]:
+                continue
+            a = np.array([r[v][m] for r in rows["f32"]])
+            b = np.array([r[v][m] for r in rows["bf16"]])
+            d = b - a
+            out.append(dict(variant=v, metric=m, f32=float(a.mean()), bf16=float(b.mean()),
+                            diff=float(d.mean()),
+                            diff_se=float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1
+                            else float("nan")))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
+    ap.add_argument("--worker", choices=PRECISIONS, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.batches < 1:
+        raise SystemExit(f"--batches must be >= 1, got {a.batches}")
+    if a.worker:
+        print(json.dumps(worker(a.config, a.checkpoint, a.worker, a.batches)))
+        return 0
+    rows = {}
+    for p in PRECISIONS:
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--config", a.config,
+                               "--checkpoint", a.checkpoint, "--batches", str(a.batches),
+                               "--worker", p], capture_output=True, text=True, check=False)
+        if proc.returncode:
+            raise SystemExit(f"the {p} worker failed:\n{proc.stderr[-3000:]}")
+        rows[p] = json.loads(proc.stdout.strip().splitlines()[-1])
+    table = summarize(rows)
+    lines = ["# Rollout / trainer mismatch, decode attention P in f32 vs bf16", "",
+             f"command: `python experiments/p_precision_mismatch.py --config {a.config} "
+             f"--checkpoint {a.checkpoint} --batches {a.batches}` (CPU: the reference attention "
+             "rounds P as the GPU kernel does)", "",
+             "| variant | metric | f32 P | bf16 P | bf16 - f32 (paired, +- s.e.) |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['variant']} | {r['metric']} | {r['f32']:.4g} | {r['bf16']:.4g} | "
+              f"{r['diff']:+.3g} +- {r['diff_se']:.2g} |" for r in table]
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "p_precision_mismatch.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(a.out, "p_precision_mismatch.json"), "w") as f:
+        json.dump(dict(batches=a.batches, config=a.config, rows=rows, summary=table), f, indent=1)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
