@@ -80,7 +80,8 @@ def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> 
 # show the rounding's effect (its size, not the kernel's bits). Session 29 (H200, NVFP4 v6,
 # device time; NOTES_attention): "bf16" makes the attention call 13-15% faster at 32K+ and the
 # 4-layer 30B FP4 step 9.0-9.5% faster; "f32" stays the default because the trainer's
-# attention is f32.
+# attention is f32. (The opt-in Mosaic kernel over the "mgpu" cache layout,
+# :func:`decode_attention_mgpu`, keeps its own two P terms.)
 ATTENTION_P_PRECISION = "f32"
 P_PRECISIONS = ("f32", "bf16")
 
