@@ -61,8 +61,8 @@ def base_config():
         # P in the rollout's decode attention P.V (trace_jax.ops.ATTENTION_P_PRECISION): "f32"
         # (the GPU kernel splits it into two bf16 terms, 8e-7 relative error at 128K) or
         # "bf16" (rounded once, 5e-4; the attention call 13-15% faster at 32K+ on an H200,
-        # session 29; the CPU reference rounds the same way). The trainer's attention is f32
-        # either way, so "bf16" moves the rollout further from it.
+        # session 29; the CPU reference rounds P to bf16 too). The trainer's attention is f32
+        # either way; on tiny.py "bf16" raised TRACE's rollout / trainer kl_k3 by ~36%.
         attention_p_precision="f32",
     ))
 

@@ -8,8 +8,8 @@
 attention stays f32. This script asks what that rounding does to METHOD.md's mismatch metrics:
 ``trace_jax.diagnose`` on ``--batches`` eval batches of one checkpoint, once per precision, each
 precision in a process of its own (the rollout step reads ``ops.ATTENTION_P_PRECISION`` when it
-traces). On a CPU the reference attention rounds the same weights the kernel does (the
-rounding's size, not the kernel's bits). Batch b samples with the same key under both
+traces). On a CPU the reference attention rounds its weights to bf16 too: a rounding of the
+kernel's size, not its bits (the kernel rounds relative to a running max per block and split). Batch b samples with the same key under both
 precisions, so the rows are paired. Writes ``p_precision_mismatch.{md,json}``: per variant
 and metric, the mean over batches under f32 and bf16 P and the mean paired difference with its
 standard error.
@@ -101,8 +101,8 @@ def main(argv=None) -> int:
     table = summarize(rows)
     lines = ["# Rollout / trainer mismatch, decode attention P in f32 vs bf16", "",
              f"command: `python experiments/p_precision_mismatch.py --config {a.config} "
-             f"--checkpoint {a.checkpoint} --batches {a.batches}` (CPU: the reference attention "
-             "rounds P as the GPU kernel does)", "",
+             f"--checkpoint {a.checkpoint} --batches {a.batches}` (on a CPU the reference attention "
+             "rounds P to bf16: a rounding of the GPU kernel's size, not its bits)", "",
              "| variant | metric | f32 P | bf16 P | bf16 - f32 (paired, +- s.e.) |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['variant']} | {r['metric']} | {r['f32']:.4g} | {r['bf16']:.4g} | "

@@ -27,11 +27,14 @@ import jax.numpy as jnp
 from trace_jax import ops
 
 
-def decode_attention_reference(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto"):
-    """Pure-JAX f32 reference (and CPU fallback): ``trace_jax.ops``' reference, [B, Q, D] bf16."""
+def decode_attention_reference(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto",
+                               precision="f32"):
+    """Pure-JAX f32 reference (and CPU fallback): ``trace_jax.ops``' reference, [B, Q, D] bf16;
+    ``precision="bf16"``: P rounded to bf16 before P.V (``ops.decode_attention_reference``)."""
     del backend
     return ops.decode_attention_reference(q, k_cache, v_cache, jnp.asarray(lengths, jnp.int32),
-                                          sm_scale=sm_scale).astype(jnp.bfloat16)
+                                          sm_scale=sm_scale,
+                                          p_precision=precision).astype(jnp.bfloat16)
 
 
 def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto", **kw):
@@ -54,8 +57,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="au
     on_cpu = jax.default_backend() == "cpu"
     if backend == "auto":
         backend = "reference" if on_cpu else "triton"
-    if backend == "reference":
-        return decode_attention_reference(q, k_cache, v_cache, lengths, sm_scale=sm_scale)
+    if backend == "reference":  # (of the kernel's knobs only P's precision applies)
+        return decode_attention_reference(q, k_cache, v_cache, lengths, sm_scale=sm_scale,
+                                          precision=kw.get("precision", "f32"))
     if backend == "triton":
         from pallas_kernels.attention_triton import decode_attention_triton
 

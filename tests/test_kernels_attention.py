@@ -306,6 +306,18 @@ def test_reference_and_op_follow_the_p_precision(monkeypatch):
     monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "f16")
     with pytest.raises(ValueError, match="ATTENTION_P_PRECISION='f16'"):
         ops.decode_attention(q, kc, vc, jnp.asarray(lengths))
+    # on a GPU the op hands its setting to the kernel (a recorder stands in for it here), and
+    # the kernel glue's reference backend applies it
+    seen = []
+    monkeypatch.setattr(ops, "_kernel", lambda *a: lambda *args, **kw: seen.append(kw) or args[0])
+    monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "bf16")
+    ops.decode_attention(q, kc, vc, jnp.asarray(lengths))
+    assert seen == [{"precision": "bf16"}]
+    glue = DA.decode_attention(q.astype(jnp.float32), kc, vc, jnp.asarray(lengths),
+                               backend="reference", precision="bf16", block_k=64)
+    np.testing.assert_array_equal(np.asarray(glue, np.float64),
+                                  np.asarray(jnp.asarray(ref["bf16"]).astype(jnp.bfloat16),
+                                             np.float64))
 
 
 def test_split_combine_kernel_equals_the_xla_combine():

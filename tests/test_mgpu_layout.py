@@ -623,6 +623,7 @@ def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
         return traced.lower(lowering_platforms=("cuda",)).as_text()
 
     assert FM.DENSE_TOKEN_MAJOR is None  # the default: token-major up to 32 rows
+    assert FM.default_token_major(32) and not FM.default_token_major(40)
     assert "stablehlo.transpose" not in lowered(8, 2, 1)
     assert "stablehlo.transpose" in lowered(64, 1, 2)
     monkeypatch.setattr(FM, "DENSE_TOKEN_MAJOR", False)

@@ -52,6 +52,22 @@ def test_same_seed_same_rollout_and_different_seed_differs(params, fp4):
     assert np.all(np.asarray(a.response_lens) == S.max_new_tokens)
 
 
+def test_attention_p_precision_is_part_of_the_compiled_rollout(monkeypatch, params, fp4):
+    """``ops.ATTENTION_P_PRECISION`` set between two rollouts in one process takes effect: the
+    compiled rollout is keyed on it, so "bf16" (P rounded before P.V in the decode steps) gives
+    other log-probs than "f32", and switching back reproduces the first rollout exactly."""
+    from trace_jax import ops
+    out = {}
+    for p in ("f32", "bf16", "f32"):
+        monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", p)
+        out.setdefault(p, []).append(np.asarray(gen(params, fp4, 1).logprobs))
+    np.testing.assert_array_equal(out["f32"][0], out["f32"][1])
+    assert not np.array_equal(out["f32"][0], out["bf16"][0])
+    monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "f16")
+    with pytest.raises(ValueError, match="ops.ATTENTION_P_PRECISION='f16'"):
+        gen(params, fp4, 1)
+
+
 def test_greedy_equals_argmax_of_full_forward(params):
     bf = nx.make_numerics("bf16", CFG.n_layers)
     ro = gen(params, bf, sampling=dataclasses.replace(S, temperature=0.0), capture_hints=False)

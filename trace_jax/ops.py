@@ -13,6 +13,7 @@ Pallas kernels from ``pallas_kernels`` on GPU where they exist.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import jax
@@ -76,8 +77,8 @@ def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> 
 # attention_p_precision`` sets it, ``bench_rollout.py --attn_p_precision`` too): "f32" (the GPU
 # kernel splits P into two bf16 terms, two MMAs: 8e-7 relative error at 128K against float64)
 # or "bf16" (P rounded once to bf16, one MMA: 5e-4). On the GPU the kernel takes it as its
-# ``precision``; the CPU reference rounds its unnormalised P to bf16 the same way, so CPU runs
-# show the rounding's effect (its size, not the kernel's bits). Session 29 (H200, NVFP4 v6,
+# ``precision``; the CPU reference rounds its unnormalised P to bf16 too, so CPU runs show a
+# rounding of the same size (not the kernel's bits). Session 29 (H200, NVFP4 v6,
 # device time; NOTES_attention): "bf16" makes the attention call 13-15% faster at 32K+ and the
 # 4-layer 30B FP4 step 9.0-9.5% faster; "f32" stays the default because the trainer's
 # attention is f32. (The opt-in Mosaic kernel over the "mgpu" cache layout,
@@ -86,14 +87,30 @@ ATTENTION_P_PRECISION = "f32"
 P_PRECISIONS = ("f32", "bf16")
 
 
+def check_p_precision(p: str, name: str = "ops.ATTENTION_P_PRECISION") -> str:
+    """``p`` if it is one of :data:`P_PRECISIONS`, else a ValueError naming ``name``."""
+    if p not in P_PRECISIONS:
+        raise ValueError(f"{name}={p!r}: use one of {P_PRECISIONS}")
+    return p
+
+
+@contextlib.contextmanager
+def attention_p_precision(p: str):
+    """:data:`ATTENTION_P_PRECISION` set to ``p`` inside (for a trace), restored after."""
+    global ATTENTION_P_PRECISION
+    old, ATTENTION_P_PRECISION = ATTENTION_P_PRECISION, check_p_precision(p)
+    try:
+        yield
+    finally:
+        ATTENTION_P_PRECISION = old
+
+
 def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
     """Attention of one query token per sequence over cache slots ``< lengths[b]``, with P.V at
     :data:`ATTENTION_P_PRECISION`.
 
     Caches are ``[B, Hkv, S, D]`` bf16 arrays or FP4 QTensors (see ``trace_jax.attention``)."""
-    if ATTENTION_P_PRECISION not in P_PRECISIONS:
-        raise ValueError(f"ops.ATTENTION_P_PRECISION={ATTENTION_P_PRECISION!r}: use one of "
-                         f"{P_PRECISIONS}")
+    check_p_precision(ATTENTION_P_PRECISION)
     fn = _kernel("decode_attention", "decode_attention")
     if fn is not None:
         return fn(q_BxHxD, k_cache, v_cache, lengths_B, precision=ATTENTION_P_PRECISION)
@@ -119,7 +136,8 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     ``>= lengths[b]`` may hold anything (NaN included). ``sm_scale`` defaults to 1/sqrt(D).
     FP4 caches may be in either QTensor layout (natural, or init_cache's "kv_words").
     ``p_precision="bf16"``: the unnormalised weights exp(s - max) are rounded to bf16 before
-    P.V (their f32 sum normalises), as the GPU kernel's one-MMA P.V does."""
+    P.V (their f32 sum normalises): a rounding of the size the GPU kernel's one-MMA P.V makes,
+    not its bits (the kernel rounds relative to a running max per block and split)."""
 
     def values(c):
         if not isinstance(c, Q.QTensor):
@@ -141,8 +159,7 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     s = jnp.einsum("bkgd,bksd->bkgs", qg, k, precision=hi) * scale
     valid = jnp.arange(S)[None, :] < lengths_B[:, None]  # B,S
     s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
-    if p_precision not in P_PRECISIONS:
-        raise ValueError(f"p_precision must be one of {P_PRECISIONS}, got {p_precision!r}")
+    check_p_precision(p_precision, "p_precision")
     v = jnp.where(valid[:, None, :, None], v, 0.0)  # unwritten slots may hold anything
     if p_precision == "bf16":
         e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))

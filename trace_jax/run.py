@@ -72,10 +72,7 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
             raise ValueError(f"rollout.expert_kernel='mosaic' takes nvfp4 experts with d_model "
                              f"and d_expert multiples of 64; this run has {fmt}, d_model={d}, "
                              f"d_expert={f} (use 'auto' or 'triton')")
-    p_precision = config.rollout.get("attention_p_precision", "f32")
-    if p_precision not in ops.P_PRECISIONS:
-        raise ValueError(f"rollout.attention_p_precision={p_precision!r}: use one of "
-                         f"{ops.P_PRECISIONS}")
+    attention_p_precision(config)
     init_from = config.get("init_from", "")
     if init_from and not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
@@ -113,11 +110,17 @@ class Placement:
         return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
 
 
+def attention_p_precision(config) -> str:
+    """``rollout.attention_p_precision`` ("f32" when absent), checked."""
+    return ops.check_p_precision(config.rollout.get("attention_p_precision", "f32"),
+                                 "rollout.attention_p_precision")
+
+
 def set_attention_p_precision(config) -> None:
-    """``rollout.attention_p_precision`` as :data:`trace_jax.ops.ATTENTION_P_PRECISION` (read
-    when the rollout step traces: the GPU kernel's ``precision``, the CPU reference's rounding
-    of P)."""
-    ops.ATTENTION_P_PRECISION = config.rollout.get("attention_p_precision", "f32")
+    """``rollout.attention_p_precision`` as :data:`trace_jax.ops.ATTENTION_P_PRECISION`: the
+    decode attention's P in every later rollout (``rollout.generate`` keys its compiled step on
+    it; the GPU kernel's ``precision``, the CPU reference's rounding of P)."""
+    ops.ATTENTION_P_PRECISION = attention_p_precision(config)
 
 
 def rollout_kernel_layout(config) -> bool | str:
