@@ -248,8 +248,7 @@ def main(argv=None) -> int:
                     out.astype(jnp.float32) - plain_out(sp, tk, steps).astype(jnp.float32))))
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
                            auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
-                           token_major=(FM.default_token_major(max(8, -(-m // 8) * 8))
-                                        if tm is None else tm),
+                           token_major=FM.default_token_major(mp) if tm is None else tm,
                            ctas=(n // (FM.ROWS * tl)) * sp, raw_scales_diag=diag,
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)

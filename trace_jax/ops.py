@@ -139,6 +139,8 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     P.V (their f32 sum normalises): a rounding of the size the GPU kernel's one-MMA P.V makes,
     not its bits (the kernel rounds relative to a running max per block and split)."""
 
+    check_p_precision(p_precision, "p_precision")
+
     def values(c):
         if not isinstance(c, Q.QTensor):
             return c.astype(jnp.float32)
@@ -159,7 +161,6 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     s = jnp.einsum("bkgd,bksd->bkgs", qg, k, precision=hi) * scale
     valid = jnp.arange(S)[None, :] < lengths_B[:, None]  # B,S
     s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
-    check_p_precision(p_precision, "p_precision")
     v = jnp.where(valid[:, None, :, None], v, 0.0)  # unwritten slots may hold anything
     if p_precision == "bf16":
         e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
