@@ -58,11 +58,12 @@ def base_config():
         # which FP4 grouped kernel kernel_layout packs for: "auto" (the Mosaic GPU kernel for
         # NVFP4 experts with K, N multiples of 64, else the Triton one), "triton", "mosaic"
         expert_kernel="auto",
-        # P in the rollout's decode attention P.V (trace_jax.ops.ATTENTION_P_PRECISION): "f32"
+        # P in the rollout's decode attention P.V (the rollout Numerics' attention_p): "f32"
         # (the GPU kernel splits it into two bf16 terms, 8e-7 relative error at 128K) or
-        # "bf16" (rounded once, 5e-4; the attention call 13-15% faster at 32K+ on an H200,
-        # session 29; the CPU reference rounds P to bf16 too). The trainer's attention is f32
-        # either way; on tiny.py "bf16" raised TRACE's rollout / trainer kl_k3 by ~36%.
+        # "bf16" (rounded once, 5e-4; the attention call 13-15% faster at 32K+ on an H200 for
+        # NVFP4 caches, 10% for MXFP4, sessions 29-30; the CPU reference rounds P to bf16 too).
+        # The trainer's attention is f32 either way; on tiny.py "bf16" raised TRACE's
+        # rollout / trainer kl_k3 by ~36%.
         attention_p_precision="f32",
     ))
 

@@ -468,7 +468,8 @@ def step_bytes(cfg, params, batch, context, touched, kv_tok, fp4_w) -> dict:
 
 def run_engine(name, cfg_run, cfg_full, context, batch, args, key, copy_bw, want_breakdown):
     mode, sites, hsites, capture, attn = ENGINES[name]
-    numerics = nx.make_numerics(mode, cfg_run.n_layers, fmt=args.fmt, sites=sites, hint_sites=hsites)
+    numerics = nx.make_numerics(mode, cfg_run.n_layers, fmt=args.fmt, sites=sites,
+                                hint_sites=hsites).with_attention_p(args.attn_p_precision)
     fp4_w, fp4_kv = engine_precisions(name)
     experts_via = expert_backend(name, args.kernel_layout)
     row = {"engine": name, "context": context, "batch": batch, "capture_hints": capture,
@@ -777,9 +778,9 @@ def write_outputs(out_dir: Path, res: dict, md: str, plot: bool):
     plt.close(fig)
 
 
-def attention_kernel_version() -> str:
+def attention_kernel_version(p_precision: str = "f32") -> str:
     """Which decode-attention kernel the engines run (on the GPU ``ops.decode_attention`` calls
-    ``decode_attention_triton`` with its defaults)."""
+    ``decode_attention_triton`` with its defaults and ``precision=p_precision``)."""
     import inspect
 
     from pallas_kernels.attention_triton import decode_attention_triton
@@ -797,7 +798,7 @@ def attention_kernel_version() -> str:
     tiling += ", split combine " + attention_triton.SPLIT_COMBINE + ", launch order (P, H, B)"
     partials = attention_triton.PARTIAL_DTYPE
     tiling += ", partials " + ("the output dtype" if partials is None else jnp.dtype(partials).name)
-    tiling += f", P in P.V {ops.ATTENTION_P_PRECISION}"
+    tiling += f", P in P.V {p_precision}"
     quantizer = nx.ACTIVATION_QUANTIZER
     if quantizer == "auto":
         quantizer = "auto: " + ("kernel" if nx.quantize_kernel_active() else "xla")
@@ -932,9 +933,9 @@ def main(argv=None):
     ap.add_argument("--grouped_plan", default=None, choices=["kernel", "xla"],
                     help="the aligned x layout's bookkeeping: one Pallas Triton launch (the "
                          "default) or XLA ops (fp4_matmul_mgpu.ALIGNED_ROWS_KERNEL)")
-    ap.add_argument("--attn_p_precision", default=None, choices=["f32", "bf16"],
-                    help="P in the FP4-KV attention's P.V: split into two bf16 terms (f32, the "
-                         "default) or rounded once (trace_jax.ops.ATTENTION_P_PRECISION)")
+    ap.add_argument("--attn_p_precision", default="f32", choices=["f32", "bf16"],
+                    help="P in the decode attention's P.V: split into two bf16 terms (f32, the "
+                         "default) or rounded once (the engines' Numerics.attention_p)")
     ap.add_argument("--ceiling_from", default=None, metavar="JSON",
                     help="print the byte-ceiling table of a saved rollout_throughput.json and "
                          "exit (no device work)")
@@ -972,8 +973,6 @@ def main(argv=None):
     if args.attn_combine:
         attention_triton.SPLIT_COMBINE = args.attn_combine
     nx.ACTIVATION_QUANTIZER = args.activation_quantizer
-    if args.attn_p_precision:
-        ops.ATTENTION_P_PRECISION = args.attn_p_precision
     if args.attn_partial_dtype:
         attention_triton.PARTIAL_DTYPE = {"f32": jnp.float32, "bf16": jnp.bfloat16}[
             args.attn_partial_dtype]
@@ -1011,7 +1010,8 @@ def main(argv=None):
            "hbm_gb": args.hbm_gb, "workspace_gb": args.workspace_gb, "fmt": args.fmt,
            "steps": args.steps, "warmup": args.warmup, "loop": args.loop, "copy_bw_Bps": copy_bw,
            "param_count": param_count(cfg_full, args.fmt), "sizing": {}, "rows": [], "prefill": [],
-           "targets": [], "notes": [], "attention_kernel": attention_kernel_version(),
+           "targets": [], "notes": [],
+           "attention_kernel": attention_kernel_version(args.attn_p_precision),
            "hbm_peak_Bps": args.hbm_peak_tbs * 1e12 if args.hbm_peak_tbs else None}
     out_dir = Path(args.out)
 

@@ -24,7 +24,6 @@ from trace_jax import experiment as X
 from trace_jax import model as M
 from trace_jax import numerics as nx
 from trace_jax import rollout as R
-from trace_jax import run as RUN
 from trace_jax import tasks
 
 
@@ -47,7 +46,6 @@ def evaluate(config, params, numerics: nx.Numerics, n_batches: int, *,
     if n_batches < 1:
         raise ValueError(f"n_batches must be >= 1, got {n_batches}")
     exp = X.build(config)
-    RUN.set_attention_p_precision(config)  # (the rollout's decode attention, as in the run)
     sampling = dataclasses.replace(exp.sampling, temperature=0.0, top_k=0, top_p=1.0)
     rparams = pack_params_ptq(params, numerics, scale_rule)
     key = jax.random.key(0)  # unused at temperature 0

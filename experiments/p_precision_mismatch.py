@@ -6,11 +6,11 @@
 ``rollout.attention_p_precision="bf16"`` makes the GPU decode attention 13-15% faster (session
 29) by rounding P once to bf16 in P.V instead of splitting it into two bf16 terms; the trainer's
 attention stays f32. This script asks what that rounding does to METHOD.md's mismatch metrics:
-``trace_jax.diagnose`` on ``--batches`` eval batches of one checkpoint, once per precision, each
-precision in a process of its own (the rollout step reads ``ops.ATTENTION_P_PRECISION`` when it
-traces). On a CPU the reference attention rounds its weights to bf16 too: a rounding of the
-kernel's size, not its bits (the kernel rounds relative to a running max per block and split). Batch b samples with the same key under both
-precisions, so the rows are paired. Writes ``p_precision_mismatch.{md,json}``: per variant
+``trace_jax.diagnose`` on ``--batches`` eval batches of one checkpoint, once per precision (the
+config field becomes the rollout numerics' ``attention_p``, a static argument of the compiled
+rollout). On a CPU the reference attention rounds its weights to bf16 too: a rounding of the
+kernel's size, not its bits (the kernel rounds relative to a running max per block and split).
+Batch b samples with the same key under both precisions, so the rows are paired. Writes ``p_precision_mismatch.{md,json}``: per variant
 and metric, the mean over batches under f32 and bf16 P and the mean paired difference with its
 standard error.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -30,18 +29,15 @@ PRECISIONS = ("f32", "bf16")
 METRICS = ("kl_k3", "logprob_gap_mean", "logprob_gap_max", "code_agreement_hinted")
 
 
-def worker(config_path: str, checkpoint: str, precision: str, batches: int) -> list[dict]:
+def diagnose_batches(config_path: str, checkpoint: str, precision: str,
+                     batches: int) -> list[dict]:
     """``diagnose`` on batches 0 .. batches - 1 with the rollout's P at ``precision``."""
     sys.path.insert(0, _REPO)
     from trace_jax import checkpoint as C
     from trace_jax import diagnose as DG
-    from trace_jax import ops
-    from trace_jax import run as RUN
 
     config = _load_config(config_path)
     config.rollout.attention_p_precision = precision
-    RUN.set_attention_p_precision(config)
-    assert ops.ATTENTION_P_PRECISION == precision
     params = C.load_params(checkpoint, config)
     out = []
     for b in range(batches):
@@ -83,26 +79,20 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
-    ap.add_argument("--worker", choices=PRECISIONS, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.batches < 1:
         raise SystemExit(f"--batches must be >= 1, got {a.batches}")
-    if a.worker:
-        print(json.dumps(worker(a.config, a.checkpoint, a.worker, a.batches)))
-        return 0
-    rows = {}
-    for p in PRECISIONS:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--config", a.config,
-                               "--checkpoint", a.checkpoint, "--batches", str(a.batches),
-                               "--worker", p], capture_output=True, text=True, check=False)
-        if proc.returncode:
-            raise SystemExit(f"the {p} worker failed:\n{proc.stderr[-3000:]}")
-        rows[p] = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = {p: diagnose_batches(a.config, a.checkpoint, p, a.batches) for p in PRECISIONS}
     table = summarize(rows)
+    import jax
+
+    platform = jax.default_backend()
+    how = ("the GPU decode attention kernel, its own P rounding" if platform == "gpu" else
+           "the reference attention, which rounds P to bf16: a rounding of the GPU kernel's size, "
+           "not its bits")
     lines = ["# Rollout / trainer mismatch, decode attention P in f32 vs bf16", "",
              f"command: `python experiments/p_precision_mismatch.py --config {a.config} "
-             f"--checkpoint {a.checkpoint} --batches {a.batches}` (on a CPU the reference attention "
-             "rounds P to bf16: a rounding of the GPU kernel's size, not its bits)", "",
+             f"--checkpoint {a.checkpoint} --batches {a.batches}` on {platform} ({how})", "",
              "| variant | metric | f32 P | bf16 P | bf16 - f32 (paired, +- s.e.) |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['variant']} | {r['metric']} | {r['f32']:.4g} | {r['bf16']:.4g} | "
@@ -111,7 +101,8 @@ def main(argv=None) -> int:
     with open(os.path.join(a.out, "p_precision_mismatch.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(a.out, "p_precision_mismatch.json"), "w") as f:
-        json.dump(dict(batches=a.batches, config=a.config, rows=rows, summary=table), f, indent=1)
+        json.dump(dict(batches=a.batches, config=a.config, platform=platform, rows=rows,
+                       summary=table), f, indent=1)
     print("\n".join(lines))
     return 0
 

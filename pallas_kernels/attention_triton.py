@@ -622,13 +622,16 @@ def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, out_dtype=jnp.float3
     return out.reshape(b, h, gq, 2 * d2)
 
 
-def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
-    """Default (block_k, num_warps, num_stages) of a cache format ("bf16", "nvfp4", "mxfp4") and
-    FP4 kernel version: the best configs measured on the H200 (NOTES_attention.md; v3: run 3's
-    sweep, v4: session 5's sweep, both B=32 x 32K; configs within ~15% of each other are within
-    run-to-run noise)."""
+def tuned_knobs(fmt: str, decode: str, precision: str = "f32") -> tuple[int, int, int]:
+    """Default (block_k, num_warps, num_stages) of a cache format ("bf16", "nvfp4", "mxfp4"),
+    FP4 kernel version and P precision: the best configs measured on the H200
+    (NOTES_attention.md; v3: run 3's sweep, v4: session 5's sweep, both B=32 x 32K; configs
+    within ~15% of each other are within run-to-run noise; v6 MXFP4 with bf16 P: session 30b,
+    (32, 1, 2) 687.6 us against 797.2 at the f32 knobs, 111 x 32K)."""
     if fmt == "bf16":
         return 128, 8, 2
+    if decode == "v6" and fmt == "mxfp4" and precision == "bf16":
+        return 32, 1, 2
     return {"v1": (64, 4, 2), "v2": (32, 1, 2),
             "v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
@@ -661,7 +664,9 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
     accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour; 13-15% faster for
-    NVFP4 v6 at 32K+, session 29; the model passes ``trace_jax.ops.ATTENTION_P_PRECISION``).
+    NVFP4 v6 at 32K+, session 29, and 10% for MXFP4 v6 at its bf16-P knobs, session 30b; the
+    model passes its rollout ``Numerics.attention_p``). The default knobs depend on it
+    (:func:`tuned_knobs`).
     ``decode`` (FP4 caches;
     bf16 caches ignore it; None = the version that reads the caches' layouts: ``"v6"`` for K and
     V in the ``kv_layout`` word layout (what ``trace_jax.attention.init_cache`` makes), ``"v5"``
@@ -735,7 +740,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
     if hq % h:
         raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
-    tuned = tuned_knobs(fmt, decode)
+    tuned = tuned_knobs(fmt, decode, precision)
     block_k = tuned[0] if block_k is None else block_k
     num_warps = tuned[1] if num_warps is None else num_warps
     num_stages = tuned[2] if num_stages is None else num_stages

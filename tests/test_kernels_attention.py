@@ -268,12 +268,35 @@ def test_f32_p_precision_beats_bf16_p(fmt):
     assert err["bf16"] > 5 * err["f32"], err
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_v6_default_knobs_follow_the_p_precision(monkeypatch, fmt):
+    """A v6 call without knobs takes ``tuned_knobs(fmt, "v6", precision)`` (MXFP4 with bf16 P
+    has knobs of its own, session 30b), and at either precision it matches float64 attention
+    within that precision's rounding (lengths 1 and not a multiple of the block)."""
+    b, hq, h, s, d = 3, 8, 2, 200, 64
+    q, k, v = _inputs(29, b, hq, h, s, d)
+    lengths = np.asarray([200, 77, 1], np.int32)
+    kc, vc = _cache(k * 0.3, fmt), _cache(v, fmt)
+    want = _np_attention(q, dequantize(kc), dequantize(vc), lengths, d ** -0.5)
+    kw, vw = KL.to_kv_words(kc), KL.to_kv_words(vc)
+    seen, tuned = [], AT.tuned_knobs
+    monkeypatch.setattr(AT, "tuned_knobs", lambda *a: seen.append(a) or tuned(*a))
+    err = {}
+    for prec in ("f32", "bf16"):
+        out = AT.decode_attention_triton(q, kw, vw, jnp.asarray(lengths), sm_scale=d ** -0.5,
+                                         precision=prec, out_dtype=jnp.float32, interpret=True)
+        err[prec] = _rel(out, want)
+    assert seen == [(fmt, "v6", "f32"), (fmt, "v6", "bf16")]
+    assert err["f32"] < 2e-5 and err["bf16"] < 5e-3, err
+    assert (tuned(fmt, "v6", "bf16") != tuned(fmt, "v6", "f32")) == (fmt == "mxfp4")
+
+
 def test_reference_and_op_follow_the_p_precision(monkeypatch):
     """The CPU reference with ``p_precision="bf16"`` rounds the unnormalised weights exp(s -
     max) to bf16 before P.V (their f32 sum normalises), as the GPU kernel's one-MMA P.V does: it
     matches a float64 computation of exactly that, while the f32 reference matches exact
     attention and the two differ by about a bf16 rounding. ``ops.decode_attention`` (the
-    reference on a CPU) follows ``ops.ATTENTION_P_PRECISION`` and refuses an unknown one."""
+    reference on a CPU) follows its ``p_precision`` and refuses an unknown one."""
     import ml_dtypes
 
     from trace_jax import ops
@@ -300,18 +323,16 @@ def test_reference_and_op_follow_the_p_precision(monkeypatch):
     assert _rel(ref["bf16"], want["bf16"]) < 0.1 * gap
     assert 3e-4 < gap < 1e-2
     for p in ops.P_PRECISIONS:
-        monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", p)
-        got = ops.decode_attention(q.astype(jnp.float32), kc, vc, jnp.asarray(lengths))
+        got = ops.decode_attention(q.astype(jnp.float32), kc, vc, jnp.asarray(lengths),
+                                   p_precision=p)
         np.testing.assert_array_equal(np.asarray(got, np.float64), ref[p])
-    monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "f16")
-    with pytest.raises(ValueError, match="ATTENTION_P_PRECISION='f16'"):
-        ops.decode_attention(q, kc, vc, jnp.asarray(lengths))
+    with pytest.raises(ValueError, match="p_precision='f16'"):
+        ops.decode_attention(q, kc, vc, jnp.asarray(lengths), p_precision="f16")
     # on a GPU the op hands its setting to the kernel (a recorder stands in for it here), and
     # the kernel glue's reference backend applies it
     seen = []
     monkeypatch.setattr(ops, "_kernel", lambda *a: lambda *args, **kw: seen.append(kw) or args[0])
-    monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "bf16")
-    ops.decode_attention(q, kc, vc, jnp.asarray(lengths))
+    ops.decode_attention(q, kc, vc, jnp.asarray(lengths), p_precision="bf16")
     assert seen == [{"precision": "bf16"}]
     glue = DA.decode_attention(q.astype(jnp.float32), kc, vc, jnp.asarray(lengths),
                                backend="reference", precision="bf16", block_k=64)

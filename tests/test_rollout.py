@@ -52,20 +52,20 @@ def test_same_seed_same_rollout_and_different_seed_differs(params, fp4):
     assert np.all(np.asarray(a.response_lens) == S.max_new_tokens)
 
 
-def test_attention_p_precision_is_part_of_the_compiled_rollout(monkeypatch, params, fp4):
-    """``ops.ATTENTION_P_PRECISION`` set between two rollouts in one process takes effect: the
-    compiled rollout is keyed on it, so "bf16" (P rounded before P.V in the decode steps) gives
-    other log-probs than "f32", and switching back reproduces the first rollout exactly."""
-    from trace_jax import ops
+def test_attention_p_is_part_of_the_rollout_numerics(params, fp4):
+    """``Numerics.attention_p`` reaches the decode steps' attention: "bf16" (P rounded before
+    P.V) gives other log-probs than "f32", and the f32 numerics afterwards reproduce the first
+    rollout exactly (the compiled rollout is keyed on the numerics, so nothing leaks between
+    the two); an unknown precision is refused where the numerics are made."""
     out = {}
     for p in ("f32", "bf16", "f32"):
-        monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", p)
-        out.setdefault(p, []).append(np.asarray(gen(params, fp4, 1).logprobs))
+        out.setdefault(p, []).append(np.asarray(gen(params, fp4.with_attention_p(p), 1).logprobs))
     np.testing.assert_array_equal(out["f32"][0], out["f32"][1])
     assert not np.array_equal(out["f32"][0], out["bf16"][0])
-    monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "f16")
-    with pytest.raises(ValueError, match="ops.ATTENTION_P_PRECISION='f16'"):
-        gen(params, fp4, 1)
+    with pytest.raises(ValueError, match="rollout.attention_p_precision='f16'"):
+        fp4.with_attention_p("f16", "rollout.attention_p_precision")
+    with pytest.raises(ValueError, match="Numerics.attention_p='f16'"):
+        dataclasses.replace(fp4, attention_p="f16")
 
 
 def test_greedy_equals_argmax_of_full_forward(params):

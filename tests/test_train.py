@@ -269,18 +269,16 @@ def test_config_errors_before_compute(tmp_path):
     assert not os.path.exists(tmp_path / "metrics.jsonl")
 
 
-def test_attention_p_precision_reaches_the_attention_op(monkeypatch, tmp_path):
-    """``rollout.attention_p_precision`` becomes ``ops.ATTENTION_P_PRECISION`` (read when the
-    rollout step traces), "f32" when the config does not name it."""
-    from trace_jax import ops
-    monkeypatch.setattr(ops, "ATTENTION_P_PRECISION", "f32")
-    RUN.set_attention_p_precision(small(tmp_path, **{"rollout.attention_p_precision": "bf16"}))
-    assert ops.ATTENTION_P_PRECISION == "bf16"
+def test_attention_p_precision_sets_the_rollout_numerics(tmp_path):
+    """``rollout.attention_p_precision`` becomes the rollout numerics' ``attention_p`` ("f32"
+    when the config does not name it); the trainer's numerics keep "f32"."""
+    from trace_jax import experiment as X
+    exp = X.build(small(tmp_path, **{"rollout.attention_p_precision": "bf16"}))
+    assert (exp.rollout_numerics.attention_p, exp.train_numerics.attention_p) == ("bf16", "f32")
     c = small(tmp_path)
     c.rollout.unlock()
     del c.rollout["attention_p_precision"]
-    RUN.set_attention_p_precision(c)
-    assert ops.ATTENTION_P_PRECISION == "f32"
+    assert X.build(c).rollout_numerics.attention_p == "f32"
 
 
 def test_shifted_hint_batch_is_detected(tmp_path):

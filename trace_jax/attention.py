@@ -164,7 +164,8 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
                      "v": write_cache(cache["v"], new_v, start)}
     if cache is not None and T == 1:
         o = (ops.decode_attention_mgpu(q[:, 0], new_cache["kv"], start + 1) if "kv" in new_cache
-             else ops.decode_attention(q[:, 0], new_cache["k"], new_cache["v"], start + 1))[:, None]
+             else ops.decode_attention(q[:, 0], new_cache["k"], new_cache["v"], start + 1,
+                                       p_precision=sio.numerics.attention_p))[:, None]
     else:
         o = causal_attention(q, k, v)
     out = o.reshape(B, T, H * D).astype(dt) @ p["wo"].astype(dt)

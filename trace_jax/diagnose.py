@@ -144,9 +144,6 @@ def format_table(res: dict) -> str:
 def main(argv):
     del argv
     config = _CONFIG.value
-    from trace_jax import run as RUN
-
-    RUN.set_attention_p_precision(config)  # (the rollout's decode attention, as in a run)
     params = None
     if _CHECKPOINT.value:
         from trace_jax import checkpoint

@@ -73,7 +73,8 @@ def build(config, variant: str | None = None) -> Experiment:
     base = nx.numerics_from_config(config.numerics, "bf16", cfg.n_layers)
     if v.rollout_mode != "bf16":
         cfg.check_fp4(base.fmt)
-    rollout_num = base.with_mode(v.rollout_mode)
+    rollout_num = base.with_mode(v.rollout_mode).with_attention_p(
+        rc.get("attention_p_precision", "f32"), "rollout.attention_p_precision")
     train_num = base.with_mode(v.train_mode)
     if not v.hints:
         train_num = dataclasses.replace(train_num, hinted=frozenset())

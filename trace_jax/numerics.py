@@ -19,7 +19,8 @@ contraction axis with one global scale per expert.
 ``mode`` -- ``bf16``, ``fp4_rollout`` (packed FP4 weights, real activation and KV quantization: what
 the rollout runs), ``fp4_qat`` (BF16 masters, straight-through fake-quant of weights, activations
 and K/V, hint-guided where hints are given) or ``fp4_qat_w4a16`` (weights only) -- plus the
-format, the set of quantized sites and the hinted sites.
+format, the set of quantized sites, the hinted sites and the precision of P in the rollout's
+decode attention (``attention_p``: the one arithmetic choice outside the quantization sites).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from trace_jax import ops
 from trace_jax import quant as Q
 
 MODES = ("bf16", "fp4_rollout", "fp4_qat", "fp4_qat_w4a16")
@@ -104,6 +106,14 @@ class Numerics:
     quantized: frozenset[str] = frozenset()  # full site names
     hinted: frozenset[str] = frozenset()  # full site names (activation sites only)
     hint_kind: Literal["mantissa", "exact"] = "mantissa"
+    # P in the decode attention's P.V (``ops.decode_attention``'s ``p_precision``; only decode
+    # steps over a KV cache read it, so the trainer's f32 attention does not): "f32" or "bf16"
+    # (13-15% faster FP4-KV attention on the H200, one bf16 rounding of P; NOTES_attention,
+    # sessions 29-30). Set from ``rollout.attention_p_precision``.
+    attention_p: Literal["f32", "bf16"] = "f32"
+
+    def __post_init__(self):
+        ops.check_p_precision(self.attention_p, "Numerics.attention_p")
 
     @property
     def is_fp4(self) -> bool:
@@ -134,6 +144,11 @@ class Numerics:
             h = recorded[name]
             out[name] = h if self.hint_kind == "exact" else Q.mantissa_hint(h)
         return out
+
+    def with_attention_p(self, p: str, name: str = "attention_p") -> "Numerics":
+        """The same numerics with P at ``p`` in the decode attention (a ValueError naming
+        ``name`` -- e.g. the config field -- for anything but "f32" / "bf16")."""
+        return dataclasses.replace(self, attention_p=ops.check_p_precision(p, name))
 
     def with_mode(self, mode: str) -> "Numerics":
         if mode not in MODES:

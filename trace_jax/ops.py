@@ -13,7 +13,6 @@ Pallas kernels from ``pallas_kernels`` on GPU where they exist.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import jax
@@ -73,49 +72,37 @@ def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> 
     return (jax.nn.silu(g) * u).astype(x_MxK.dtype)
 
 
-# P's precision in the decode attention's P.V (read at trace time; ``rollout.
-# attention_p_precision`` sets it, ``bench_rollout.py --attn_p_precision`` too): "f32" (the GPU
+# P's precision in the decode attention's P.V (``decode_attention``'s ``p_precision``; the model
+# passes ``Numerics.attention_p``, set from ``rollout.attention_p_precision``): "f32" (the GPU
 # kernel splits P into two bf16 terms, two MMAs: 8e-7 relative error at 128K against float64)
 # or "bf16" (P rounded once to bf16, one MMA: 5e-4). On the GPU the kernel takes it as its
 # ``precision``; the CPU reference rounds its unnormalised P to bf16 too, so CPU runs show a
-# rounding of the same size (not the kernel's bits). Session 29 (H200, NVFP4 v6,
-# device time; NOTES_attention): "bf16" makes the attention call 13-15% faster at 32K+ and the
-# 4-layer 30B FP4 step 9.0-9.5% faster; "f32" stays the default because the trainer's
-# attention is f32. (The opt-in Mosaic kernel over the "mgpu" cache layout,
-# :func:`decode_attention_mgpu`, keeps its own two P terms.)
-ATTENTION_P_PRECISION = "f32"
+# rounding of the same size (not the kernel's bits). H200, v6 kernel, device time
+# (NOTES_attention): "bf16" makes the NVFP4 call 13-15% faster at 32K+ and the 4-layer 30B FP4
+# step 9.0-9.5% faster (session 29), the MXFP4 call 10% faster at its own knobs (session 30b);
+# "f32" stays the default because the trainer's attention is f32. (The opt-in Mosaic kernel over
+# the "mgpu" cache layout, :func:`decode_attention_mgpu`, keeps its own two P terms.)
 P_PRECISIONS = ("f32", "bf16")
 
 
-def check_p_precision(p: str, name: str = "ops.ATTENTION_P_PRECISION") -> str:
+def check_p_precision(p: str, name: str = "p_precision") -> str:
     """``p`` if it is one of :data:`P_PRECISIONS`, else a ValueError naming ``name``."""
     if p not in P_PRECISIONS:
         raise ValueError(f"{name}={p!r}: use one of {P_PRECISIONS}")
     return p
 
 
-@contextlib.contextmanager
-def attention_p_precision(p: str):
-    """:data:`ATTENTION_P_PRECISION` set to ``p`` inside (for a trace), restored after."""
-    global ATTENTION_P_PRECISION
-    old, ATTENTION_P_PRECISION = ATTENTION_P_PRECISION, check_p_precision(p)
-    try:
-        yield
-    finally:
-        ATTENTION_P_PRECISION = old
-
-
-def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B) -> jax.Array:
+def decode_attention(q_BxHxD, k_cache, v_cache, lengths_B, *, p_precision="f32") -> jax.Array:
     """Attention of one query token per sequence over cache slots ``< lengths[b]``, with P.V at
-    :data:`ATTENTION_P_PRECISION`.
+    ``p_precision`` (:data:`P_PRECISIONS`).
 
     Caches are ``[B, Hkv, S, D]`` bf16 arrays or FP4 QTensors (see ``trace_jax.attention``)."""
-    check_p_precision(ATTENTION_P_PRECISION)
+    check_p_precision(p_precision)
     fn = _kernel("decode_attention", "decode_attention")
     if fn is not None:
-        return fn(q_BxHxD, k_cache, v_cache, lengths_B, precision=ATTENTION_P_PRECISION)
+        return fn(q_BxHxD, k_cache, v_cache, lengths_B, precision=p_precision)
     return decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B,
-                                      p_precision=ATTENTION_P_PRECISION)
+                                      p_precision=p_precision)
 
 
 def decode_attention_mgpu(q_BxHxD, cache, lengths_B) -> jax.Array:
@@ -139,7 +126,7 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     P.V (their f32 sum normalises): a rounding of the size the GPU kernel's one-MMA P.V makes,
     not its bits (the kernel rounds relative to a running max per block and split)."""
 
-    check_p_precision(p_precision, "p_precision")
+    check_p_precision(p_precision)
 
     def values(c):
         if not isinstance(c, Q.QTensor):

@@ -26,7 +26,6 @@ from trace_jax import attention
 from trace_jax import distributed as D
 from trace_jax import model as M
 from trace_jax import numerics as nx
-from trace_jax import ops
 from trace_jax import quant as Q
 
 
@@ -190,23 +189,11 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
                              f"range {lens.min()}..{lens.max()}")
     with contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh):
         return _generate(params, prompts_BxP, prompt_lens_B.astype(jnp.int32), key, cfg=cfg,
-                         numerics=numerics, sampling=sampling, capture_hints=capture_hints,
-                         attn_p_precision=ops.ATTENTION_P_PRECISION)
+                         numerics=numerics, sampling=sampling, capture_hints=capture_hints)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "sampling", "capture_hints",
-                                             "attn_p_precision"))
-def _generate(params, prompts, prompt_lens, key, *, cfg, numerics, sampling, capture_hints,
-              attn_p_precision):
-    """:func:`_generate_traced` with the decode attention's P precision as part of the jit
-    cache key (``ops.ATTENTION_P_PRECISION`` is read while this traces)."""
-    with ops.attention_p_precision(attn_p_precision):
-        return _generate_traced(params, prompts, prompt_lens, key, cfg=cfg, numerics=numerics,
-                                sampling=sampling, capture_hints=capture_hints)
-
-
-def _generate_traced(params, prompts, prompt_lens, key, *, cfg, numerics, sampling,
-                     capture_hints):
+@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "sampling", "capture_hints"))
+def _generate(params, prompts, prompt_lens, key, *, cfg, numerics, sampling, capture_hints):
     B, P = prompts.shape
     T = P + sampling.max_new_tokens
     s = sampling

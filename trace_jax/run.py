@@ -24,7 +24,6 @@ from trace_jax import distributed as D
 from trace_jax import experiment as X
 from trace_jax import grpo
 from trace_jax import model as M
-from trace_jax import ops
 from trace_jax import rollout as R
 from trace_jax import sharding as SH
 from trace_jax import tasks
@@ -72,7 +71,6 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
             raise ValueError(f"rollout.expert_kernel='mosaic' takes nvfp4 experts with d_model "
                              f"and d_expert multiples of 64; this run has {fmt}, d_model={d}, "
                              f"d_expert={f} (use 'auto' or 'triton')")
-    attention_p_precision(config)
     init_from = config.get("init_from", "")
     if init_from and not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
@@ -108,19 +106,6 @@ class Placement:
         """Host (numpy) trajectories, identical on every process, split by trajectory; each
         process places only its own shards (multi-host safe)."""
         return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
-
-
-def attention_p_precision(config) -> str:
-    """``rollout.attention_p_precision`` ("f32" when absent), checked."""
-    return ops.check_p_precision(config.rollout.get("attention_p_precision", "f32"),
-                                 "rollout.attention_p_precision")
-
-
-def set_attention_p_precision(config) -> None:
-    """``rollout.attention_p_precision`` as :data:`trace_jax.ops.ATTENTION_P_PRECISION`: the
-    decode attention's P in every later rollout (``rollout.generate`` keys its compiled step on
-    it; the GPU kernel's ``precision``, the CPU reference's rounding of P)."""
-    ops.ATTENTION_P_PRECISION = attention_p_precision(config)
 
 
 def rollout_kernel_layout(config) -> bool | str:
@@ -299,7 +284,6 @@ def run(config) -> dict:
     tc = train_config(config)
     exp = X.build(config)
     validate(config, exp, tc)
-    set_attention_p_precision(config)
     workdir = workdir_of(config)
     os.makedirs(workdir, exist_ok=True)
     if D.is_main_process():
