@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -29,21 +30,29 @@ PRECISIONS = ("f32", "bf16")
 METRICS = ("kl_k3", "logprob_gap_mean", "logprob_gap_max", "code_agreement_hinted")
 
 
-def diagnose_batches(config_path: str, checkpoint: str, precision: str,
-                     batches: int) -> list[dict]:
-    """``diagnose`` on batches 0 .. batches - 1 with the rollout's P at ``precision``."""
+def diagnose_paired(config_path: str, checkpoint: str, batches: int) -> dict[str, list[dict]]:
+    """``diagnose`` on batches 0 .. batches - 1, each under both precisions in turn (so a run
+    cut short still holds paired batches; progress goes to stderr), per precision a list of
+    {variant: {metric: value}}."""
     sys.path.insert(0, _REPO)
     from trace_jax import checkpoint as C
     from trace_jax import diagnose as DG
 
-    config = _load_config(config_path)
-    config.rollout.attention_p_precision = precision
-    params = C.load_params(checkpoint, config)
-    out = []
+    configs = {}
+    for p in PRECISIONS:
+        configs[p] = _load_config(config_path)
+        configs[p].rollout.attention_p_precision = p
+    params = C.load_params(checkpoint, configs["f32"])
+    rows, t0 = {p: [] for p in PRECISIONS}, time.time()
     for b in range(batches):
-        res = DG.diagnose(config, params, seed_step=b, hint_cost=False)
-        out.append({v: {m: r[m] for m in METRICS if m in r} for v, r in res.items()})
-    return out
+        for p in PRECISIONS:
+            res = DG.diagnose(configs[p], params, seed_step=b, hint_cost=False)
+            rows[p].append({v: {m: r[m] for m in METRICS if m in r} for v, r in res.items()})
+            tr = rows[p][-1].get("trace", {})
+            print(f"batch {b} P {p}: trace kl_k3 {tr.get('kl_k3')}, hinted code agreement "
+                  f"{tr.get('code_agreement_hinted')} ({time.time() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+    return rows
 
 
 def _load_config(path: str):
@@ -82,7 +91,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.batches < 1:
         raise SystemExit(f"--batches must be >= 1, got {a.batches}")
-    rows = {p: diagnose_batches(a.config, a.checkpoint, p, a.batches) for p in PRECISIONS}
+    rows = diagnose_paired(a.config, a.checkpoint, a.batches)
     table = summarize(rows)
     import jax
 
