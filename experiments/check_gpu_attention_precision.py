@@ -1,0 +1,84 @@
+"""What precision the trainer's f32 attention and the decode kernel really compute on this device.
+
+  python experiments/check_gpu_attention_precision.py
+
+Session 30d found, on an H200, TRACE's rollout / trainer kl_k3 ~10x *smaller* with the decode
+kernel's P rounded to bf16 than with its f32 P (the CPU showed the opposite, +36%). This
+measures, at the tiny model's attention shapes and at one long context, the relative error
+against float64 attention of: ``attention.causal_attention`` (the trainer's; its einsums at the
+default precision) at its last query row, the same at ``jax.default_matmul_precision
+("highest")``, and the decode kernel (``ops.decode_attention``) over a bf16 cache with f32 and
+bf16 P. Prints one line per (shape, computation).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trace_jax import attention, ops  # noqa: E402
+
+
+def _f64_last_row(q, k, v):
+    """float64 attention of each sequence's last query over all its keys (GQA)."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    B, T, H, D = q.shape
+    K = k.shape[2]
+    out = np.zeros((B, H, D))
+    for b in range(B):
+        for h in range(H):
+            s = k[b, :, h // (H // K)] @ q[b, -1, h] / np.sqrt(D)
+            p = np.exp(s - s.max())
+            out[b, h] = p @ v[b, :, h // (H // K)] / p.sum()
+    return out
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _decode_f32_out(q, kc, vc, n, p):
+    """The decode attention with an f32 output: the Triton kernel on a GPU (what
+    ``ops.decode_attention`` runs there, ``out_dtype`` f32), the reference elsewhere."""
+    if jax.default_backend() == "gpu":
+        from pallas_kernels.attention_triton import decode_attention_triton
+
+        fn = lambda q, kc, vc, n: decode_attention_triton(  # noqa: E731
+            q, kc, vc, n, sm_scale=q.shape[-1] ** -0.5, precision=p, out_dtype=jnp.float32)
+    else:
+        fn = lambda q, kc, vc, n: ops.decode_attention_reference(  # noqa: E731
+            q.astype(jnp.float32), kc, vc, n, p_precision=p)
+    return jax.jit(fn)(q, kc, vc, n)
+
+
+def main() -> int:
+    print("backend", jax.default_backend(), jax.devices()[0].device_kind)
+    for B, T, H, K, D in ((8, 64, 4, 2, 32), (2, 2048, 32, 4, 128)):
+        keys = jax.random.split(jax.random.key(T), 3)
+        q = (jax.random.normal(keys[0], (B, T, H, D)) * 2).astype(jnp.bfloat16)
+        k = (jax.random.normal(keys[1], (B, T, K, D)) * 2).astype(jnp.bfloat16)
+        v = jax.random.normal(keys[2], (B, T, K, D)).astype(jnp.bfloat16)
+        want = _f64_last_row(q, k, v)
+        f32 = lambda x: x.astype(jnp.float32)  # noqa: E731  (outputs compared before rounding)
+        trainer = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
+        got = {"trainer causal_attention (default precision)": trainer(q, k, v)}
+        with jax.default_matmul_precision("highest"):
+            hi = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
+            got["trainer causal_attention (highest)"] = hi(q, k, v)
+        kc, vc = (jnp.swapaxes(a, 1, 2) for a in (k, v))  # [B, K, T, D] cache
+        n = jnp.full((B,), T, jnp.int32)
+        for p in ops.P_PRECISIONS:
+            got[f"decode attention, P {p}"] = _decode_f32_out(q[:, -1], kc, vc, n, p)
+        for name, o in got.items():
+            print(f"B{B} T{T} H{H} K{K} D{D}  {name:48s} relerr vs float64 {_rel(o, want):.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
