@@ -21,7 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pallas_kernels import kv_layout as KL  # noqa: E402
 from trace_jax import attention, ops  # noqa: E402
+from trace_jax import quant as Q  # noqa: E402
 
 
 def _f64_last_row(q, k, v):
@@ -77,6 +79,18 @@ def main() -> int:
             got[f"decode attention, P {p}"] = _decode_f32_out(q[:, -1], kc, vc, n, p)
         for name, o in got.items():
             print(f"B{B} T{T} H{H} K{K} D{D}  {name:48s} relerr vs float64 {_rel(o, want):.2e}")
+        # the rollout's NVFP4 cache in the kv_words layout (decode v6), against float64
+        # attention over the dequantized cache
+        qz = jax.jit(lambda a: Q.quantize(a.astype(jnp.float32), "nvfp4", axis=-1,
+                                          global_scope="row"))
+        kq, vq = qz(kc), qz(vc)
+        kd, vd = (jnp.swapaxes(Q.dequantize(c), 1, 2) for c in (kq, vq))
+        want4 = _f64_last_row(q, kd, vd)
+        kw, vw = KL.to_kv_words(kq), KL.to_kv_words(vq)
+        for p in ops.P_PRECISIONS:
+            o = _decode_f32_out(q[:, -1], kw, vw, n, p)
+            print(f"B{B} T{T} H{H} K{K} D{D}  {'NVFP4 kv_words decode attention, P ' + p:48s} "
+                  f"relerr vs float64 {_rel(o, want4):.2e}")
     return 0
 
 
