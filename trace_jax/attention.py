@@ -173,13 +173,7 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
 
 
 def causal_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD):
-    """Causal GQA attention in float32 (query head h uses kv head h // (H // K)).
-
-    P.V runs at ``Precision.HIGHEST``: at the default precision a GPU rounds the f32 weights to
-    TF32 (on an H200, 1.6-2.1e-4 relative error against float64, 2e-7 at HIGHEST; session 30,
-    ``experiments/check_gpu_attention_precision.py``), the size of the decode kernel's bf16-P
-    rounding, not the f32 P the rollout's attention keeps by default. Q.K needs no flag: its
-    operands are bf16 values, exact in TF32."""
+    """Causal GQA attention in float32 (query head h uses kv head h // (H // K))."""
     B, T, H, D = q_BxTxHxD.shape
     K = k_BxTxKxD.shape[2]
     qg = q_BxTxHxD.reshape(B, T, K, H // K, D).astype(jnp.float32)
@@ -187,6 +181,5 @@ def causal_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD):
     mask = jnp.tril(jnp.ones((T, T), bool))[None, None, None]
     s = jnp.where(mask, s, -jnp.inf)
     pr = jax.nn.softmax(s, axis=-1)
-    o = jnp.einsum("bkgts,bskd->btkgd", pr, v_BxTxKxD.astype(jnp.float32),
-                   precision=jax.lax.Precision.HIGHEST)
+    o = jnp.einsum("bkgts,bskd->btkgd", pr, v_BxTxKxD.astype(jnp.float32))
     return o.reshape(B, T, H, D).astype(q_BxTxHxD.dtype)
