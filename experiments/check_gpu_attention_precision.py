@@ -1,6 +1,6 @@
 """What precision the trainer's f32 attention and the decode kernel really compute on this device.
 
-  python experiments/check_gpu_attention_precision.py
+  python experiments/check_gpu_attention_precision.py [--tiny]
 
 Session 30d found, on an H200, TRACE's rollout / trainer kl_k3 ~10x *smaller* with the decode
 kernel's P rounded to bf16 than with its f32 P (the CPU showed the opposite, +36%). This
@@ -8,7 +8,8 @@ measures, at the tiny model's attention shapes and at one long context, the rela
 against float64 attention of: ``attention.causal_attention`` (the trainer's; its einsums at the
 default precision) at its last query row, the same at ``jax.default_matmul_precision
 ("highest")``, and the decode kernel (``ops.decode_attention``) over a bf16 cache with f32 and
-bf16 P. Prints one line per (shape, computation).
+bf16 P, then the NVFP4 decode kernel over full and per-sequence lengths. Prints one line per
+(shape, computation); ``--tiny``: the tiny model's shape only.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def _decode_f32_out(q, kc, vc, n, p):
 
 def main() -> int:
     print("backend", jax.default_backend(), jax.devices()[0].device_kind)
-    for B, T, H, K, D in ((8, 64, 4, 2, 32), (2, 2048, 32, 4, 128)):
+    shapes = ((8, 64, 4, 2, 32), (2, 2048, 32, 4, 128))
+    for B, T, H, K, D in shapes[:1] if "--tiny" in sys.argv else shapes:
         keys = jax.random.split(jax.random.key(T), 3)
         q = (jax.random.normal(keys[0], (B, T, H, D)) * 2).astype(jnp.bfloat16)
         k = (jax.random.normal(keys[1], (B, T, K, D)) * 2).astype(jnp.bfloat16)
@@ -91,6 +93,16 @@ def main() -> int:
             o = _decode_f32_out(q[:, -1], kw, vw, n, p)
             print(f"B{B} T{T} H{H} K{K} D{D}  {'NVFP4 kv_words decode attention, P ' + p:48s} "
                   f"relerr vs float64 {_rel(o, want4):.2e}")
+        # per-sequence lengths (a rollout's: 1 .. T, most not a multiple of the block)
+        lens = np.asarray([T - 7, 1, 5, 17, 31, 33, T // 2 + 3, T])[:B]
+        want_n = np.stack([_f64_last_row(q[b:b + 1, -1:], kd[b:b + 1, :m], vd[b:b + 1, :m])[0]
+                           for b, m in enumerate(lens)])
+        for p in ops.P_PRECISIONS:
+            o = np.asarray(_decode_f32_out(q[:, -1], kw, vw, jnp.asarray(lens, jnp.int32), p))
+            worst = max(_rel(o[b], want_n[b]) for b in range(B))
+            name = f"NVFP4 kv_words, lengths {lens.min()}..{lens.max()}, P {p}"
+            print(f"B{B} T{T} H{H} K{K} D{D}  {name:48s} relerr vs float64 "
+                  f"{_rel(o, want_n):.2e} (worst sequence {worst:.2e})")
     return 0
 
 
