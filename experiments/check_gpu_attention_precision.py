@@ -60,49 +60,58 @@ def _decode_f32_out(q, kc, vc, n, p):
     return jax.jit(fn)(q, kc, vc, n)
 
 
+SHAPES = ((8, 64, 4, 2, 32), (2, 2048, 32, 4, 128))  # (B, T, H, K, D): tiny.py's, a longer one
+
+
+def measure(B, T, H, K, D) -> list[tuple[str, float]]:
+    """(computation, relative error against float64) at one shape: the trainer's attention at
+    the last query row (default and highest precision), the decode attention over a bf16 cache
+    and over an NVFP4 ``kv_words`` cache (full lengths; then per-sequence lengths, its worst
+    sequence as well), each with f32 and bf16 P."""
+    keys = jax.random.split(jax.random.key(T), 3)
+    q = (jax.random.normal(keys[0], (B, T, H, D)) * 2).astype(jnp.bfloat16)
+    k = (jax.random.normal(keys[1], (B, T, K, D)) * 2).astype(jnp.bfloat16)
+    v = jax.random.normal(keys[2], (B, T, K, D)).astype(jnp.bfloat16)
+    want = _f64_last_row(q, k, v)
+    f32 = lambda x: x.astype(jnp.float32)  # noqa: E731  (outputs compared before rounding)
+    trainer = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
+    out = [("trainer causal_attention (default precision)", _rel(trainer(q, k, v), want))]
+    with jax.default_matmul_precision("highest"):
+        hi = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
+        out.append(("trainer causal_attention (highest)", _rel(hi(q, k, v), want)))
+    kc, vc = (jnp.swapaxes(a, 1, 2) for a in (k, v))  # [B, K, T, D] cache
+    n = jnp.full((B,), T, jnp.int32)
+    for p in ops.P_PRECISIONS:
+        out.append((f"decode attention, bf16 cache, P {p}",
+                    _rel(_decode_f32_out(q[:, -1], kc, vc, n, p), want)))
+    # the rollout's NVFP4 cache in the kv_words layout (decode v6), against float64 attention
+    # over the dequantized cache
+    qz = jax.jit(lambda a: Q.quantize(a.astype(jnp.float32), "nvfp4", axis=-1,
+                                      global_scope="row"))
+    kq, vq = qz(kc), qz(vc)
+    kd, vd = (jnp.swapaxes(Q.dequantize(c), 1, 2) for c in (kq, vq))
+    want4 = _f64_last_row(q, kd, vd)
+    kw, vw = KL.to_kv_words(kq), KL.to_kv_words(vq)
+    for p in ops.P_PRECISIONS:
+        out.append((f"decode attention, NVFP4 kv_words, P {p}",
+                    _rel(_decode_f32_out(q[:, -1], kw, vw, n, p), want4)))
+    # per-sequence lengths (a rollout's: 1 .. T, most not a multiple of the block)
+    lens = np.asarray([T - 7, 1, 5, 17, 31, 33, T // 2 + 3, T])[:B]
+    want_n = np.stack([_f64_last_row(q[b:b + 1, -1:], kd[b:b + 1, :m], vd[b:b + 1, :m])[0]
+                       for b, m in enumerate(lens)])
+    for p in ops.P_PRECISIONS:
+        o = np.asarray(_decode_f32_out(q[:, -1], kw, vw, jnp.asarray(lens, jnp.int32), p))
+        name = f"decode attention, NVFP4 kv_words, lengths {lens.min()}..{lens.max()}, P {p}"
+        out.append((name, _rel(o, want_n)))
+        out.append((name + ", worst sequence", max(_rel(o[b], want_n[b]) for b in range(B))))
+    return out
+
+
 def main() -> int:
     print("backend", jax.default_backend(), jax.devices()[0].device_kind)
-    shapes = ((8, 64, 4, 2, 32), (2, 2048, 32, 4, 128))
-    for B, T, H, K, D in shapes[:1] if "--tiny" in sys.argv else shapes:
-        keys = jax.random.split(jax.random.key(T), 3)
-        q = (jax.random.normal(keys[0], (B, T, H, D)) * 2).astype(jnp.bfloat16)
-        k = (jax.random.normal(keys[1], (B, T, K, D)) * 2).astype(jnp.bfloat16)
-        v = jax.random.normal(keys[2], (B, T, K, D)).astype(jnp.bfloat16)
-        want = _f64_last_row(q, k, v)
-        f32 = lambda x: x.astype(jnp.float32)  # noqa: E731  (outputs compared before rounding)
-        trainer = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
-        got = {"trainer causal_attention (default precision)": trainer(q, k, v)}
-        with jax.default_matmul_precision("highest"):
-            hi = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
-            got["trainer causal_attention (highest)"] = hi(q, k, v)
-        kc, vc = (jnp.swapaxes(a, 1, 2) for a in (k, v))  # [B, K, T, D] cache
-        n = jnp.full((B,), T, jnp.int32)
-        for p in ops.P_PRECISIONS:
-            got[f"decode attention, P {p}"] = _decode_f32_out(q[:, -1], kc, vc, n, p)
-        for name, o in got.items():
-            print(f"B{B} T{T} H{H} K{K} D{D}  {name:48s} relerr vs float64 {_rel(o, want):.2e}")
-        # the rollout's NVFP4 cache in the kv_words layout (decode v6), against float64
-        # attention over the dequantized cache
-        qz = jax.jit(lambda a: Q.quantize(a.astype(jnp.float32), "nvfp4", axis=-1,
-                                          global_scope="row"))
-        kq, vq = qz(kc), qz(vc)
-        kd, vd = (jnp.swapaxes(Q.dequantize(c), 1, 2) for c in (kq, vq))
-        want4 = _f64_last_row(q, kd, vd)
-        kw, vw = KL.to_kv_words(kq), KL.to_kv_words(vq)
-        for p in ops.P_PRECISIONS:
-            o = _decode_f32_out(q[:, -1], kw, vw, n, p)
-            print(f"B{B} T{T} H{H} K{K} D{D}  {'NVFP4 kv_words decode attention, P ' + p:48s} "
-                  f"relerr vs float64 {_rel(o, want4):.2e}")
-        # per-sequence lengths (a rollout's: 1 .. T, most not a multiple of the block)
-        lens = np.asarray([T - 7, 1, 5, 17, 31, 33, T // 2 + 3, T])[:B]
-        want_n = np.stack([_f64_last_row(q[b:b + 1, -1:], kd[b:b + 1, :m], vd[b:b + 1, :m])[0]
-                           for b, m in enumerate(lens)])
-        for p in ops.P_PRECISIONS:
-            o = np.asarray(_decode_f32_out(q[:, -1], kw, vw, jnp.asarray(lens, jnp.int32), p))
-            worst = max(_rel(o[b], want_n[b]) for b in range(B))
-            name = f"NVFP4 kv_words, lengths {lens.min()}..{lens.max()}, P {p}"
-            print(f"B{B} T{T} H{H} K{K} D{D}  {name:48s} relerr vs float64 "
-                  f"{_rel(o, want_n):.2e} (worst sequence {worst:.2e})")
+    for shape in SHAPES[:1] if "--tiny" in sys.argv else SHAPES:
+        for name, err in measure(*shape):
+            print("B{} T{} H{} K{} D{}".format(*shape), f" {name:70s} relerr vs float64 {err:.2e}")
     return 0
 
 
