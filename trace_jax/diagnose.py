@@ -14,6 +14,7 @@ variant, and reports METHOD.md section 6's metrics:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 
@@ -33,20 +34,23 @@ from trace_jax import rollout as R
 def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: bool, replay: bool):
     """Trainer log-probs, codes and experts for a rollout's trajectories."""
     g = ro.guidance
-
-    @jax.jit
-    def run(params, tokens, hint_dict, experts, recorded):
-        logits, aux, _ = M.forward(
-            params, tokens, cfg=exp.cfg, numerics=numerics,
-            hints=hint_dict if hints else None,
-            forced_experts_LxBxTxK=experts if replay else None,
-            hint_experts_LxBxTxK=experts if hints else None,
-            hint_valid_BxT=recorded if hints else None,
-            capture_codes=True)
-        return R.token_logprobs(logits, tokens), aux.codes, aux.experts
-
     hint_dict = numerics.trainer_hints(g.hints) if hints else {}
-    return run(params, ro.tokens, hint_dict, g.experts, g.recorded)
+    return _trainer_pass(params, ro.tokens, hint_dict, g.experts, g.recorded, cfg=exp.cfg,
+                         numerics=numerics, hints=hints, replay=replay)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "hints", "replay"))
+def _trainer_pass(params, tokens, hint_dict, experts, recorded, *, cfg, numerics, hints, replay):
+    """(compiled once per model, numerics and variant, not per call: on a GPU a fresh compile
+    per batch took ~30 s of each diagnosis)"""
+    logits, aux, _ = M.forward(
+        params, tokens, cfg=cfg, numerics=numerics,
+        hints=hint_dict if hints else None,
+        forced_experts_LxBxTxK=experts if replay else None,
+        hint_experts_LxBxTxK=experts if hints else None,
+        hint_valid_BxT=recorded if hints else None,
+        capture_codes=True)
+    return R.token_logprobs(logits, tokens), aux.codes, aux.experts
 
 
 def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True) -> dict:
