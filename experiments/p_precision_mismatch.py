@@ -1,7 +1,8 @@
 """Rollout / trainer mismatch with the rollout's decode attention P rounded to bf16.
 
   python experiments/p_precision_mismatch.py --config configs/tiny.py --checkpoint DIR \
-      [--batches 8] [--out experiments/results]
+      [--batches 8] [--out experiments/results] [--attention reference] \
+      [--activation_quantizer xla]
 
 ``rollout.attention_p_precision="bf16"`` makes the GPU decode attention 13-15% faster (session
 29) by rounding P once to bf16 in P.V instead of splitting it into two bf16 terms; the trainer's
@@ -10,9 +11,11 @@ attention stays f32. This script asks what that rounding does to METHOD.md's mis
 config field becomes the rollout numerics' ``attention_p``, a static argument of the compiled
 rollout). On a CPU the reference attention rounds its weights to bf16 too: a rounding of the
 kernel's size, not its bits (the kernel rounds relative to a running max per block and split).
-Batch b samples with the same key under both precisions, so the rows are paired. Writes ``p_precision_mismatch.{md,json}``: per variant
-and metric, the mean over batches under f32 and bf16 P and the mean paired difference with its
-standard error.
+Batch b samples with the same key under both precisions, so the rows are paired. Writes
+``p_precision_mismatch.{md,json}``: per variant and metric, the mean over batches under f32 and
+bf16 P and the mean paired difference with its standard error. ``--attention reference`` and
+``--activation_quantizer xla`` take a GPU's rollout kernels out one at a time; the environment
+variable ``JAX_DEFAULT_MATMUL_PRECISION=highest`` does the same for XLA's TF32 products.
 """
 
 from __future__ import annotations
@@ -88,20 +91,41 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
+    ap.add_argument("--attention", default="auto", choices=["auto", "reference"],
+                    help="the rollout's decode attention: what ops.decode_attention picks (the "
+                         "kernel on a GPU) or its XLA reference everywhere (on a GPU: to tell "
+                         "the kernel's part in the mismatch from the rest)")
+    ap.add_argument("--activation_quantizer", default="auto", choices=["auto", "kernel", "xla"],
+                    help="the rollout's activation quantizer (numerics.ACTIVATION_QUANTIZER)")
     a = ap.parse_args(argv)
     if a.batches < 1:
         raise SystemExit(f"--batches must be >= 1, got {a.batches}")
-    rows = diagnose_paired(a.config, a.checkpoint, a.batches)
-    table = summarize(rows)
+    sys.path.insert(0, _REPO)
     import jax
 
+    from trace_jax import numerics as nx
+    from trace_jax import ops
+
+    nx.ACTIVATION_QUANTIZER = a.activation_quantizer
+    if a.attention == "reference":  # no kernel module for the decode attention: the reference
+        kernel = ops._kernel
+        ops._kernel = lambda mod, name: None if name == "decode_attention" else kernel(mod, name)
+    rows = diagnose_paired(a.config, a.checkpoint, a.batches)
+    table = summarize(rows)
     platform = jax.default_backend()
-    how = ("the GPU decode attention kernel, its own P rounding" if platform == "gpu" else
+    kernel_attention = platform == "gpu" and a.attention == "auto"
+    how = ("the GPU decode attention kernel, its own P rounding" if kernel_attention else
            "the reference attention, which rounds P to bf16: a rounding of the GPU kernel's size, "
            "not its bits")
+    how += (f"; activation quantizer {a.activation_quantizer}; default matmul precision "
+            f"{jax.config.jax_default_matmul_precision or 'default'}")
     lines = ["# Rollout / trainer mismatch, decode attention P in f32 vs bf16", "",
              f"command: `python experiments/p_precision_mismatch.py --config {a.config} "
-             f"--checkpoint {a.checkpoint} --batches {a.batches}` on {platform} ({how})", "",
+             f"--checkpoint {a.checkpoint} --batches {a.batches}"
+             + (f" --attention {a.attention}" if a.attention != "auto" else "")
+             + (f" --activation_quantizer {a.activation_quantizer}"
+                if a.activation_quantizer != "auto" else "")
+             + f"` on {platform} ({how})", "",
              "| variant | metric | f32 P | bf16 P | bf16 - f32 (paired, +- s.e.) |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['variant']} | {r['metric']} | {r['f32']:.4g} | {r['bf16']:.4g} | "
@@ -110,8 +134,8 @@ def main(argv=None) -> int:
     with open(os.path.join(a.out, "p_precision_mismatch.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(a.out, "p_precision_mismatch.json"), "w") as f:
-        json.dump(dict(batches=a.batches, config=a.config, platform=platform, rows=rows,
-                       summary=table), f, indent=1)
+        json.dump(dict(batches=a.batches, config=a.config, platform=platform, how=how,
+                       rows=rows, summary=table), f, indent=1)
     print("\n".join(lines))
     return 0
 

@@ -29,3 +29,30 @@ def test_summary_pairs_the_batches_of_both_precisions():
     r = got[("trace", "code_agreement_hinted")]
     assert r["diff"] == pytest.approx(-0.05) and r["diff_se"] == pytest.approx(0.05)
     assert got[("bf16", "kl_k3")]["diff"] == pytest.approx(0.1)
+
+
+def test_flags_take_the_kernels_out_and_name_themselves(monkeypatch, tmp_path):
+    """``--attention reference`` leaves ``ops.decode_attention`` no kernel (other kernels keep
+    theirs), ``--activation_quantizer`` sets the rollout's quantizer, and the written command
+    names both."""
+    from trace_jax import numerics as nx
+    from trace_jax import ops
+
+    monkeypatch.setattr(ops, "_kernel", lambda mod, name: f"{mod}.{name}")
+    monkeypatch.setattr(nx, "ACTIVATION_QUANTIZER", nx.ACTIVATION_QUANTIZER)
+    seen = {}
+
+    def fake(config, checkpoint, batches):
+        seen["attention"] = ops._kernel("decode_attention", "decode_attention")
+        seen["matmul"] = ops._kernel("fp4_matmul", "fp4_grouped_matmul")
+        seen["quantizer"] = nx.ACTIVATION_QUANTIZER
+        one = {"trace": {"kl_k3": 1.0}}
+        return {"f32": [one] * batches, "bf16": [one] * batches}
+
+    monkeypatch.setattr(PM, "diagnose_paired", fake)
+    PM.main(["--config", "c.py", "--checkpoint", "ck", "--batches", "2", "--out", str(tmp_path),
+             "--attention", "reference", "--activation_quantizer", "xla"])
+    assert seen == {"attention": None, "matmul": "fp4_matmul.fp4_grouped_matmul",
+                    "quantizer": "xla"}
+    md = (tmp_path / "p_precision_mismatch.md").read_text()
+    assert "--attention reference --activation_quantizer xla`" in md
