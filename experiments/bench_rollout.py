@@ -566,7 +566,8 @@ def breakdown(cfg, numerics, params, cache, experts, batch, context, attn, args,
     def attn_all(q, cache, lengths):
         return jnp.stack([ops.decode_attention_mgpu(q[l], cache[l]["kv"], lengths)
                           if "kv" in cache[l] else
-                          ops.decode_attention(q[l], cache[l]["k"], cache[l]["v"], lengths)
+                          ops.decode_attention(q[l], cache[l]["k"], cache[l]["v"], lengths,
+                                               p_precision=numerics.attention_p)
                           for l in range(L)])
 
     with attention_backend(attn):

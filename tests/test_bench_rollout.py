@@ -165,3 +165,23 @@ def test_ceiling_from_a_saved_result(tmp_path, capsys):
     path.write_text(json.dumps(saved))
     with pytest.raises(SystemExit, match="no context with both"):
         bench_rollout.main(["--ceiling_from", str(path)])
+
+
+def test_attn_p_precision_reaches_every_decode_attention(monkeypatch, tmp_path):
+    """``--attn_p_precision bf16`` reaches the decode attention of the engine's steps and of
+    the breakdown's attention timing (which once kept the default f32), and the result names
+    it."""
+    from trace_jax import ops
+    seen = []
+    real = ops.decode_attention
+
+    def spy(*a, p_precision="f32", **k):
+        seen.append(p_precision)
+        return real(*a, p_precision=p_precision, **k)
+
+    monkeypatch.setattr(ops, "decode_attention", spy)
+    res = bench_rollout.main(["--smoke", "--engines", "fp4", "--prefill_len", "0",
+                              "--breakdown", "always", "--attn_p_precision", "bf16",
+                              "--out", str(tmp_path)])
+    assert len(seen) >= 2 and set(seen) == {"bf16"}, seen
+    assert "P in P.V bf16" in res["attention_kernel"]
