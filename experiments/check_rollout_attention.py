@@ -46,7 +46,8 @@ def run(config, params, batches: int, mode: str) -> dict:
     from trace_jax import ops
     from trace_jax import rollout as R
 
-    kernel = ops._kernel
+    original = ops._kernel
+    kernel = original
     if jax.default_backend() == "cpu":  # the kernel in interpret mode
         from pallas_kernels.attention_triton import decode_attention_triton
 
@@ -57,32 +58,32 @@ def run(config, params, batches: int, mode: str) -> dict:
         kernel = lambda mod, name: interp if name == "decode_attention" else None  # noqa: E731
     backends = {"kernel": kernel,
                 "reference": lambda mod, name: None if name == "decode_attention"
-                else ops._kernel(mod, name)}
-    out = {}
-    original = ops._kernel
+                else original(mod, name)}
+    runs = {}  # (precision, batch, backend) -> Rollout
     try:
-        for p in ("f32", "bf16"):
-            config.rollout.attention_p_precision = p
-            exp = X.build(config)
-            num = exp.rollout_numerics.with_mode(mode)
-            sampling = dataclasses.replace(exp.sampling, temperature=0.0, top_k=0, top_p=1.0)
-            rp = R.sync_weights(params, num)
-            out[p] = []
-            for b in range(batches):
-                prompts, lens = X.encode_prompts(exp, exp.eval_data.batch(b))
-                ro = {}
-                for name, pick in backends.items():
-                    ops._kernel = pick
-                    jax.clear_caches()  # the backend is not part of the compiled rollout's key
-                    ro[name] = R.generate(rp, prompts, lens, jax.random.key(0), cfg=exp.cfg,
-                                          numerics=num, sampling=sampling, capture_hints=False)
-                    ops._kernel = original
-                k, r = ro["kernel"], ro["reference"]
-                out[p].append(compare(k.logprobs, r.logprobs, k.tokens, r.tokens,
-                                      k.response_mask))
+        for name, pick in backends.items():  # one compile per (backend, precision)
+            ops._kernel = pick
+            jax.clear_caches()  # the backend is not part of the compiled rollout's key
+            for p in ("f32", "bf16"):
+                config.rollout.attention_p_precision = p
+                exp = X.build(config)
+                num = exp.rollout_numerics.with_mode(mode)
+                sampling = dataclasses.replace(exp.sampling, temperature=0.0, top_k=0, top_p=1.0)
+                rp = R.sync_weights(params, num)
+                for b in range(batches):
+                    prompts, lens = X.encode_prompts(exp, exp.eval_data.batch(b))
+                    runs[p, b, name] = R.generate(rp, prompts, lens, jax.random.key(0),
+                                                  cfg=exp.cfg, numerics=num, sampling=sampling,
+                                                  capture_hints=False)
     finally:
         ops._kernel = original
         jax.clear_caches()
+    out = {}
+    for p in ("f32", "bf16"):
+        out[p] = []
+        for b in range(batches):
+            k, r = runs[p, b, "kernel"], runs[p, b, "reference"]
+            out[p].append(compare(k.logprobs, r.logprobs, k.tokens, r.tokens, k.response_mask))
     return out
 
 

@@ -25,3 +25,40 @@ def test_compare_stops_at_the_first_differing_token():
     assert r["gap_max"] == 0.5
     assert r["gap_mean"] == pytest.approx((0.5 + 0.1 + 0.2) / 3)
     assert r["rows_identical"] == 0.5
+
+
+def test_run_swaps_only_the_decode_attention_and_restores(monkeypatch):
+    """``run``: the "reference" backend takes away only the decode attention's kernel (other
+    lookups go to the original, no recursion), the "kernel" one supplies it (interpret mode on
+    a CPU), both precisions are run, and ``ops._kernel`` is restored afterwards."""
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
+    from configs import tiny
+    from tests._params import init_params
+    from trace_jax import model as M
+    from trace_jax import ops
+    from trace_jax import rollout as R
+
+    original = lambda mod, name: f"{mod}.{name}"  # noqa: E731
+    monkeypatch.setattr(ops, "_kernel", original)
+    seen = []
+
+    def fake_generate(params, prompts, lens, key, *, numerics, **kw):
+        seen.append((numerics.attention_p, ops._kernel("decode_attention", "decode_attention"),
+                     ops._kernel("attention_mgpu", "decode_attention_mgpu")))
+        toks = jnp.zeros(prompts.shape, jnp.int32)
+        return types.SimpleNamespace(logprobs=jnp.zeros(prompts.shape), tokens=toks,
+                                     response_mask=toks > 0)
+
+    monkeypatch.setattr(R, "generate", fake_generate)
+    config = tiny.get_config()
+    params = init_params(M.ModelConfig.from_config(config.model), jax.random.key(0))
+    out = CR.run(config, params, 1, "fp4_rollout")
+    assert set(out) == {"f32", "bf16"}
+    kernels = {(p, k is None) for p, k, _ in seen}
+    assert kernels == {("f32", True), ("bf16", True), ("f32", False), ("bf16", False)}
+    assert {m for _, _, m in seen} == {"attention_mgpu.decode_attention_mgpu", None}
+    assert ops._kernel is original
