@@ -37,7 +37,9 @@ def pack_params_ptq(params: dict, numerics: nx.Numerics, scale_rule: str = "max"
 def evaluate(config, params, numerics: nx.Numerics, n_batches: int, *,
              scale_rule: str = "max", return_details: bool = False):
     """Greedy accuracy on ``n_batches`` held-out batches under ``numerics`` (its mode picks the
-    engine: ``bf16`` or ``fp4_rollout``)."""
+    engine: ``bf16`` or ``fp4_rollout``; its ``attention_p`` the decode attention's P, so pass
+    one derived from ``X.build(config).rollout_numerics`` to follow
+    ``rollout.attention_p_precision``)."""
     if numerics.mode not in ("bf16", "fp4_rollout"):
         raise ValueError(f"evaluate runs the rollout engine: numerics mode must be 'bf16' or "
                          f"'fp4_rollout', got {numerics.mode!r}")

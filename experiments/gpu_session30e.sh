@@ -2,7 +2,7 @@
 # One H200, issue 7: 30d's mismatch study after the trainer's attention P.V went to
 # Precision.HIGHEST (check_gpu_attention_precision.py: at the default precision the H200 ran it in
 # TF32, 1.6-2.1e-4 from float64; the decode kernel's f32 P is 1e-6). 30d (TF32 trainer): TRACE
-# kl_k3 4.2-7.1e-4 with f32 P, 3.6-8.2e-5 with bf16 P. Prediction: with an f32 trainer the f32-P
+# kl_k3 2.9-7.1e-4 with f32 P, 3.6-8.2e-5 with bf16 P. Prediction: with an f32 trainer the f32-P
 # rollout is now the closer one (kl_k3 at or under 30d's bf16-P values; bf16 P above it), as on
 # the CPU. 3 batches (device time).
 # Usage (repo root, with .whl/ and runs/tiny_f32 carried): bash experiments/gpu_session30e.sh

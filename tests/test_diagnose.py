@@ -36,3 +36,21 @@ def test_diagnose_cli_variants_orderings_and_config_typo():
     bad = subprocess.run(cmd[:3] + ["--config.modle.n_layers=2"], capture_output=True, text=True,
                          timeout=600)
     assert bad.returncode != 0 and "modle" in bad.stderr
+
+
+def test_trainer_pass_compiles_once_per_variant():
+    """The trainer pass is compiled once per (numerics, variant), not per diagnosis: a second
+    batch, and a rollout with bf16 P (whose trainer has no decode attention), add no programs."""
+    from configs import tiny
+
+    config = tiny.get_config()
+    config.model.n_layers, config.rollout.batch_prompts = 2, 4
+    config.rollout.group_size, config.rollout.max_new_tokens = 2, 4
+    diagnose._trainer_pass.clear_cache()
+    diagnose.diagnose(config, seed_step=0, hint_cost=False)
+    n = diagnose._trainer_pass._cache_size()
+    assert n == 4  # bf16 and fp4_naive (one BF16 trainer), fp4_qat_rtn, trace, trace+r3
+    diagnose.diagnose(config, seed_step=1, hint_cost=False)
+    config.rollout.attention_p_precision = "bf16"
+    diagnose.diagnose(config, seed_step=0, hint_cost=False)
+    assert diagnose._trainer_pass._cache_size() == n

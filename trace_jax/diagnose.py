@@ -35,8 +35,9 @@ def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: b
     """Trainer log-probs, codes and experts for a rollout's trajectories."""
     g = ro.guidance
     hint_dict = numerics.trainer_hints(g.hints) if hints else {}
+    # (the trainer forward has no decode attention: one compile whatever the rollout's P)
     return _trainer_pass(params, ro.tokens, hint_dict, g.experts, g.recorded, cfg=exp.cfg,
-                         numerics=numerics, hints=hints, replay=replay)
+                         numerics=numerics.with_attention_p("f32"), hints=hints, replay=replay)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "numerics", "hints", "replay"))
