@@ -3,14 +3,9 @@ the trainer's attention and the decode attention with f32 P sit at float32 round
 float64, the decode attention with bf16 P at a bf16 rounding of P (what the script then
 measures on a GPU, where the default precision differs)."""
 
-import importlib.util
-import os
+from tests._scripts import load_experiment
 
-_spec = importlib.util.spec_from_file_location(
-    "check_gpu_attention_precision", os.path.join(
-        os.path.dirname(__file__), "..", "experiments", "check_gpu_attention_precision.py"))
-CG = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(CG)
+CG = load_experiment("check_gpu_attention_precision")
 
 
 def test_f32_paths_are_f32_accurate_and_bf16_p_is_not():

@@ -1,17 +1,12 @@
 """experiments/check_rollout_attention.py: the kernel / reference comparison counts only the
 response positions before a row's first differing token."""
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "check_rollout_attention", os.path.join(os.path.dirname(__file__), "..", "experiments",
-                                            "check_rollout_attention.py"))
-CR = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(CR)
+from tests._scripts import load_experiment
+
+CR = load_experiment("check_rollout_attention")
 
 
 def test_compare_stops_at_the_first_differing_token():

@@ -1,15 +1,13 @@
 """experiments/layer_breakdown.py: the per-layer split of a profiled decode step."""
 
-import importlib.util
 import os
 
 import pytest
 
+from tests._scripts import load_experiment
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "layer_breakdown", os.path.join(REPO, "experiments", "layer_breakdown.py"))
-LB = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(LB)
+LB = load_experiment("layer_breakdown")
 
 MD = """fp4 @ 32768: device busy 1000.0 us/call of 1200.0 us wall, 30 launches/call (8 calls traced)
 

@@ -1,16 +1,12 @@
 """experiments/p_precision_mismatch.py: the paired summary of the two precisions' diagnoses."""
 
-import importlib.util
 import math
-import os
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "p_precision_mismatch", os.path.join(os.path.dirname(__file__), "..", "experiments",
-                                         "p_precision_mismatch.py"))
-PM = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(PM)
+from tests._scripts import load_experiment
+
+PM = load_experiment("p_precision_mismatch")
 
 
 def test_summary_pairs_the_batches_of_both_precisions():
