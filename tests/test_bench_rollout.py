@@ -12,8 +12,22 @@ sys.path.insert(0, str(REPO / "experiments"))
 import bench_rollout  # noqa: E402
 
 
-def test_smoke_runs_every_engine(tmp_path, capsys):
-    res = bench_rollout.main(["--smoke", "--out", str(tmp_path)])
+def test_smoke_runs_every_engine(monkeypatch, tmp_path, capsys):
+    """Every engine's steps, breakdown and prefill on a tiny shape; ``--attn_p_precision bf16``
+    reaches the decode attention of the steps and of the breakdown's attention timing (which
+    once kept the default f32), and the result names it."""
+    from trace_jax import ops
+    seen = []
+    real = ops.decode_attention
+
+    def spy(*a, p_precision="f32", **k):
+        seen.append(p_precision)
+        return real(*a, p_precision=p_precision, **k)
+
+    monkeypatch.setattr(ops, "decode_attention", spy)
+    res = bench_rollout.main(["--smoke", "--attn_p_precision", "bf16", "--out", str(tmp_path)])
+    assert len(seen) >= 2 and set(seen) == {"bf16"}, seen
+    assert "P in P.V bf16" in res["attention_kernel"]
     out = capsys.readouterr().out
     rows = {r["engine"]: r for r in res["rows"]}
     assert set(rows) == set(bench_rollout.ENGINES)
@@ -166,22 +180,3 @@ def test_ceiling_from_a_saved_result(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no context with both"):
         bench_rollout.main(["--ceiling_from", str(path)])
 
-
-def test_attn_p_precision_reaches_every_decode_attention(monkeypatch, tmp_path):
-    """``--attn_p_precision bf16`` reaches the decode attention of the engine's steps and of
-    the breakdown's attention timing (which once kept the default f32), and the result names
-    it."""
-    from trace_jax import ops
-    seen = []
-    real = ops.decode_attention
-
-    def spy(*a, p_precision="f32", **k):
-        seen.append(p_precision)
-        return real(*a, p_precision=p_precision, **k)
-
-    monkeypatch.setattr(ops, "decode_attention", spy)
-    res = bench_rollout.main(["--smoke", "--engines", "fp4", "--prefill_len", "0",
-                              "--breakdown", "always", "--attn_p_precision", "bf16",
-                              "--out", str(tmp_path)])
-    assert len(seen) >= 2 and set(seen) == {"bf16"}, seen
-    assert "P in P.V bf16" in res["attention_kernel"]

@@ -38,19 +38,33 @@ def test_diagnose_cli_variants_orderings_and_config_typo():
     assert bad.returncode != 0 and "modle" in bad.stderr
 
 
-def test_trainer_pass_compiles_once_per_variant():
-    """The trainer pass is compiled once per (numerics, variant), not per diagnosis: a second
-    batch, and a rollout with bf16 P (whose trainer has no decode attention), add no programs."""
+def test_trainer_pass_compiles_once_per_numerics():
+    """The trainer pass is compiled once per (numerics, variant), not per call: a second batch,
+    and a rollout numerics with bf16 P (whose trainer forward has no decode attention), add no
+    program; another mode does."""
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
     from configs import tiny
+    from trace_jax import experiment as X
 
     config = tiny.get_config()
-    config.model.n_layers, config.rollout.batch_prompts = 2, 4
-    config.rollout.group_size, config.rollout.max_new_tokens = 2, 4
+    config.model.n_layers = 2
+    exp = X.build(config)
+    params = diagnose.M.init_params(exp.cfg, jax.random.key(0))
+    num = exp.rollout_numerics.with_mode("bf16")
+
+    def ro(seed):
+        toks = jax.random.randint(jax.random.key(seed), (2, 8), 0, exp.cfg.vocab_size)
+        return types.SimpleNamespace(tokens=toks.astype(jnp.int32), guidance=types.SimpleNamespace(
+            hints={}, experts=None, recorded=None))
+
     diagnose._trainer_pass.clear_cache()
-    diagnose.diagnose(config, seed_step=0, hint_cost=False)
-    n = diagnose._trainer_pass._cache_size()
-    assert n == 4  # bf16 and fp4_naive (one BF16 trainer), fp4_qat_rtn, trace, trace+r3
-    diagnose.diagnose(config, seed_step=1, hint_cost=False)
-    config.rollout.attention_p_precision = "bf16"
-    diagnose.diagnose(config, seed_step=0, hint_cost=False)
-    assert diagnose._trainer_pass._cache_size() == n
+    for seed, n in ((0, num), (1, num), (0, num.with_attention_p("bf16"))):
+        diagnose.trainer_pass(params, ro(seed), exp, n, hints=False, replay=False)
+        assert diagnose._trainer_pass._cache_size() == 1
+    diagnose.trainer_pass(params, ro(0), exp, num.with_mode("fp4_qat"), hints=False,
+                          replay=False)
+    assert diagnose._trainer_pass._cache_size() == 2
