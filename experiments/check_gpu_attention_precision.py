@@ -9,7 +9,8 @@ against float64 attention of: ``attention.causal_attention`` (the trainer's; its
 default precision) at its last query row, the same at ``jax.default_matmul_precision
 ("highest")``, and the decode kernel (``ops.decode_attention``) over a bf16 cache with f32 and
 bf16 P, then the NVFP4 decode kernel over full and per-sequence lengths. Prints one line per
-(shape, computation); ``--tiny``: the tiny model's shape only.
+(shape, computation); ``--tiny``: the tiny model's shape only. (Session 31 traced the 10x to
+XLA's GPU fusions skipping bf16 casts, not to the kernel: NOTES_attention session 31.)
 """
 
 from __future__ import annotations

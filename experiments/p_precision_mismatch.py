@@ -1,8 +1,8 @@
 """Rollout / trainer mismatch with the rollout's decode attention P rounded to bf16.
 
   python experiments/p_precision_mismatch.py --config configs/tiny.py --checkpoint DIR \
-      [--batches 8] [--out experiments/results] [--attention reference] \
-      [--activation_quantizer xla]
+      [--batches 8] [--out experiments/results] [--attention reference|kernel] \
+      [--activation_quantizer xla] [--expert_matmul reference]
 
 ``rollout.attention_p_precision="bf16"`` makes the GPU decode attention 13-15% faster (session
 29) by rounding P once to bf16 in P.V instead of splitting it into two bf16 terms; the trainer's
@@ -13,9 +13,11 @@ rollout). On a CPU the reference attention rounds its weights to bf16 too: a rou
 kernel's size, not its bits (the kernel rounds relative to a running max per block and split).
 Batch b samples with the same key under both precisions, so the rows are paired. Writes
 ``p_precision_mismatch.{md,json}``: per variant and metric, the mean over batches under f32 and
-bf16 P and the mean paired difference with its standard error. ``--attention reference`` and
-``--activation_quantizer xla`` take a GPU's rollout kernels out one at a time; the environment
-variable ``JAX_DEFAULT_MATMUL_PRECISION=highest`` does the same for XLA's TF32 products.
+bf16 P and the mean paired difference with its standard error. ``--attention reference``,
+``--activation_quantizer xla`` and ``--expert_matmul reference`` take a GPU's rollout kernels
+out one at a time (``--attention kernel`` puts the decode kernel into a CPU run, interpreted);
+the environment variable ``JAX_DEFAULT_MATMUL_PRECISION=highest`` does the same for XLA's TF32
+products.
 """
 
 from __future__ import annotations
@@ -91,12 +93,16 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", required=True, help="a run directory or checkpoint")
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--out", default=os.path.join(_REPO, "experiments", "results"))
-    ap.add_argument("--attention", default="auto", choices=["auto", "reference"],
+    ap.add_argument("--attention", default="auto", choices=["auto", "reference", "kernel"],
                     help="the rollout's decode attention: what ops.decode_attention picks (the "
-                         "kernel on a GPU) or its XLA reference everywhere (on a GPU: to tell "
-                         "the kernel's part in the mismatch from the rest)")
+                         "kernel on a GPU), its XLA reference everywhere (on a GPU: to tell "
+                         "the kernel's part in the mismatch from the rest), or the Triton kernel "
+                         "everywhere (on a CPU in Pallas interpret mode: its own bits there)")
     ap.add_argument("--activation_quantizer", default="auto", choices=["auto", "kernel", "xla"],
                     help="the rollout's activation quantizer (numerics.ACTIVATION_QUANTIZER)")
+    ap.add_argument("--expert_matmul", default="auto", choices=["auto", "reference"],
+                    help="the rollout's FP4 expert matmuls: the kernels on a GPU, or their "
+                         "pure-JAX references everywhere")
     a = ap.parse_args(argv)
     if a.batches < 1:
         raise SystemExit(f"--batches must be >= 1, got {a.batches}")
@@ -110,14 +116,31 @@ def main(argv=None) -> int:
     if a.attention == "reference":  # no kernel module for the decode attention: the reference
         kernel = ops._kernel
         ops._kernel = lambda mod, name: None if name == "decode_attention" else kernel(mod, name)
+    if a.attention == "kernel" and jax.default_backend() != "gpu":
+        from pallas_kernels.attention_triton import decode_attention_triton
+
+        def interpreted(q, k, v, n, precision):
+            return decode_attention_triton(q, k, v, n, sm_scale=q.shape[-1] ** -0.5,
+                                           precision=precision, interpret=True,
+                                           out_dtype=q.dtype)
+        kernel = ops._kernel
+        ops._kernel = lambda mod, name: (interpreted if name == "decode_attention"
+                                         else kernel(mod, name))
+    if a.expert_matmul == "reference":
+        from pallas_kernels import fp4_matmul as FM
+
+        use_kernel = FM._use_kernel
+        FM._use_kernel = lambda backend: False if backend == "auto" else use_kernel(backend)
     rows = diagnose_paired(a.config, a.checkpoint, a.batches)
     table = summarize(rows)
     platform = jax.default_backend()
-    kernel_attention = platform == "gpu" and a.attention == "auto"
-    how = ("the GPU decode attention kernel, its own P rounding" if kernel_attention else
+    kernel_attention = a.attention == "kernel" or (platform == "gpu" and a.attention == "auto")
+    how = ("the decode attention kernel" + (" in interpret mode" if platform != "gpu" else "")
+           + ", its own P rounding" if kernel_attention else
            "the reference attention, which rounds P to bf16: a rounding of the GPU kernel's size, "
            "not its bits")
-    how += (f"; activation quantizer {a.activation_quantizer}; default matmul precision "
+    how += (f"; activation quantizer {a.activation_quantizer}; expert matmuls "
+            f"{a.expert_matmul}; default matmul precision "
             f"{jax.config.jax_default_matmul_precision or 'default'}")
     lines = ["# Rollout / trainer mismatch, decode attention P in f32 vs bf16", "",
              f"command: `python experiments/p_precision_mismatch.py --config {a.config} "
@@ -125,6 +148,7 @@ def main(argv=None) -> int:
              + (f" --attention {a.attention}" if a.attention != "auto" else "")
              + (f" --activation_quantizer {a.activation_quantizer}"
                 if a.activation_quantizer != "auto" else "")
+             + (f" --expert_matmul {a.expert_matmul}" if a.expert_matmul != "auto" else "")
              + f"` on {platform} ({how})", "",
              "| variant | metric | f32 P | bf16 P | bf16 - f32 (paired, +- s.e.) |",
              "|---|---|---|---|---|"]

@@ -34,16 +34,18 @@ def _assert_same(qk, hk, qr, hr):
     assert (qk.fmt, qk.axis, hk.kind) == (qr.fmt, qr.axis, hr.kind)
 
 
-def _check(x, fmt, scope, **kw):
+def _check(x, fmt, scope, values=None, **kw):
     """The kernel's QTensor and hint against the reference, and its dequantized values (the
-    ``values`` output, in x's dtype) against ``quant.dequantize`` of the reference QTensor."""
+    ``values`` output, in ``values`` or else x's dtype) against ``quant.dequantize`` of the
+    reference QTensor."""
     x = jnp.asarray(x)
+    values = x.dtype if values is None else jnp.dtype(values)
     qr, hr = _reference(x, fmt, global_scope=scope)
-    qk, hk, yk = quantize_with_hint(x, fmt, global_scope=scope, values=x.dtype,
+    qk, hk, yk = quantize_with_hint(x, fmt, global_scope=scope, values=values,
                                     backend="triton", **kw)
     _assert_same(qk, hk, qr, hr)
-    yr = Q.dequantize(qr, x.dtype)
-    assert yk.shape == x.shape and yk.dtype == x.dtype
+    yr = Q.dequantize(qr, values)
+    assert yk.shape == x.shape and yk.dtype == values
     np.testing.assert_array_equal(_u8(yk), _u8(yr))  # bit for bit: -0 and NaN included
     return qk
 
@@ -57,6 +59,14 @@ def test_bit_identical_random(fmt, scope, m, k, dtype):
     x = x * jnp.exp(3 * jax.random.normal(jax.random.PRNGKey(1), (m, 1)))
     x = x.at[0].set(0.0).astype(dtype)  # an all-zero row
     _check(x, fmt, scope)
+
+
+@pytest.mark.parametrize("fmt,scope", CASES)
+def test_f32_values_of_a_bf16_input(fmt, scope):
+    """bf16 in, exact f32 values out (the model's KV site: code * scale * row scale, which bf16
+    cannot hold for NVFP4)."""
+    x = jax.random.normal(jax.random.PRNGKey(3), (8, 128), jnp.float32).astype(jnp.bfloat16)
+    _check(x, fmt, scope, values=jnp.float32)
 
 
 def _edge_rows():

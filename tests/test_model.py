@@ -436,3 +436,33 @@ def test_moe_stage_gradients_are_gathers_not_scatters():
 
     assert float_scatters(grad) == []
     assert float_scatters(jax.grad(plain, argnums=(0, 1, 2, 3)))  # what the custom VJPs replace
+
+
+def test_trainer_attention_reads_the_decode_caches_values(params):
+    """The QAT trainer's causal attention and a decode step over the FP4 cache see the same K/V
+    (exact f32 ``code * scale * row scale``, which bf16 cannot hold): at the decoded position
+    the bf16 outputs agree to f32 summation order. Rounding K/V to bf16 in the trainer (before
+    session 31) moved most outputs by an ulp or more."""
+    roll = nx.make_numerics("fp4_rollout", CFG.n_layers, fmt="nvfp4")
+    qat = roll.with_mode("fp4_qat")
+    p = jax.tree.map(lambda a: a[0], params["layers"]["attn"])  # layer 0
+    B, T = 4, 9
+    x = jax.random.normal(jax.random.key(3), (B, T, CFG.d_model), jnp.float32).astype(jnp.bfloat16)
+    pos = jnp.broadcast_to(jnp.arange(T)[None], (B, T))
+
+    def train(p, x):
+        return attention.attention_block(p, x, pos, cfg=CFG, sio=nx.SiteIO(qat), layer=0)[0]
+
+    def decode(p, x):
+        cache = attention.init_cache(CFG, roll, B, 16)[0]
+        blk = lambda xs, ps, c: attention.attention_block(  # noqa: E731
+            p, xs, ps, cfg=CFG, sio=nx.SiteIO(roll), layer=0, cache=c)
+        _, cache = blk(x[:, :-1], pos[:, :-1], cache)
+        return blk(x[:, -1:], pos[:, -1:], cache)[0][:, 0]
+
+    want = np.asarray(jax.jit(train)(p, x)[:, -1], np.float32)
+    got = np.asarray(jax.jit(decode)(p, x), np.float32)
+    assert isinstance(attention.init_cache(CFG, roll, 1, 1)[0]["k"], Q.QTensor)
+    differ = np.mean(got != want)
+    assert differ < 0.05, differ
+    np.testing.assert_allclose(got, want, atol=1e-2 * float(np.abs(want).max()))

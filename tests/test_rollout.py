@@ -101,10 +101,12 @@ def test_recorded_logprobs_match_trainer_recompute(params, mode):
                                atol=1e-5)
 
 
-@pytest.mark.parametrize("drift", [0.0, 2e-3])
-def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, drift):
-    """bf16 activations: rollout decode and trainer full-sequence forward differ by bf16 noise
-    (and, with drift > 0, by perturbed weights as a stale or differently-built trainer would)."""
+def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params):
+    """bf16 activations, hints in the last half of the layers, one rollout. drift = 0: the
+    rollout's decode and the trainer's full-sequence forward compute the same codes even
+    without hints (since session 31 both attend over the exact FP4 K/V; before, the trainer's
+    bf16 K/V flipped codes). drift > 0 perturbs the weights as a stale or differently built
+    trainer would: then only the hints keep the hinted codes."""
     cfg = dataclasses.replace(CFG, dtype="bfloat16")
     fp4 = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half")
     rec = fp4.recording_all_codes()
@@ -112,8 +114,8 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, dr
                     numerics=rec, sampling=S)
     g = ro.guidance
     qat = fp4.with_mode("fp4_qat")
-    w = jax.jit(lambda p: jax.tree.map(  # one program, not a draw compiled per leaf shape
-        lambda a: a * (1 + drift * jax.random.normal(jax.random.key(9), a.shape)), p))(params)
+    drifted = jax.jit(lambda p, drift: jax.tree.map(  # one program for every leaf and drift
+        lambda a: a * (1 + drift * jax.random.normal(jax.random.key(9), a.shape)), p))
 
     def codes(w, g, tokens, hints):  # jitted: one compile instead of op-by-op dispatch
         num = qat if hints else dataclasses.replace(qat, hinted=frozenset())
@@ -124,13 +126,15 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params, dr
         return MT.code_metrics(aux.codes, g.hints, g.recorded, qat.hinted)
 
     codes = jax.jit(codes, static_argnums=3)
-    guided, rtn = codes(w, g, ro.tokens, True), codes(w, g, ro.tokens, False)
-    gh, rh = float(guided["code_agreement_hinted"]), float(rtn["code_agreement_hinted"])
-    assert gh >= (0.999 if drift == 0 else 0.99), gh
-    assert gh > rh, (gh, rh)
-    # unhinted sites are left to round-to-nearest in both passes
-    assert float(guided["code_agreement_unhinted"]) == pytest.approx(
-        float(rtn["code_agreement_unhinted"]), abs=0.01)
+    for drift in (0.0, 2e-3):  # (the same two programs for both)
+        w = drifted(params, drift)
+        guided, rtn = codes(w, g, ro.tokens, True), codes(w, g, ro.tokens, False)
+        gh, rh = float(guided["code_agreement_hinted"]), float(rtn["code_agreement_hinted"])
+        assert gh >= (0.999 if drift == 0 else 0.99), (drift, gh)
+        assert gh > rh if drift else gh >= rh, (drift, gh, rh)
+        # unhinted sites are left to round-to-nearest in both passes
+        assert float(guided["code_agreement_unhinted"]) == pytest.approx(
+            float(rtn["code_agreement_unhinted"]), abs=0.01), drift
 
 
 def test_routing_replay_reproduces_rollout_experts(params, fp4):

@@ -136,7 +136,12 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
     q = rope(rms_norm(q, p["q_norm"], cfg.norm_eps), positions_BxT, cfg.rope_theta)
     k = rope(rms_norm(k, p["k_norm"], cfg.norm_eps), positions_BxT, cfg.rope_theta)
 
-    kv_BxTx2xKxD, q_kv = sio.activation(f"layers/{layer}/attn/kv", jnp.stack([k, v], axis=2))
+    # FP4 K/V continue as exact f32 values (code * block scale * row scale, which bf16 cannot
+    # hold): the values the decode kernel reads from the cache, so the trainer's and the
+    # prefill's attention see the same K/V as every decode step (as bf16 they made TRACE's
+    # rollout / trainer kl_k3 3.2x larger on the tiny run, CPU; NOTES_attention session 31)
+    kv_BxTx2xKxD, q_kv = sio.activation(f"layers/{layer}/attn/kv", jnp.stack([k, v], axis=2),
+                                        values_dtype=jnp.float32)
     k, v = kv_BxTx2xKxD[:, :, 0], kv_BxTx2xKxD[:, :, 1]
 
     new_cache = None

@@ -223,20 +223,21 @@ def quantize_kernel_active() -> bool:
     return jax.default_backend() == "gpu" and (mesh is None or mesh.size == 1)
 
 
-def rollout_quantize(x, fmt: str, scope: str, with_hint: bool):
+def rollout_quantize(x, fmt: str, scope: str, with_hint: bool, values_dtype=None):
     """``(q, hint, y)`` for ``x`` quantized along its last axis: ``q = quant.quantize(x, fmt,
     axis=-1, global_scope=scope)``, its mantissa hint (``extract_hint(q)``; None unless
-    ``with_hint``) and ``y = quant.dequantize(q, x.dtype)``, through the fused kernel where
-    :data:`ACTIVATION_QUANTIZER` picks it (same bits either way; the kernel writes ``y`` from
-    the codes it holds, so no XLA pass unpacks them again)."""
+    ``with_hint``) and ``y = quant.dequantize(q, values_dtype or x.dtype)``, through the fused
+    kernel where :data:`ACTIVATION_QUANTIZER` picks it (same bits either way; the kernel writes
+    ``y`` from the codes it holds, so no XLA pass unpacks them again)."""
+    vd = x.dtype if values_dtype is None else jnp.dtype(values_dtype)
     if not quantize_kernel_active():
         q = Q.quantize(x, fmt, axis=-1, global_scope=scope)
-        return q, (Q.extract_hint(q) if with_hint else None), Q.dequantize(q, x.dtype)
+        return q, (Q.extract_hint(q) if with_hint else None), Q.dequantize(q, vd)
     from pallas_kernels.quantize_hint import quantize_with_hint
 
     lead, k = x.shape[:-1], x.shape[-1]
     q2, h2, y2 = quantize_with_hint(x.reshape(-1, k), fmt, global_scope=scope,
-                                    with_hint=with_hint, values=x.dtype, backend="triton")
+                                    with_hint=with_hint, values=vd, backend="triton")
     rows = lambda a: a.reshape(lead + a.shape[-1:])  # noqa: E731
     per_row = Q.get_format(fmt).has_global_scale and scope == "row"
     g_shape = lead + (1,) if per_row else (1,) * x.ndim
@@ -269,7 +270,7 @@ class SiteIO:
             )
 
     def activation(self, name: str, x: jax.Array, hint_rows: jax.Array | None = None,
-                   layout=None) -> tuple[jax.Array, Q.QTensor | None]:
+                   layout=None, values_dtype=None) -> tuple[jax.Array, Q.QTensor | None]:
         """Apply the site's numerics to activation ``x`` (quantized along its last axis).
 
         Returns the value the model continues with (``x`` itself, the dequantized FP4 values, or
@@ -279,6 +280,8 @@ class SiteIO:
         a pair of functions ``(to_site, from_site)``. ``hint_rows`` (bool, x's shape without the
         last axis, in site layout) says where an incoming hint applies, as does the pass-wide
         ``hint_valid_BxT`` (positions the rollout recorded); elsewhere RTN is used.
+        ``values_dtype``: the dtype of the dequantized values returned at a quantized site
+        (default ``x``'s; the gradient reaches ``x`` in ``x``'s dtype).
         """
         nm = self.numerics
         if not nm.quantizes(name):
@@ -290,7 +293,8 @@ class SiteIO:
         hint_out = None  # the mantissa hint, when the rollout's quantizer made it
         if nm.mode == "fp4_rollout":
             want = self.capture_hints and nm.hints(name) and nm.hint_kind == "mantissa"
-            q, hint_out, y = rollout_quantize(jax.lax.stop_gradient(xs), nm.fmt, scope, want)
+            q, hint_out, y = rollout_quantize(jax.lax.stop_gradient(xs), nm.fmt, scope, want,
+                                              values_dtype)
         elif hint is None:
             q = Q.quantize(jax.lax.stop_gradient(xs), nm.fmt, axis=-1, global_scope=scope)
         else:
@@ -310,7 +314,8 @@ class SiteIO:
         if self.capture_codes:
             self.codes_out[name] = Q.extract_hint(q, exact=True)
         if nm.mode != "fp4_rollout":  # (the rollout's y came with q)
-            y = Q.straight_through_dequant(xs, q)
+            y = Q.straight_through_dequant(
+                xs if values_dtype is None else xs.astype(values_dtype), q)
         return from_site(y), q
 
     def weight(self, name: str, w):
