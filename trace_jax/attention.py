@@ -25,9 +25,12 @@ from trace_jax import quant as Q
 
 
 def rms_norm(x, scale, eps):
+    """RMSNorm in f32 with ``scale`` taken in ``x``'s dtype, as every other weight is (the
+    rollout's synced copy holds it in bf16; an f32 master scale in the trainer made its norms,
+    and so its FP4 codes, differ from the rollout's: session 31)."""
     xf = x.astype(jnp.float32)
     y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    scale = scale.astype(jnp.float32).reshape((1,) * (x.ndim - 1) + (-1,))
+    scale = scale.astype(x.dtype).astype(jnp.float32).reshape((1,) * (x.ndim - 1) + (-1,))
     return (y * scale).astype(x.dtype)
 
 
