@@ -61,12 +61,7 @@ def run(config, params, batches: int, mode: str, piece: str = "attention") -> di
     original, quantizer = ops._kernel, nx.ACTIVATION_QUANTIZER
     kernel = original
     if jax.default_backend() == "cpu":  # the kernel in interpret mode
-        from pallas_kernels.attention_triton import decode_attention_triton
-
-        def interp(q, k, v, n, precision):
-            return decode_attention_triton(q, k, v, n, sm_scale=q.shape[-1] ** -0.5,
-                                           precision=precision, interpret=True,
-                                           out_dtype=q.dtype)
+        interp = triton_decode_attention()
         kernel = lambda mod, name: interp if name == "decode_attention" else None  # noqa: E731
     backends = {"kernel": kernel,
                 "reference": lambda mod, name: None if name == "decode_attention"
@@ -108,6 +103,16 @@ def run(config, params, batches: int, mode: str, piece: str = "attention") -> di
     return out
 
 
+def triton_decode_attention():
+    """``ops.decode_attention``'s kernel entry with the Triton kernel forced: compiled on a GPU,
+    in Pallas interpret mode on a CPU (where ``backend="auto"`` would take the reference)."""
+    import functools
+
+    from pallas_kernels.decode_attention import decode_attention
+
+    return functools.partial(decode_attention, backend="triton")
+
+
 def site_differences(a, b) -> dict:
     """{site: {field: share of recorded positions' entries that differ}} between two rollouts'
     recorded codes (bits), block scales and global scales, for the sites where any differs."""
@@ -121,8 +126,7 @@ def site_differences(a, b) -> dict:
             if x.shape != y.shape:
                 d[field] = 1.0
                 continue
-            x = x.view(np.uint8) if x.dtype.itemsize == 1 else x.view(np.uint32)
-            y = y.view(x.dtype)
+            x, y = (v.view(f"u{v.dtype.itemsize}") for v in (x, y))  # bits
             m = np.broadcast_to(rec.reshape(rec.shape + (1,) * (x.ndim - 2)), x.shape)
             if m.any() and (x[m] != y[m]).any():
                 d[field] = float(np.mean(x[m] != y[m]))

@@ -117,12 +117,10 @@ def main(argv=None) -> int:
         kernel = ops._kernel
         ops._kernel = lambda mod, name: None if name == "decode_attention" else kernel(mod, name)
     if a.attention == "kernel" and jax.default_backend() != "gpu":
-        from pallas_kernels.attention_triton import decode_attention_triton
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from check_rollout_attention import triton_decode_attention
 
-        def interpreted(q, k, v, n, precision):
-            return decode_attention_triton(q, k, v, n, sm_scale=q.shape[-1] ** -0.5,
-                                           precision=precision, interpret=True,
-                                           out_dtype=q.dtype)
+        interpreted = triton_decode_attention()
         kernel = ops._kernel
         ops._kernel = lambda mod, name: (interpreted if name == "decode_attention"
                                          else kernel(mod, name))

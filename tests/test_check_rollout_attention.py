@@ -57,3 +57,22 @@ def test_run_swaps_only_the_decode_attention_and_restores(monkeypatch):
     assert kernels == {("f32", True), ("bf16", True), ("f32", False), ("bf16", False)}
     assert {m for _, _, m in seen} == {"attention_mgpu.decode_attention_mgpu", None}
     assert ops._kernel is original
+
+
+def test_site_differences_counts_recorded_positions_only():
+    """Differing bits of codes, scales and global scales, as shares of the entries at positions
+    both rollouts recorded; sites without a difference are left out."""
+    import types
+
+    def guidance(bits, scales, recorded):
+        h = types.SimpleNamespace(bits=np.asarray(bits, np.uint8),
+                                  scales=np.asarray(scales, np.uint8),
+                                  global_scale=np.ones((1, 2, 1), np.float32))
+        return types.SimpleNamespace(recorded=np.asarray(recorded), hints={"s": h, "t": h})
+
+    a = guidance([[[1, 2], [3, 4]]], [[[7], [7]]], [[True, True]])
+    b = guidance([[[1, 2], [3, 5]]], [[[7], [7]]], [[True, True]])
+    b.hints["t"] = a.hints["t"]
+    assert CR.site_differences(a, b) == {"s": {"bits": 0.25}}
+    c = guidance([[[1, 2], [3, 5]]], [[[7], [8]]], [[True, False]])  # position 1 not recorded
+    assert CR.site_differences(a, c) == {}
