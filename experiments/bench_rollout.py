@@ -416,8 +416,10 @@ def decode_step(cfg, numerics, capture):
 
 
 def make_step(cfg, numerics, capture):
-    """``decode_step`` jitted, cache donated: one synced call per step (``--loop 1``)."""
-    return jax.jit(decode_step(cfg, numerics, capture), donate_argnums=(1,))
+    """``decode_step`` jitted as the engine's rollout is (``numerics.COMPILER_OPTIONS``), cache
+    donated: one synced call per step (``--loop 1``)."""
+    return jax.jit(decode_step(cfg, numerics, capture), donate_argnums=(1,),
+                   compiler_options=nx.COMPILER_OPTIONS)
 
 
 def make_loop(cfg, numerics, capture, n_steps):
@@ -439,7 +441,7 @@ def make_loop(cfg, numerics, capture, n_steps):
         cache, tok, ex, hints = jax.lax.fori_loop(0, n_steps, body, (cache, tok_B) + zeros)
         return tok, ex, hints, cache
 
-    return jax.jit(run, donate_argnums=(1,))
+    return jax.jit(run, donate_argnums=(1,), compiler_options=nx.COMPILER_OPTIONS)
 
 
 def touched_fraction(experts_LxBx1xK, n_experts) -> float:

@@ -270,15 +270,17 @@ def test_config_errors_before_compute(tmp_path):
 
 
 def test_attention_p_precision_sets_the_rollout_numerics(tmp_path):
-    """``rollout.attention_p_precision`` becomes the rollout numerics' ``attention_p`` ("f32"
-    when the config does not name it); the trainer's numerics keep "f32"."""
+    """``rollout.attention_p_precision`` becomes the ``attention_p`` of the rollout numerics and
+    of the trainer's, whose attention rounds P the same way ("f32" when the config does not
+    name it)."""
     from trace_jax import experiment as X
     exp = X.build(small(tmp_path, **{"rollout.attention_p_precision": "bf16"}))
-    assert (exp.rollout_numerics.attention_p, exp.train_numerics.attention_p) == ("bf16", "f32")
+    assert (exp.rollout_numerics.attention_p, exp.train_numerics.attention_p) == ("bf16", "bf16")
     c = small(tmp_path)
     c.rollout.unlock()
     del c.rollout["attention_p_precision"]
-    assert X.build(c).rollout_numerics.attention_p == "f32"
+    exp = X.build(c)
+    assert (exp.rollout_numerics.attention_p, exp.train_numerics.attention_p) == ("f32", "f32")
 
 
 def test_shifted_hint_batch_is_detected(tmp_path):

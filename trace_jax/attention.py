@@ -175,19 +175,32 @@ def attention_block(p, x_BxTxM, positions_BxT, *, cfg, sio, layer, cache=None):
              else ops.decode_attention(q[:, 0], new_cache["k"], new_cache["v"], start + 1,
                                        p_precision=sio.numerics.attention_p))[:, None]
     else:
-        o = causal_attention(q, k, v)
+        o = causal_attention(q, k, v, sio.numerics.attention_p)
     out = o.reshape(B, T, H * D).astype(dt) @ p["wo"].astype(dt)
     return out, new_cache
 
 
-def causal_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD):
-    """Causal GQA attention in float32 (query head h uses kv head h // (H // K))."""
+def causal_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, p_precision: str = "f32"):
+    """Causal GQA attention in float32 at ``Precision.HIGHEST`` (query head h uses kv head
+    h // (H // K)), in ``q``'s dtype: the decode reference's arithmetic
+    (``ops.decode_attention_reference``), row for row. ``p_precision="bf16"`` rounds the
+    unnormalised weights exp(s - max) to bf16 before P.V, as the rollout's decode attention
+    does under ``Numerics.attention_p="bf16"`` (their f32 sum normalises)."""
+    ops.check_p_precision(p_precision)
     B, T, H, D = q_BxTxHxD.shape
     K = k_BxTxKxD.shape[2]
+    hi = jax.lax.Precision.HIGHEST
     qg = q_BxTxHxD.reshape(B, T, K, H // K, D).astype(jnp.float32)
-    s = jnp.einsum("btkgd,bskd->bkgts", qg, k_BxTxKxD.astype(jnp.float32)) / jnp.sqrt(D)
+    s = jnp.einsum("btkgd,bskd->bkgts", qg, k_BxTxKxD.astype(jnp.float32), precision=hi)
+    s = s * (1.0 / jnp.sqrt(jnp.float32(D)))
     mask = jnp.tril(jnp.ones((T, T), bool))[None, None, None]
     s = jnp.where(mask, s, -jnp.inf)
-    pr = jax.nn.softmax(s, axis=-1)
-    o = jnp.einsum("bkgts,bskd->btkgd", pr, v_BxTxKxD.astype(jnp.float32))
+    v = v_BxTxKxD.astype(jnp.float32)
+    if p_precision == "bf16":
+        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        w = e.astype(jnp.bfloat16).astype(jnp.float32)
+        o = jnp.einsum("bkgts,bskd->bkgtd", w, v, precision=hi) / jnp.sum(e, axis=-1)[..., None]
+        o = jnp.moveaxis(o, 3, 1)  # B,T,K,G,D
+    else:
+        o = jnp.einsum("bkgts,bskd->btkgd", jax.nn.softmax(s, axis=-1), v, precision=hi)
     return o.reshape(B, T, H, D).astype(q_BxTxHxD.dtype)

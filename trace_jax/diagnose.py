@@ -27,6 +27,7 @@ from ml_collections import config_flags
 from trace_jax import experiment as X
 from trace_jax import metrics as MT
 from trace_jax import model as M
+from trace_jax import numerics as nx
 from trace_jax import rollout as R
 
 
@@ -35,12 +36,13 @@ def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: b
     """Trainer log-probs, codes and experts for a rollout's trajectories."""
     g = ro.guidance
     hint_dict = numerics.trainer_hints(g.hints) if hints else {}
-    # (the trainer forward has no decode attention: one compile whatever the rollout's P)
+    # (the trainer's attention rounds P as the rollout's decode attention does)
     return _trainer_pass(params, ro.tokens, hint_dict, g.experts, g.recorded, cfg=exp.cfg,
-                         numerics=numerics.with_attention_p("f32"), hints=hints, replay=replay)
+                         numerics=numerics.with_attention_p(exp.rollout_numerics.attention_p),
+                         hints=hints, replay=replay)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "hints", "replay"))
+@nx.model_jit(static_argnames=("cfg", "numerics", "hints", "replay"))
 def _trainer_pass(params, tokens, hint_dict, experts, recorded, *, cfg, numerics, hints, replay):
     """(compiled once per model, numerics and variant, not per call: on a GPU a fresh compile
     per batch took ~30 s of each diagnosis)"""

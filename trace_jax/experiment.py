@@ -73,8 +73,9 @@ def build(config, variant: str | None = None) -> Experiment:
     base = nx.numerics_from_config(config.numerics, "bf16", cfg.n_layers)
     if v.rollout_mode != "bf16":
         cfg.check_fp4(base.fmt)
-    rollout_num = base.with_mode(v.rollout_mode).with_attention_p(
-        rc.get("attention_p_precision", "f32"), "rollout.attention_p_precision")
+    base = base.with_attention_p(rc.get("attention_p_precision", "f32"),
+                                 "rollout.attention_p_precision")  # the trainer's P too
+    rollout_num = base.with_mode(v.rollout_mode)
     train_num = base.with_mode(v.train_mode)
     if not v.hints:
         train_num = dataclasses.replace(train_num, hinted=frozenset())

@@ -19,13 +19,18 @@ contraction axis with one global scale per expert.
 ``mode`` -- ``bf16``, ``fp4_rollout`` (packed FP4 weights, real activation and KV quantization: what
 the rollout runs), ``fp4_qat`` (BF16 masters, straight-through fake-quant of weights, activations
 and K/V, hint-guided where hints are given) or ``fp4_qat_w4a16`` (weights only) -- plus the
-format, the set of quantized sites, the hinted sites and the precision of P in the rollout's
-decode attention (``attention_p``: the one arithmetic choice outside the quantization sites).
+format, the set of quantized sites, the hinted sites and the precision of P in the attention
+(``attention_p``: the one arithmetic choice outside the quantization sites).
+
+Every jit that runs the model (the rollout's and the trainer's) compiles with
+:data:`COMPILER_OPTIONS`: XLA rounds to bf16 wherever the code says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import re
 from typing import Literal
 
@@ -36,6 +41,52 @@ from trace_jax import ops
 from trace_jax import quant as Q
 
 MODES = ("bf16", "fp4_rollout", "fp4_qat", "fp4_qat_w4a16")
+
+# XLA options of every jit that runs the model (``rollout._generate``, the train steps,
+# ``diagnose``'s trainer pass). By default XLA's fusions may skip a bf16 rounding between two
+# f32 computations ("excess precision"), and whether one does depends on the shapes fused: the
+# rollout's prefill ([B, P]) and the trainer's forward ([B, T]) then round the same activation
+# differently (CPU, tiny checkpoint: 25% of layer 0's q after RMSNorm + RoPE differed, and 0.7%
+# of its ``expert_in`` codes). With exact casts the CPU rollout and trainer are bit-identical
+# (kl_k3 0 for the BF16 engine, RTN QAT and TRACE with f32 P; session 32,
+# experiments/results/p_precision_mismatch.md). ``TRACE_JAX_EXCESS_PRECISION=1`` restores XLA's
+# default, to measure what exact casts cost.
+COMPILER_OPTIONS = {"xla_allow_excess_precision":
+                    os.environ.get("TRACE_JAX_EXCESS_PRECISION", "0") == "1"}
+
+
+class _ModelJit:
+    """``jax.jit(fn, **jit_kwargs)`` compiled with :data:`COMPILER_OPTIONS` when called at top
+    level; called under another trace (a jit, ``eval_shape``), the plain jit, whose program the
+    outer jit compiles with its own options (JAX accepts ``compiler_options`` on top-level
+    jits only)."""
+
+    def __init__(self, fn, **jit_kwargs):
+        self.top = jax.jit(fn, compiler_options=COMPILER_OPTIONS, **jit_kwargs)
+        self.nested = jax.jit(fn, **jit_kwargs)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        traced = any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs)))
+        return (self.nested if traced else self.top)(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        return self.top.lower(*args, **kwargs)
+
+    def clear_cache(self):
+        self.top.clear_cache()
+        self.nested.clear_cache()
+
+    def _cache_size(self) -> int:
+        return self.top._cache_size() + self.nested._cache_size()
+
+
+def model_jit(fn=None, **jit_kwargs):
+    """Decorator: ``jax.jit`` for the functions that run the model (rollout, train steps), with
+    exact bf16 casts (:data:`COMPILER_OPTIONS`). ``@model_jit`` or ``@model_jit(**jit_kwargs)``."""
+    if fn is None:
+        return functools.partial(model_jit, **jit_kwargs)
+    return _ModelJit(fn, **jit_kwargs)
 ACT_SITES = ("moe/expert_in", "moe/expert_hidden", "attn/kv")
 WEIGHT_SITES = ("moe/expert_weights",)
 SITE_KINDS = ACT_SITES + WEIGHT_SITES
@@ -106,10 +157,11 @@ class Numerics:
     quantized: frozenset[str] = frozenset()  # full site names
     hinted: frozenset[str] = frozenset()  # full site names (activation sites only)
     hint_kind: Literal["mantissa", "exact"] = "mantissa"
-    # P in the decode attention's P.V (``ops.decode_attention``'s ``p_precision``; only decode
-    # steps over a KV cache read it, so the trainer's f32 attention does not): "f32" or "bf16"
-    # (13-15% faster FP4-KV attention on the H200, one bf16 rounding of P; NOTES_attention,
-    # sessions 29-30). Set from ``rollout.attention_p_precision``.
+    # P in the attention's P.V: "f32" or "bf16" (13-15% faster FP4-KV decode attention on the
+    # H200, one bf16 rounding of P; NOTES_attention, sessions 29-30). The decode steps pass it to
+    # ``ops.decode_attention``; the trainer's and the prefill's ``causal_attention`` round P the
+    # same way, so the trainer replays the rollout's choice (``experiment.build`` gives both
+    # numerics the value of ``rollout.attention_p_precision``).
     attention_p: Literal["f32", "bf16"] = "f32"
 
     def __post_init__(self):

@@ -79,9 +79,12 @@ def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> 
 # ``precision``; the CPU reference rounds its unnormalised P to bf16 too, so CPU runs show a
 # rounding of the same size (not the kernel's bits). H200, v6 kernel, device time
 # (NOTES_attention): "bf16" makes the NVFP4 call 13-15% faster at 32K+ and the 4-layer 30B FP4
-# step 9.0-9.5% faster (session 29), the MXFP4 call 10% faster at its own knobs (session 30b);
-# "f32" stays the default because the trainer's attention is f32. (The opt-in Mosaic kernel over
-# the "mgpu" cache layout, :func:`decode_attention_mgpu`, keeps its own two P terms.)
+# step 9.0-9.5% faster (session 29), the MXFP4 call 10% faster at its own knobs (session 30b).
+# The trainer's attention (``attention.causal_attention``) rounds P the same way, so on the CPU
+# rollout and trainer agree bit for bit under either; "f32" stays the default (the kernel's
+# bf16 P rounds relative to a running max per block and split, which the trainer cannot replay
+# bit for bit). (The opt-in Mosaic kernel over the "mgpu" cache layout,
+# :func:`decode_attention_mgpu`, keeps its own two P terms.)
 P_PRECISIONS = ("f32", "bf16")
 
 

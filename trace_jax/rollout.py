@@ -192,7 +192,7 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
                          numerics=numerics, sampling=sampling, capture_hints=capture_hints)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "sampling", "capture_hints"))
+@nx.model_jit(static_argnames=("cfg", "numerics", "sampling", "capture_hints"))
 def _generate(params, prompts, prompt_lens, key, *, cfg, numerics, sampling, capture_hints):
     B, P = prompts.shape
     T = P + sampling.max_new_tokens

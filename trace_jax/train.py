@@ -128,8 +128,7 @@ def _reduce_metrics(ms: dict) -> dict:
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "tc", "opt", "max_len"),
-                   donate_argnums=0)
+@nx.model_jit(static_argnames=("cfg", "numerics", "tc", "opt", "max_len"), donate_argnums=0)
 def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
             numerics: nx.Numerics, tc: TrainConfig, opt, max_len: int):
     """One GRPO update on a rollout batch. Returns (state, metrics, finite)."""
@@ -178,7 +177,7 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
     return state, m, finite
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "numerics", "opt"), donate_argnums=0)
+@nx.model_jit(static_argnames=("cfg", "numerics", "opt"), donate_argnums=0)
 def sft_step(state: TrainState, tokens_BxT, loss_mask_BxT, *, cfg, numerics, opt):
     """Cross-entropy on the masked (solution) tokens. Returns (state, loss, finite)."""
 
