@@ -102,7 +102,9 @@ def main(argv=None) -> int:
                     help="the rollout's activation quantizer (numerics.ACTIVATION_QUANTIZER)")
     ap.add_argument("--expert_matmul", default="auto", choices=["auto", "reference"],
                     help="the rollout's FP4 expert matmuls: the kernels on a GPU, or their "
-                         "pure-JAX references everywhere")
+                         "pure-JAX references everywhere (only with rollout.kernel_layout: "
+                         "otherwise the rollout dequantizes its experts to bf16 and runs the "
+                         "trainer's grouped matmul)")
     a = ap.parse_args(argv)
     if a.batches < 1:
         raise SystemExit(f"--batches must be >= 1, got {a.batches}")
@@ -139,7 +141,9 @@ def main(argv=None) -> int:
            "not its bits")
     how += (f"; activation quantizer {a.activation_quantizer}; expert matmuls "
             f"{a.expert_matmul}; default matmul precision "
-            f"{jax.config.jax_default_matmul_precision or 'default'}")
+            f"{jax.config.jax_default_matmul_precision or 'default'}; XLA excess precision "
+            + ("on (TRACE_JAX_EXCESS_PRECISION=1)"
+               if nx.COMPILER_OPTIONS["xla_allow_excess_precision"] else "off"))
     lines = ["# Rollout / trainer mismatch, decode attention P in f32 vs bf16", "",
              f"command: `python experiments/p_precision_mismatch.py --config {a.config} "
              f"--checkpoint {a.checkpoint} --batches {a.batches}"

@@ -249,7 +249,7 @@ def test_placement_and_sync_weights_agree_with_kernel_layout(variant):
     exp = X.build(c, variant)
     placement = RUN.make_placement(c, exp)
     params = init_params(exp.cfg, jax.random.key(0))
-    kl = RUN.rollout_kernel_layout(c)
+    kl = X.rollout_kernel_layout(c)
     assert kl
     rp = R.sync_weights(params, exp.rollout_numerics, shardings=placement.rollout_params,
                         kernel_layout=kl)

@@ -97,3 +97,19 @@ def completions(exp: Experiment, ro: R.Rollout) -> list[str]:
     toks = D.to_host(ro.tokens)  # (sharded, possibly multi-host) -> numpy
     starts, lens = D.to_host(ro.prompt_lens), D.to_host(ro.response_lens)
     return [exp.tokenizer.decode(toks[b, starts[b]:starts[b] + lens[b]]) for b in range(len(toks))]
+
+
+def rollout_kernel_layout(config) -> bool | str:
+    """Whether rollout params use the Pallas kernel layout (``rollout.kernel_layout``): per-layer
+    params for every rollout (so no layer's expert weights are copied out of a stacked array
+    before a Pallas call; the BF16 rollout's grouped matmuls are Pallas kernels on the GPU too)
+    and, for FP4 rollouts, experts packed for the FP4 grouped matmul named by
+    ``rollout.expert_kernel`` ("auto": the Mosaic GPU kernel where it fits, else the Triton one).
+    False, or the kernel name: the one value both ``sync_weights`` and the rollout shardings
+    follow, so their trees match."""
+    if not config.rollout.kernel_layout:
+        return False
+    kernel = config.rollout.get("expert_kernel", "auto")
+    if kernel not in M.EXPERT_KERNELS:
+        raise ValueError(f"rollout.expert_kernel={kernel!r}: use 'auto', 'triton' or 'mosaic'")
+    return kernel

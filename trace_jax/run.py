@@ -63,7 +63,7 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
         raise ValueError("sft.steps and train.steps must be >= 0")
     if tc.max_version_diff < 0:
         raise ValueError("train.max_version_diff must be >= 0")
-    if rollout_kernel_layout(config) == "mosaic" and exp.rollout_numerics.is_fp4:
+    if X.rollout_kernel_layout(config) == "mosaic" and exp.rollout_numerics.is_fp4:
         from pallas_kernels.fp4_matmul import mosaic_fits
 
         fmt, d, f = exp.rollout_numerics.fmt, exp.cfg.d_model, exp.cfg.d_expert
@@ -108,22 +108,6 @@ class Placement:
         return D.put_global(tree, SH.trajectory_shardings(tree, self.mesh, self.train_rules, batch))
 
 
-def rollout_kernel_layout(config) -> bool | str:
-    """Whether rollout params use the Pallas kernel layout (``rollout.kernel_layout``): per-layer
-    params for every rollout (so no layer's expert weights are copied out of a stacked array
-    before a Pallas call; the BF16 rollout's grouped matmuls are Pallas kernels on the GPU too)
-    and, for FP4 rollouts, experts packed for the FP4 grouped matmul named by
-    ``rollout.expert_kernel`` ("auto": the Mosaic GPU kernel where it fits, else the Triton one).
-    False, or the kernel name: the one value both ``sync_weights`` and the rollout shardings
-    follow, so their trees match."""
-    if not config.rollout.kernel_layout:
-        return False
-    kernel = config.rollout.get("expert_kernel", "auto")
-    if kernel not in M.EXPERT_KERNELS:
-        raise ValueError(f"rollout.expert_kernel={kernel!r}: use 'auto', 'triton' or 'mosaic'")
-    return kernel
-
-
 def make_placement(config, exp: X.Experiment) -> Placement | None:
     """None on a one-device mesh (everything stays on the default device)."""
     shape = tuple(config.mesh.shape)
@@ -142,7 +126,7 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
     n = config.rollout.batch_prompts * exp.group_size
     SH.check_batch_divisible(n, mesh, tr)
     SH.check_batch_divisible(config.sft.batch_size, mesh, tr)
-    kl = rollout_kernel_layout(config)
+    kl = X.rollout_kernel_layout(config)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
                      SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,
                                                 kernel_layout=kl))
@@ -400,7 +384,7 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     source = stale[0] if tc.max_version_diff else ts.params  # async: oldest allowed version
     rparams = jax.block_until_ready(R.sync_weights(
         source, roll_num, shardings=None if placement is None else placement.rollout_params,
-        kernel_layout=rollout_kernel_layout(config)))
+        kernel_layout=X.rollout_kernel_layout(config)))
     t1 = time.perf_counter()
 
     examples = exp.train_data.batch(step)
