@@ -35,10 +35,12 @@ PRECISIONS = ("f32", "bf16")
 METRICS = ("kl_k3", "logprob_gap_mean", "logprob_gap_max", "code_agreement_hinted")
 
 
-def diagnose_paired(config_path: str, checkpoint: str, batches: int) -> dict[str, list[dict]]:
+def diagnose_paired(config_path: str, checkpoint: str, batches: int,
+                    trainer_p: str = "rollout") -> dict[str, list[dict]]:
     """``diagnose`` on batches 0 .. batches - 1, each under both precisions in turn (so a run
     cut short still holds paired batches; progress goes to stderr), per precision a list of
-    {variant: {metric: value}}."""
+    {variant: {metric: value}}. ``trainer_p``: "rollout" (the trainer's attention replays the
+    rollout's P, as in the RL loop) or "f32" (it stays f32, as before session 32)."""
     sys.path.insert(0, _REPO)
     from trace_jax import checkpoint as C
     from trace_jax import diagnose as DG
@@ -51,7 +53,8 @@ def diagnose_paired(config_path: str, checkpoint: str, batches: int) -> dict[str
     rows, t0 = {p: [] for p in PRECISIONS}, time.time()
     for b in range(batches):
         for p in PRECISIONS:
-            res = DG.diagnose(configs[p], params, seed_step=b, hint_cost=False)
+            res = DG.diagnose(configs[p], params, seed_step=b, hint_cost=False,
+                              trainer_attention_p=None if trainer_p == "rollout" else trainer_p)
             rows[p].append({v: {m: r[m] for m in METRICS if m in r} for v, r in res.items()})
             tr = rows[p][-1].get("trace", {})
             print(f"batch {b} P {p}: trace kl_k3 {tr.get('kl_k3')}, hinted code agreement "
@@ -105,6 +108,9 @@ def main(argv=None) -> int:
                          "pure-JAX references everywhere (only with rollout.kernel_layout: "
                          "otherwise the rollout dequantizes its experts to bf16 and runs the "
                          "trainer's grouped matmul)")
+    ap.add_argument("--trainer_p", default="rollout", choices=["rollout", "f32"],
+                    help="the trainer's attention P: replaying the rollout's (as the RL loop "
+                         "does since session 32) or f32 whatever the rollout's")
     a = ap.parse_args(argv)
     if a.batches < 1:
         raise SystemExit(f"--batches must be >= 1, got {a.batches}")
@@ -131,7 +137,7 @@ def main(argv=None) -> int:
 
         use_kernel = FM._use_kernel
         FM._use_kernel = lambda backend: False if backend == "auto" else use_kernel(backend)
-    rows = diagnose_paired(a.config, a.checkpoint, a.batches)
+    rows = diagnose_paired(a.config, a.checkpoint, a.batches, a.trainer_p)
     table = summarize(rows)
     platform = jax.default_backend()
     kernel_attention = a.attention == "kernel" or (platform == "gpu" and a.attention == "auto")
@@ -151,6 +157,7 @@ def main(argv=None) -> int:
              + (f" --activation_quantizer {a.activation_quantizer}"
                 if a.activation_quantizer != "auto" else "")
              + (f" --expert_matmul {a.expert_matmul}" if a.expert_matmul != "auto" else "")
+             + (f" --trainer_p {a.trainer_p}" if a.trainer_p != "rollout" else "")
              + f"` on {platform} ({how})", "",
              "| variant | metric | f32 P | bf16 P | bf16 - f32 (paired, +- s.e.) |",
              "|---|---|---|---|---|"]

@@ -47,7 +47,7 @@ def test_diagnose_cli_variants_orderings_and_config_typo():
 def test_trainer_pass_compiles_once_per_numerics():
     """The trainer pass is compiled once per (numerics, variant), not per call: a second batch,
     and numerics naming another P (the pass takes P from the experiment's rollout numerics),
-    add no program; another mode does."""
+    add no program; another mode does, and so does an explicit ``attention_p`` override."""
     import types
 
     import jax
@@ -74,3 +74,9 @@ def test_trainer_pass_compiles_once_per_numerics():
     diagnose.trainer_pass(params, ro(0), exp, num.with_mode("fp4_qat"), hints=False,
                           replay=False)
     assert diagnose._trainer_pass._cache_size() == 2
+    # an explicit trainer P other than the rollout's ("f32" here) is another program
+    lp_f32, _, _ = diagnose.trainer_pass(params, ro(0), exp, num, hints=False, replay=False)
+    lp_bf16, _, _ = diagnose.trainer_pass(params, ro(0), exp, num, hints=False, replay=False,
+                                          attention_p="bf16")
+    assert diagnose._trainer_pass._cache_size() == 3
+    assert (lp_f32 != lp_bf16).any()

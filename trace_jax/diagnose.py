@@ -32,13 +32,16 @@ from trace_jax import rollout as R
 
 
 
-def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: bool, replay: bool):
-    """Trainer log-probs, codes and experts for a rollout's trajectories."""
+def trainer_pass(params, ro: R.Rollout, exp: X.Experiment, numerics, *, hints: bool, replay: bool,
+                 attention_p: str | None = None):
+    """Trainer log-probs, codes and experts for a rollout's trajectories. The trainer's attention
+    rounds P as the rollout's decode attention does (``attention_p`` overrides: "f32" is a
+    trainer that does not replay a bf16 P)."""
     g = ro.guidance
     hint_dict = numerics.trainer_hints(g.hints) if hints else {}
-    # (the trainer's attention rounds P as the rollout's decode attention does)
+    p = exp.rollout_numerics.attention_p if attention_p is None else attention_p
     return _trainer_pass(params, ro.tokens, hint_dict, g.experts, g.recorded, cfg=exp.cfg,
-                         numerics=numerics.with_attention_p(exp.rollout_numerics.attention_p),
+                         numerics=numerics.with_attention_p(p, "trainer attention_p"),
                          hints=hints, replay=replay)
 
 
@@ -56,10 +59,11 @@ def _trainer_pass(params, tokens, hint_dict, experts, recorded, *, cfg, numerics
     return R.token_logprobs(logits, tokens), aux.codes, aux.experts
 
 
-def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True) -> dict:
+def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True,
+             trainer_attention_p: str | None = None) -> dict:
     """Metrics per variant (dict of dicts of floats / lists); with ``hint_cost`` also the
     ``"hint_cost"`` entry (hint bytes per token, and the capture's share of rollout time, which
-    compiles and times two more rollouts)."""
+    compiles and times two more rollouts). ``trainer_attention_p``: see :func:`trainer_pass`."""
     exp = X.build(config, "trace")
     if params is None:
         params = M.init_params(exp.cfg, jax.random.key(config.seed))
@@ -83,7 +87,8 @@ def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True)
     kl = X.rollout_kernel_layout(config)  # the weights run.py's rollout gets
     ro = R.generate(R.sync_weights(params, bf, kernel_layout=kl), prompts, lens, key,
                     cfg=exp.cfg, numerics=bf, sampling=exp.sampling, capture_hints=False)
-    lp, codes, ex = trainer_pass(params, ro, exp, bf, hints=False, replay=False)
+    lp, codes, ex = trainer_pass(params, ro, exp, bf, hints=False, replay=False,
+                                 attention_p=trainer_attention_p)
     report("bf16", ro, lp, codes, ex, frozenset())
 
     # One FP4 rollout, recording exact codes everywhere, shared by the FP4 variants.
@@ -99,7 +104,8 @@ def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True)
         ("trace+r3", trace_num, True, True),
     ]
     for name, num, hints, replay in rows:
-        lp, codes, ex = trainer_pass(params, ro, exp, num, hints=hints, replay=replay)
+        lp, codes, ex = trainer_pass(params, ro, exp, num, hints=hints, replay=replay,
+                                     attention_p=trainer_attention_p)
         report(name, ro, lp, codes, ex, trace_num.hinted)
 
     if not hint_cost:

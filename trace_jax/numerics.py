@@ -42,17 +42,32 @@ from trace_jax import quant as Q
 
 MODES = ("bf16", "fp4_rollout", "fp4_qat", "fp4_qat_w4a16")
 
+ACT_SITES = ("moe/expert_in", "moe/expert_hidden", "attn/kv")
+WEIGHT_SITES = ("moe/expert_weights",)
+SITE_KINDS = ACT_SITES + WEIGHT_SITES
+# The paper's default: routed-expert GEMMs in W4A4 and the KV cache.
+DEFAULT_SITES = SITE_KINDS
+DEFAULT_HINT_SITES = ACT_SITES
+
 # XLA options of every jit that runs the model (``rollout._generate``, the train steps,
 # ``diagnose``'s trainer pass). By default XLA's fusions may skip a bf16 rounding between two
 # f32 computations ("excess precision"), and whether one does depends on the shapes fused: the
 # rollout's prefill ([B, P]) and the trainer's forward ([B, T]) then round the same activation
 # differently (CPU, tiny checkpoint: 25% of layer 0's q after RMSNorm + RoPE differed, and 0.7%
-# of its ``expert_in`` codes). With exact casts the CPU rollout and trainer are bit-identical
-# (kl_k3 0 for the BF16 engine, RTN QAT and TRACE with f32 P; session 32,
-# experiments/results/p_precision_mismatch.md). ``TRACE_JAX_EXCESS_PRECISION=1`` restores XLA's
-# default, to measure what exact casts cost.
-COMPILER_OPTIONS = {"xla_allow_excess_precision":
-                    os.environ.get("TRACE_JAX_EXCESS_PRECISION", "0") == "1"}
+# of its ``expert_in`` codes). With exact casts the CPU rollout and trainer agree bit for bit up
+# to rare f32 summation-order differences in the attention (tiny checkpoint, 8 batches: kl_k3 0
+# for the BF16 engine, RTN QAT and TRACE; session 32, experiments/results/p_precision_mismatch.md).
+# ``TRACE_JAX_EXCESS_PRECISION=1`` restores XLA's default: to measure what exact casts cost, or
+# as a stand-in for engine drift in CPU studies.
+def _excess_precision() -> bool:
+    v = os.environ.get("TRACE_JAX_EXCESS_PRECISION", "0")
+    if v not in ("0", "1"):
+        raise ValueError(f"TRACE_JAX_EXCESS_PRECISION={v!r}: use 0 (exact bf16 casts, the "
+                         "default) or 1 (XLA's excess precision)")
+    return v == "1"
+
+
+COMPILER_OPTIONS = {"xla_allow_excess_precision": _excess_precision()}
 
 
 class _ModelJit:
@@ -87,12 +102,6 @@ def model_jit(fn=None, **jit_kwargs):
     if fn is None:
         return functools.partial(model_jit, **jit_kwargs)
     return _ModelJit(fn, **jit_kwargs)
-ACT_SITES = ("moe/expert_in", "moe/expert_hidden", "attn/kv")
-WEIGHT_SITES = ("moe/expert_weights",)
-SITE_KINDS = ACT_SITES + WEIGHT_SITES
-# The paper's default: routed-expert GEMMs in W4A4 and the KV cache.
-DEFAULT_SITES = SITE_KINDS
-DEFAULT_HINT_SITES = ACT_SITES
 
 
 def site_name(layer: int, kind: str) -> str:
