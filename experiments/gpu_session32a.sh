@@ -9,10 +9,12 @@
 #                   (31f, excess precision: 1-17% different codes, every expert_in global scale);
 #   exact / excess  the P-precision study, 8 batches, this code / with TRACE_JAX_EXCESS_PRECISION=1
 #                   (XLA's default casts; the trainer's attention still replays P);
-#   step_*          the 4-layer 30B NVFP4 decode step (bench_rollout --loop 8), exact / excess.
+#   kl              the study with rollout.kernel_layout: the FP4 grouped kernels in the rollout
+#                   (the trainer now multiplies FP4 experts as they do: ops.ScaledExperts).
 # Prediction (written before the run): inroll gap 0 and no site differences; exact: BF16 engine
 # floor down to ~1e-6 (from 5e-5), TRACE below 31c's 1.14e-3 / 3.5e-4, hinted agreement >= 0.999;
-# excess: near 31c's numbers; exact casts cost the step < 2%.
+# excess: near 31c's numbers; kl: within 2x of exact (the kernels sum in their own order).
+# The decode step's cost of exact casts is in gpu_session32b.sh.
 # Usage (repo root, with .whl/ and runs/tiny_f32 carried): bash experiments/gpu_session32a.sh
 source "$(dirname "$0")/gpu_prelude.sh" r32a
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -24,10 +26,8 @@ timeout 150 python3 experiments/check_rollout_attention.py \
 echo "inroll rc=$?"; save
 source "$(dirname "$0")/gpu_pm.sh"
 pm exact 150 8; save
+pm kl 150 8 --kernel_layout; save
 TRACE_JAX_EXCESS_PRECISION=1 pm excess 150 8; save
-rollout_4l step_exact 100 fp4 32768 --steps 12; save
-TRACE_JAX_EXCESS_PRECISION=1 rollout_4l step_excess 100 fp4 32768 --steps 12; save
 grep -v Warning "$R/inroll.txt" | tail -8
-pm_summary exact excess
-show_table step_exact step_excess
+pm_summary exact kl excess
 exit 0

@@ -36,11 +36,14 @@ METRICS = ("kl_k3", "logprob_gap_mean", "logprob_gap_max", "code_agreement_hinte
 
 
 def diagnose_paired(config_path: str, checkpoint: str, batches: int,
-                    trainer_p: str = "rollout") -> dict[str, list[dict]]:
+                    trainer_p: str = "rollout", kernel_layout: bool = False
+                    ) -> dict[str, list[dict]]:
     """``diagnose`` on batches 0 .. batches - 1, each under both precisions in turn (so a run
     cut short still holds paired batches; progress goes to stderr), per precision a list of
     {variant: {metric: value}}. ``trainer_p``: "rollout" (the trainer's attention replays the
-    rollout's P, as in the RL loop) or "f32" (it stays f32, as before session 32)."""
+    rollout's P, as in the RL loop) or "f32" (it stays f32, as before session 32).
+    ``kernel_layout``: the rollout's FP4 experts in the Pallas kernels' layout
+    (``rollout.kernel_layout``; on a CPU their pure-JAX reference)."""
     sys.path.insert(0, _REPO)
     from trace_jax import checkpoint as C
     from trace_jax import diagnose as DG
@@ -49,6 +52,7 @@ def diagnose_paired(config_path: str, checkpoint: str, batches: int,
     for p in PRECISIONS:
         configs[p] = _load_config(config_path)
         configs[p].rollout.attention_p_precision = p
+        configs[p].rollout.kernel_layout = kernel_layout or configs[p].rollout.kernel_layout
     params = C.load_params(checkpoint, configs["f32"])
     rows, t0 = {p: [] for p in PRECISIONS}, time.time()
     for b in range(batches):
@@ -111,6 +115,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trainer_p", default="rollout", choices=["rollout", "f32"],
                     help="the trainer's attention P: replaying the rollout's (as the RL loop "
                          "does since session 32) or f32 whatever the rollout's")
+    ap.add_argument("--kernel_layout", action="store_true",
+                    help="rollout.kernel_layout on: the FP4 grouped kernels (their reference "
+                         "on a CPU) instead of dequantize + the trainer's grouped matmul")
     a = ap.parse_args(argv)
     if a.batches < 1:
         raise SystemExit(f"--batches must be >= 1, got {a.batches}")
@@ -137,7 +144,7 @@ def main(argv=None) -> int:
 
         use_kernel = FM._use_kernel
         FM._use_kernel = lambda backend: False if backend == "auto" else use_kernel(backend)
-    rows = diagnose_paired(a.config, a.checkpoint, a.batches, a.trainer_p)
+    rows = diagnose_paired(a.config, a.checkpoint, a.batches, a.trainer_p, a.kernel_layout)
     table = summarize(rows)
     platform = jax.default_backend()
     kernel_attention = a.attention == "kernel" or (platform == "gpu" and a.attention == "auto")
@@ -158,6 +165,7 @@ def main(argv=None) -> int:
                 if a.activation_quantizer != "auto" else "")
              + (f" --expert_matmul {a.expert_matmul}" if a.expert_matmul != "auto" else "")
              + (f" --trainer_p {a.trainer_p}" if a.trainer_p != "rollout" else "")
+             + (" --kernel_layout" if a.kernel_layout else "")
              + f"` on {platform} ({how})", "",
              "| variant | metric | f32 P | bf16 P | bf16 - f32 (paired, +- s.e.) |",
              "|---|---|---|---|---|"]

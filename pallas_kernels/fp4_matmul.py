@@ -207,30 +207,51 @@ def dequantize_bf16(w: FP4Weights) -> jax.Array:
 # References
 
 
-def _x_f32(x) -> jax.Array:
+def _x_parts(x) -> tuple[jax.Array, jax.Array]:
+    """(f32 values, f32 per-row factor): a bf16 x and 1, or a W4A4 activation QTensor's exact
+    ``code * block scale`` and its per-row global scale [M, 1] (what the kernels feed the MMA
+    and apply to the accumulator)."""
     if isinstance(x, QTensor):
         if x.axis != -1:
             raise ValueError(f"activation QTensor must be quantized along K (axis -1), got {x.axis}")
-        return quant.dequantize(x, jnp.float32)
-    return x.astype(jnp.float32)
+        ones = dataclasses.replace(x, global_scale=jnp.ones_like(x.global_scale))
+        g = jnp.broadcast_to(x.global_scale.astype(jnp.float32), x.global_scale.shape[:-1] + (1,))
+        return quant.dequantize(ones, jnp.float32), g
+    return x.astype(jnp.float32), jnp.ones((), jnp.float32)
+
+
+def _w_parts(w: FP4Weights) -> tuple[jax.Array, jax.Array]:
+    """(exact ``code * block scale`` f32 [..., K, N], global scale f32 [..., 1, 1])."""
+    q = weights_to_qtensor(w)
+    ones = dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale))
+    return quant.dequantize(ones, jnp.float32), q.global_scale.astype(jnp.float32)
+
+
+# The references compute what the kernels compute, up to f32 summation order: exact
+# ``code * block scale`` operands (bf16 holds them; f32 products of two are exact), an f32
+# accumulator, then the weight's global scale (and a W4A4 activation's per-row one) on the
+# accumulator before the one bf16 rounding. The QAT trainer and the rollout's XLA path multiply
+# the same way (``trace_jax.ops.ScaledExperts``).
 
 
 def fp4_matmul_reference(x, w: FP4Weights, *, backend: Backend = "reference") -> jax.Array:
     del backend
-    wf = quant.dequantize(weights_to_qtensor(w), jnp.float32)
-    out = jnp.dot(_x_f32(x), wf, preferred_element_type=jnp.float32,
+    xf, gx = _x_parts(x)
+    wf, gw = _w_parts(w)
+    out = jnp.dot(xf, wf, preferred_element_type=jnp.float32,
                   precision=jax.lax.Precision.HIGHEST)
-    return out.astype(jnp.bfloat16)
+    return (out * gw.reshape(1, 1) * gx).astype(jnp.bfloat16)
 
 
 def fp4_grouped_matmul_reference(x, w: FP4Weights, group_sizes, *,
                                  backend: Backend = "reference") -> jax.Array:
     del backend
-    wf = quant.dequantize(weights_to_qtensor(w), jnp.float32)
-    out = jax.lax.ragged_dot(_x_f32(x), wf, group_sizes.astype(jnp.int32),
-                             preferred_element_type=jnp.float32,
+    xf, gx = _x_parts(x)
+    wf, gw = _w_parts(w)
+    gs = group_sizes.astype(jnp.int32)
+    out = jax.lax.ragged_dot(xf, wf, gs, preferred_element_type=jnp.float32,
                              precision=jax.lax.Precision.HIGHEST)
-    return out.astype(jnp.bfloat16)
+    return (out * expert_rows(gw.reshape(-1), gs, out.shape[0]) * gx).astype(jnp.bfloat16)
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,8 +343,12 @@ def bf16_kernel_fits(k: int, n: int) -> bool:
     return k % 64 == 0 and n % 64 == 0
 
 
-def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=None) -> jax.Array:
+def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=None,
+                        expert_scale=None) -> jax.Array:
     """``jax.lax.ragged_dot`` replacement for bf16 expert weights w[E,K,N] (same item kernel).
+    ``expert_scale`` (f32 [E], not differentiated) multiplies expert e's f32 accumulator before
+    the bf16 rounding: the FP4 kernels' global scale, for weights given as their exact
+    ``code * block scale`` (``trace_jax.ops.ScaledExperts``).
 
     Differentiable in x and w: on the kernel path a custom VJP runs the backward as two more
     grouped kernels, ``dx = dy @ w[e]^T`` (the forward kernel reading w transposed in place) and
@@ -331,11 +356,25 @@ def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=Non
     expansion XLA's GPU backend gives ``ragged_dot``'s gradient ([E, M, K] intermediates).
     Weights the kernels do not tile (``bf16_kernel_fits``) take ``ragged_dot``. Reverse mode
     only: a custom VJP has no forward-mode (jvp) rule."""
+    gs = group_sizes.astype(jnp.int32)
     if not _use_kernel(backend) or not bf16_kernel_fits(*w.shape[-2:]):
-        return jax.lax.ragged_dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
-                                  group_sizes.astype(jnp.int32),
-                                  preferred_element_type=jnp.float32).astype(jnp.bfloat16)
-    return _bf16_gmm(cfg, x, w, group_sizes.astype(jnp.int32))
+        out = jax.lax.ragged_dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), gs,
+                                 preferred_element_type=jnp.float32)
+        if expert_scale is not None:
+            out = out * expert_rows(jax.lax.stop_gradient(expert_scale), gs, out.shape[0])
+        return out.astype(jnp.bfloat16)
+    if expert_scale is None:
+        return _bf16_gmm(cfg, x, w, gs)
+    return _bf16_gmm_scaled(cfg, x, w, gs, jax.lax.stop_gradient(expert_scale))
+
+
+def expert_rows(expert_scale, group_sizes, m: int) -> jax.Array:
+    """f32 [m, 1]: each row's expert's entry of ``expert_scale`` [E] (rows sorted by expert,
+    ``group_sizes`` rows each; rows past the groups take the last expert's, their products
+    being zero)."""
+    e = expert_scale.shape[0]
+    idx = jnp.repeat(jnp.arange(e), group_sizes, total_repeat_length=m)
+    return expert_scale.astype(jnp.float32).reshape(e)[idx][:, None]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -359,6 +398,27 @@ def _bf16_gmm_bwd(cfg, res, dy):
     return dx.astype(x.dtype), dw.astype(w.dtype), None
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _bf16_gmm_scaled(cfg, x, w, group_sizes, expert_scale):
+    from pallas_kernels import matmul_triton
+
+    return matmul_triton.grouped_bf16(x, w, group_sizes, cfg, expert_scale=expert_scale)
+
+
+def _bf16_gmm_scaled_fwd(cfg, x, w, group_sizes, expert_scale):
+    return (_bf16_gmm_scaled(cfg, x, w, group_sizes, expert_scale),
+            (x, w, group_sizes, expert_scale))
+
+
+def _bf16_gmm_scaled_bwd(cfg, res, dy):
+    """The unscaled backward with ``dy`` scaled per row (y = s_e * x @ w[e])."""
+    x, w, group_sizes, expert_scale = res
+    dys = (dy.astype(jnp.float32) * expert_rows(expert_scale, group_sizes, dy.shape[0]))
+    dx, dw, _ = _bf16_gmm_bwd(cfg, (x, w, group_sizes), dys.astype(dy.dtype))
+    return dx, dw, None, jnp.zeros_like(expert_scale)
+
+
+_bf16_gmm_scaled.defvjp(_bf16_gmm_scaled_fwd, _bf16_gmm_scaled_bwd)
 _bf16_gmm.defvjp(_bf16_gmm_fwd, _bf16_gmm_bwd)
 
 

@@ -317,9 +317,11 @@ def _bf16_kstep(acc, x_ref, w_ref, ec, r0, r1, n0, kk, *, cfg: Config, w_nk: boo
     return acc + jnp.dot(xt, wt, preferred_element_type=jnp.float32)
 
 
-def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config, k: int,
+def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, *refs, cfg: Config, k: int,
                  w_nk: bool):
-    """Grouped bf16-weight matmul (no decode): the same item structure, for the BF16 engine."""
+    """Grouped bf16-weight matmul (no decode): the same item structure, for the BF16 engine.
+    ``refs``: (o_ref,) or, with a per-expert f32 scale of the accumulator, (es_ref, o_ref)."""
+    es_ref, o_ref = refs if len(refs) == 2 else (None, refs[0])
     i, j = pl.program_id(0), pl.program_id(1)
     e, r0, r1 = ie_ref[i], r0_ref[i], r1_ref[i]
     bm, bn, bk = cfg.bm, cfg.bn, cfg.bk
@@ -335,6 +337,8 @@ def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config, k:
     @pl.when((e >= 0) & (r1 > r0))
     def _compute():
         acc = jax.lax.fori_loop(0, k // bk, body, jnp.zeros((bm, bn), jnp.float32))
+        if es_ref is not None:
+            acc = acc * es_ref[ec]
         plgpu.store(o_at, acc.astype(o_at.dtype), mask=omask)
 
     @pl.when((e < 0) & (r1 > r0))
@@ -342,14 +346,17 @@ def _bf16_kernel(ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config, k:
         plgpu.store(o_at, jnp.zeros((bm, bn), o_at.dtype), mask=omask)
 
 
-def _bf16_persistent_kernel(nt_ref, ie_ref, r0_ref, r1_ref, x_ref, w_ref, o_ref, *, cfg: Config,
+def _bf16_persistent_kernel(nt_ref, ie_ref, r0_ref, r1_ref, x_ref, w_ref, *refs, cfg: Config,
                             k: int, n: int, w_nk: bool):
+    es_ref, o_ref = refs if len(refs) == 2 else (None, refs[0])
     bm, bn = cfg.bm, cfg.bn
 
     def kstep(acc, ec, r0, r1, n0, kk):
         return _bf16_kstep(acc, x_ref, w_ref, ec, r0, r1, n0, kk, cfg=cfg, w_nk=w_nk)
 
     def store(acc, e, r0, r1, n0):
+        if es_ref is not None:
+            acc = acc * es_ref[jnp.maximum(e, 0)]
         plgpu.store(o_ref.at[pl.ds(r0, bm), pl.ds(n0, bn)], acc.astype(o_ref.dtype),
                     mask=_rows_mask(r0, r1, bm, bn, 0))
 
@@ -665,9 +672,12 @@ def grouped(x, w, group_sizes, cfg: Config | None = None):
     return _run(x, w, items, row_gw, cfg, group_sizes)
 
 
-def grouped_bf16(x, w, group_sizes, cfg: Config | None = None, *, w_layout: str = "kn"):
+def grouped_bf16(x, w, group_sizes, cfg: Config | None = None, *, w_layout: str = "kn",
+                 expert_scale=None):
     """x[M,K] bf16 sorted by expert, w[E,K,N] bf16 (``w_layout="nk"``: w[E,N,K], e.g. the forward
-    weight read transposed by the backward pass) -> bf16 [M,N] (rows past the groups: 0)."""
+    weight read transposed by the backward pass) -> bf16 [M,N] (rows past the groups: 0).
+    ``expert_scale`` (f32 [E]) multiplies each expert's f32 accumulator before the bf16
+    rounding, as the FP4 kernels apply an expert's global scale."""
     if w_layout not in ("kn", "nk"):
         raise ValueError(f"w_layout must be 'kn' or 'nk', got {w_layout!r}")
     w_nk = w_layout == "nk"
@@ -687,6 +697,8 @@ def grouped_bf16(x, w, group_sizes, cfg: Config | None = None, *, w_layout: str 
     else:
         kernel = functools.partial(_bf16_kernel, cfg=cfg, k=k, w_nk=w_nk)
         grid, args = (ie.shape[0], n // cfg.bn), (ie, r0, r1)
+    scale = () if expert_scale is None else (
+        jnp.asarray(expert_scale, jnp.float32).reshape(w.shape[0]),)
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((m + cfg.bm, n), jnp.bfloat16),
@@ -694,7 +706,7 @@ def grouped_bf16(x, w, group_sizes, cfg: Config | None = None, *, w_layout: str 
         compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps, num_stages=cfg.num_stages),
         interpret=_interpret(),
         name="bf16_grouped_matmul",
-    )(*args, xp, w.astype(jnp.bfloat16))
+    )(*args, xp, w.astype(jnp.bfloat16), *scale)
     out = out[:m]
     return _zero_rows_past(out, group_sizes, m) if cfg.programs else out
 

@@ -234,6 +234,47 @@ def test_grouped_bf16_kernel(programs):
     assert np.all(np.asarray(out[26:]) == 0)
 
 
+@pytest.mark.parametrize("programs", [0, 5])
+def test_grouped_bf16_kernel_scales_each_experts_accumulator(programs):
+    """``expert_scale`` multiplies expert e's f32 accumulator before the bf16 rounding (the FP4
+    kernels' global scale): the kernel equals the reference bit for bit up to f32 summation
+    order, which differs from scaling the bf16 output afterwards; its gradient is the unscaled
+    backward with dy scaled per row (here against XLA's gradient of the scaled f32 product)."""
+    e, k, n, m = 4, 128, 64, 30
+    k0, k1, k2 = jax.random.split(jax.random.key(12), 3)
+    w = jax.random.normal(k0, (e, k, n)).astype(jnp.bfloat16)
+    x = jax.random.normal(k1, (m, k)).astype(jnp.bfloat16)
+    dy = jax.random.normal(k2, (m, n)).astype(jnp.bfloat16)
+    gs = jnp.array([0, 11, 0, 15], jnp.int32)
+    sc = jnp.array([3.0, 0.0123, 7.5, 1 / 3], jnp.float32)
+    cfg = mt.Config(bm=16, bn=32, bk=64, programs=programs)
+    out = fm.bf16_grouped_matmul(x, w, gs, backend="triton", cfg=cfg, expert_scale=sc)
+    ref = fm.bf16_grouped_matmul(x, w, gs, backend="reference", expert_scale=sc)
+    f32 = jax.lax.ragged_dot(x.astype(jnp.float32), w.astype(jnp.float32), gs,
+                             precision="highest")
+    rows = np.repeat(np.asarray(sc), np.asarray(gs))[:, None]
+    want = (np.asarray(f32)[:26] * rows).astype(jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(ref[:26], np.float32), np.asarray(want, np.float32))
+    assert _rel(out, ref) < 1e-3 and np.mean(np.asarray(out) != np.asarray(ref)) < 0.02
+    assert np.all(np.asarray(out[26:]) == 0)
+    late = (np.asarray(fm.bf16_grouped_matmul(x, w, gs, backend="reference"), np.float32)[:26]
+            * rows).astype(jnp.bfloat16)  # rounding before the scale: another result
+    assert np.mean(np.asarray(late, np.float32) != np.asarray(want, np.float32)) > 0.1
+
+    def loss(fn, x, w):
+        return jnp.sum(fn(x, w).astype(jnp.float32) * dy.astype(jnp.float32))
+
+    kern = lambda x, w: fm.bf16_grouped_matmul(  # noqa: E731
+        x, w, gs, backend="triton", cfg=cfg, expert_scale=sc)
+    def scaled(x, w):
+        out = jax.lax.ragged_dot(x.astype(jnp.float32), w.astype(jnp.float32), gs,
+                                 precision="highest")
+        return out * fm.expert_rows(sc, gs, m)
+    dx, dw = jax.grad(functools.partial(loss, kern), argnums=(0, 1))(x, w)
+    rx, rw = jax.grad(functools.partial(loss, scaled), argnums=(0, 1))(x, w)
+    assert _rel(dx, rx) < 4e-3 and _rel(dw, rw) < 4e-3
+
+
 def test_grouped_bf16_backward():
     """The kernel path's custom VJP (dx through the forward kernel reading w transposed in
     place, dw through the weight-gradient kernel) against XLA's gradient of an f32

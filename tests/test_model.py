@@ -12,6 +12,7 @@ from tests._params import init_params, pack_params
 from trace_jax import attention
 from trace_jax import model as M
 from trace_jax import numerics as nx
+from trace_jax import ops
 from trace_jax import params as P
 from trace_jax import quant as Q
 
@@ -510,3 +511,37 @@ def test_model_jit_rounds_to_bf16_whatever_the_shapes():
     nested = jax.jit(lambda h: f(h))(h)
     assert nested.shape == full.shape and jax.eval_shape(f, h).shape == full.shape
     assert f._cache_size() >= 2
+
+
+@pytest.mark.parametrize("kernel_layout", [False, "triton"])
+def test_qat_trainer_multiplies_fp4_experts_as_the_kernels_do(params, tokens, kernel_layout):
+    """The FP4 rollout (packed QTensors, or the FP4 grouped kernels' layout, whose pure-JAX
+    reference runs on the CPU) and the RTN QAT trainer give the same logits: both feed the
+    products exact ``code * block scale`` values and put the expert's global scale on the f32
+    accumulator (``ops.ScaledExperts``). Before session 32 the trainer rounded ``code * block
+    scale * global scale`` to bf16: vanilla QAT's kl_k3 against the kernel layout was 2.0e-3 on
+    the tiny checkpoint. The trainer's gradient reaches the master weights as through the
+    identity (straight-through)."""
+    roll = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="none")
+    qat = roll.with_mode("fp4_qat")
+    packed = pack_params(params, roll, kernel_layout=kernel_layout)
+    fwd = nx.model_jit(M.forward, static_argnames=("cfg", "numerics"))  # as the engines compile
+    r_logits, r_aux, _ = fwd(packed, tokens, cfg=CFG, numerics=roll)
+    t_logits, _, _ = fwd(params, tokens, cfg=CFG, numerics=qat,
+                         forced_experts_LxBxTxK=r_aux.experts)
+    np.testing.assert_array_equal(np.asarray(t_logits), np.asarray(r_logits))
+
+    w = params["layers"]["moe"]["w_up"][0]
+    x = jax.random.normal(jax.random.key(4), (6, w.shape[1])).astype(jnp.bfloat16)
+    gs = jnp.array([2, 0, 3, 1] + [0] * (w.shape[0] - 4), jnp.int32)
+    sio = nx.SiteIO(qat)
+
+    def f(w):
+        return jnp.sum(ops.grouped_matmul(x, sio.weight("layers/0/moe/expert_weights", w), gs)
+                       .astype(jnp.float32))
+
+    def identity(w):  # what straight-through promises: the gradient of x @ w
+        return jnp.sum(jax.lax.ragged_dot(x.astype(jnp.float32), w, gs))
+
+    np.testing.assert_allclose(np.asarray(jax.grad(f)(w)), np.asarray(jax.grad(identity)(w)),
+                               rtol=2e-2, atol=1e-2)

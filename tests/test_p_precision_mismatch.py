@@ -29,8 +29,8 @@ def test_summary_pairs_the_batches_of_both_precisions():
 
 def test_flags_take_the_kernels_out_and_name_themselves(monkeypatch, tmp_path):
     """``--attention reference`` leaves ``ops.decode_attention`` no kernel (other kernels keep
-    theirs), ``--activation_quantizer`` sets the rollout's quantizer, ``--trainer_p`` reaches
-    the diagnoses, and the written command names all three."""
+    theirs), ``--activation_quantizer`` sets the rollout's quantizer, ``--trainer_p`` and
+    ``--kernel_layout`` reach the diagnoses, and the written command names them all."""
     from trace_jax import numerics as nx
     from trace_jax import ops
 
@@ -38,8 +38,9 @@ def test_flags_take_the_kernels_out_and_name_themselves(monkeypatch, tmp_path):
     monkeypatch.setattr(nx, "ACTIVATION_QUANTIZER", nx.ACTIVATION_QUANTIZER)
     seen = {}
 
-    def fake(config, checkpoint, batches, trainer_p):
+    def fake(config, checkpoint, batches, trainer_p, kernel_layout):
         seen["trainer_p"] = trainer_p
+        seen["kernel_layout"] = kernel_layout
         seen["attention"] = ops._kernel("decode_attention", "decode_attention")
         seen["matmul"] = ops._kernel("fp4_matmul", "fp4_grouped_matmul")
         seen["quantizer"] = nx.ACTIVATION_QUANTIZER
@@ -48,8 +49,9 @@ def test_flags_take_the_kernels_out_and_name_themselves(monkeypatch, tmp_path):
 
     monkeypatch.setattr(PM, "diagnose_paired", fake)
     PM.main(["--config", "c.py", "--checkpoint", "ck", "--batches", "2", "--out", str(tmp_path),
-             "--attention", "reference", "--activation_quantizer", "xla", "--trainer_p", "f32"])
+             "--attention", "reference", "--activation_quantizer", "xla", "--trainer_p", "f32",
+             "--kernel_layout"])
     assert seen == {"attention": None, "matmul": "fp4_matmul.fp4_grouped_matmul",
-                    "quantizer": "xla", "trainer_p": "f32"}
+                    "quantizer": "xla", "trainer_p": "f32", "kernel_layout": True}
     md = (tmp_path / "p_precision_mismatch.md").read_text()
-    assert "--attention reference --activation_quantizer xla --trainer_p f32`" in md
+    assert "--attention reference --activation_quantizer xla --trainer_p f32 --kernel_layout`" in md

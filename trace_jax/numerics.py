@@ -380,8 +380,9 @@ class SiteIO:
         return from_site(y), q
 
     def weight(self, name: str, w):
-        """Expert weights [E, K, N] (contraction axis -2): bf16 array in, bf16 array or packed
-        FP4 out. In fp4_rollout the weight is already packed (see :func:`pack_weight`)."""
+        """Expert weights [E, K, N] (contraction axis -2): an array in; the array, packed FP4, or
+        (QAT) :class:`ops.ScaledExperts` out. In fp4_rollout the weight is already packed (see
+        ``model.pack_params``)."""
         nm = self.numerics
         if not isinstance(w, jax.Array):  # packed FP4: a QTensor or kernel-layout FP4Weights
             if nm.mode != "fp4_rollout":
@@ -392,7 +393,10 @@ class SiteIO:
         if nm.mode == "fp4_rollout":
             raise ValueError(f"{name}: fp4_rollout expects packed weights; run sync_weights first")
         q = quantize_weight(jax.lax.stop_gradient(w), nm.fmt)
-        return Q.straight_through_dequant(w, q)
+        se = ops.ScaledExperts.from_qtensor(q, w.dtype)
+        g = jax.lax.stop_gradient(q.global_scale)
+        # values straight-through in w / g, so (x @ values) * g has the gradient of x @ w
+        return dataclasses.replace(se, values=Q.straight_through(w / g, se.values))
 
 
 def quantize_weight(w: jax.Array, fmt: str, scale_rule: str = "max") -> Q.QTensor:

@@ -3,9 +3,10 @@ Pallas kernels from ``pallas_kernels`` on GPU where they exist.
 
 * :func:`grouped_matmul` -- tokens sorted by expert times per-expert weights (bf16: ``ragged_dot``,
   on GPU the Pallas bf16 grouped kernel whose backward is grouped kernels too -- XLA's GPU
-  gradient of ``ragged_dot`` expands to dense [E, M, K] masked products; packed FP4 QTensors:
-  dequantize + ``ragged_dot``; FP4 weights in the Pallas kernel layout: the Pallas FP4 grouped
-  matmul on GPU, its pure-JAX reference elsewhere).
+  gradient of ``ragged_dot`` expands to dense [E, M, K] masked products; packed FP4 QTensors
+  and the QAT trainer's :class:`ScaledExperts`: exact ``code * block scale`` bf16 values through
+  the same bf16 products, the global scale on the f32 accumulator; FP4 weights in the Pallas
+  kernel layout: the Pallas FP4 grouped matmul on GPU, its pure-JAX reference elsewhere).
 * :func:`grouped_swiglu` -- the MoE gate / up stage, ``silu(x gate) * (x up)`` (FP4 weights in
   the Mosaic GPU layout: one fused kernel on GPU).
 * :func:`decode_attention` -- one query token per sequence against a bf16 or FP4 KV cache.
@@ -13,6 +14,7 @@ Pallas kernels from ``pallas_kernels`` on GPU where they exist.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -37,14 +39,51 @@ def _kernel(module: str, name: str):
     return getattr(mod, name, None)
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ScaledExperts:
+    """FP4 expert weights as the FP4 kernels multiply them: ``values`` [E, K, N], each weight's
+    exact ``code * block scale`` (bf16 holds it exactly), and ``global_scale`` f32 [E], which
+    multiplies expert e's f32 accumulator before the one rounding of the product. The QAT
+    trainer (``SiteIO.weight``: ``values`` straight-through in the masters) and the rollout's
+    packed QTensors use it, so trainer, rollout and kernels round the same products. (Rounding
+    ``code * block scale * global scale`` to bf16 instead left the tiny checkpoint's vanilla QAT
+    at kl_k3 2.0e-3 against the FP4 kernels' reference on the CPU, session 32.)"""
+
+    values: jax.Array
+    global_scale: jax.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
+    @classmethod
+    def from_qtensor(cls, q: Q.QTensor, dtype=jnp.float32) -> "ScaledExperts":
+        """Packed [E, K, N] weights quantized along K, as values in ``dtype`` (exact in bf16)."""
+        ones = dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale))
+        return cls(Q.dequantize(ones, dtype), q.global_scale.reshape(q.global_scale.shape[0]))
+
+
 def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
     """``out[i] = x[i] @ w[e(i)]`` for rows sorted by expert (``group_sizes`` rows per expert;
-    rows past the sum are zero). ``w`` is an [E, K, N] array or FP4 weights. Computes in ``x``'s
-    dtype with FP32 accumulation."""
+    rows past the sum are zero). ``w`` is an [E, K, N] array, FP4 weights (packed QTensors or
+    kernel layout) or :class:`ScaledExperts`. Computes in ``x``'s dtype with FP32 accumulation
+    (FP4 weights: their global scale on the accumulator)."""
     dt = x_MxK.dtype
     if isinstance(w, Q.QTensor):
-        w = Q.dequantize(w, dt)
-    elif not isinstance(w, jax.Array):  # FP4 weights in kernel layout (pack_params)
+        w = ScaledExperts.from_qtensor(w, dt)
+    if isinstance(w, ScaledExperts):
+        from pallas_kernels import fp4_matmul as FM
+
+        gs = group_sizes_E.astype(jnp.int32)
+        if _on_gpu() and dt == jnp.bfloat16:  # the Pallas bf16 grouped kernel, scale in-kernel
+            return FM.bf16_grouped_matmul(x_MxK, w.values.astype(dt), gs,
+                                          expert_scale=w.global_scale)
+        out = jax.lax.ragged_dot(x_MxK, w.values.astype(dt), gs,
+                                 preferred_element_type=jnp.float32)
+        return (out * FM.expert_rows(jax.lax.stop_gradient(w.global_scale), gs,
+                                     out.shape[0])).astype(dt)
+    if not isinstance(w, jax.Array):  # FP4 weights in kernel layout (pack_params)
         from pallas_kernels.fp4_matmul import fp4_grouped_matmul  # its reference off the GPU
 
         return fp4_grouped_matmul(x_MxK, w, group_sizes_E.astype(jnp.int32)).astype(dt)
@@ -63,7 +102,8 @@ def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> 
     two products rounded to ``x``'s dtype, the SwiGLU in f32. FP4 weights in kernel layout
     (``pack_params``) with a bf16 ``x`` go to ``fp4_matmul.fp4_grouped_swiglu`` (one fused
     kernel for Mosaic GPU weights); otherwise two :func:`grouped_matmul` calls."""
-    if not isinstance(w_gate, (jax.Array, Q.QTensor)) and x_MxK.dtype == jnp.bfloat16:
+    if (not isinstance(w_gate, (jax.Array, Q.QTensor, ScaledExperts))
+            and x_MxK.dtype == jnp.bfloat16):
         from pallas_kernels.fp4_matmul import fp4_grouped_swiglu  # its reference off the GPU
 
         return fp4_grouped_swiglu(x_MxK, w_gate, w_up, group_sizes_E.astype(jnp.int32))
