@@ -62,9 +62,9 @@ def base_config():
         # (the GPU kernel splits it into two bf16 terms, 8e-7 relative error at 128K) or
         # "bf16" (rounded once, 5e-4; the attention call 13-15% faster at 32K+ on an H200 for
         # NVFP4 caches, 10% for MXFP4, sessions 29-30; the CPU reference rounds P to bf16 too).
-        # The trainer's attention rounds P the same way (on the CPU rollout and trainer are then
-        # bit-identical under either; on a GPU the kernel rounds P per block, the trainer cannot
-        # replay those bits).
+        # The trainer's attention rounds P the same way (on the CPU rollout and trainer then
+        # agree under either, up to rare f32 summation-order differences; on a GPU the kernel
+        # rounds P per block, which the trainer cannot replay bit for bit).
         attention_p_precision="f32",
     ))
 

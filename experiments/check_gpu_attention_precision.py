@@ -5,9 +5,9 @@
 Session 30d found, on an H200, TRACE's rollout / trainer kl_k3 ~10x *smaller* with the decode
 kernel's P rounded to bf16 than with its f32 P (the CPU showed the opposite, +36%). This
 measures, at the tiny model's attention shapes and at one long context, the relative error
-against float64 attention of: ``attention.causal_attention`` (the trainer's; its einsums at the
-default precision) at its last query row, the same at ``jax.default_matmul_precision
-("highest")``, and the decode kernel (``ops.decode_attention``) over a bf16 cache with f32 and
+against float64 attention of: ``attention.causal_attention`` (the trainer's; at
+``Precision.HIGHEST`` since session 32, before at the default precision, TF32 on the GPU) at its
+last query row with f32 and bf16 P, and the decode kernel (``ops.decode_attention``) over a bf16 cache with f32 and
 bf16 P, then the NVFP4 decode kernel over full and per-sequence lengths. Prints one line per
 (shape, computation); ``--tiny``: the tiny model's shape only. (Session 31 traced the 10x to
 XLA's GPU fusions skipping bf16 casts, not to the kernel: NOTES_attention session 31.)
@@ -75,11 +75,10 @@ def measure(B, T, H, K, D) -> list[tuple[str, float]]:
     v = jax.random.normal(keys[2], (B, T, K, D)).astype(jnp.bfloat16)
     want = _f64_last_row(q, k, v)
     f32 = lambda x: x.astype(jnp.float32)  # noqa: E731  (outputs compared before rounding)
-    trainer = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
-    out = [("trainer causal_attention (default precision)", _rel(trainer(q, k, v), want))]
-    with jax.default_matmul_precision("highest"):
-        hi = jax.jit(lambda q, k, v: attention.causal_attention(f32(q), k, v)[:, -1])
-        out.append(("trainer causal_attention (highest)", _rel(hi(q, k, v), want)))
+    out = []
+    for p in ops.P_PRECISIONS:  # (Precision.HIGHEST since session 32, P as the rollout's)
+        trainer = jax.jit(lambda q, k, v, p=p: attention.causal_attention(f32(q), k, v, p)[:, -1])
+        out.append((f"trainer causal_attention, P {p}", _rel(trainer(q, k, v), want)))
     kc, vc = (jnp.swapaxes(a, 1, 2) for a in (k, v))  # [B, K, T, D] cache
     n = jnp.full((B,), T, jnp.int32)
     for p in ops.P_PRECISIONS:

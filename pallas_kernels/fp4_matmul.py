@@ -227,10 +227,11 @@ def _w_parts(w: FP4Weights) -> tuple[jax.Array, jax.Array]:
     return quant.dequantize(ones, jnp.float32), q.global_scale.astype(jnp.float32)
 
 
-# The references compute what the kernels compute, up to f32 summation order: exact
+# The references compute what the Triton kernels compute, up to f32 summation order: exact
 # ``code * block scale`` operands (bf16 holds them; f32 products of two are exact), an f32
-# accumulator, then the weight's global scale (and a W4A4 activation's per-row one) on the
-# accumulator before the one bf16 rounding. The QAT trainer and the rollout's XLA path multiply
+# accumulator, then the activation's per-row global scale (W4A4; 1 otherwise) times the
+# weight's on the accumulator before the one bf16 rounding. (The Mosaic GPU kernels' own
+# references in ``fp4_matmul_mgpu`` still fold the weight's global scale into f32 weights.) The QAT trainer and the rollout's XLA path multiply
 # the same way (``trace_jax.ops.ScaledExperts``).
 
 
@@ -240,7 +241,7 @@ def fp4_matmul_reference(x, w: FP4Weights, *, backend: Backend = "reference") ->
     wf, gw = _w_parts(w)
     out = jnp.dot(xf, wf, preferred_element_type=jnp.float32,
                   precision=jax.lax.Precision.HIGHEST)
-    return (out * gw.reshape(1, 1) * gx).astype(jnp.bfloat16)
+    return (out * (gx * gw.reshape(1, 1))).astype(jnp.bfloat16)
 
 
 def fp4_grouped_matmul_reference(x, w: FP4Weights, group_sizes, *,
@@ -251,7 +252,7 @@ def fp4_grouped_matmul_reference(x, w: FP4Weights, group_sizes, *,
     gs = group_sizes.astype(jnp.int32)
     out = jax.lax.ragged_dot(xf, wf, gs, preferred_element_type=jnp.float32,
                              precision=jax.lax.Precision.HIGHEST)
-    return (out * expert_rows(gw.reshape(-1), gs, out.shape[0]) * gx).astype(jnp.bfloat16)
+    return (out * (gx * expert_rows(gw.reshape(-1), gs, out.shape[0]))).astype(jnp.bfloat16)
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,11 +412,17 @@ def _bf16_gmm_scaled_fwd(cfg, x, w, group_sizes, expert_scale):
 
 
 def _bf16_gmm_scaled_bwd(cfg, res, dy):
-    """The unscaled backward with ``dy`` scaled per row (y = s_e * x @ w[e])."""
+    """y = s_e * (x @ w[e]): dx = s_e * (dy @ w[e]^T) with the scale on the backward kernel's
+    accumulator, dw[e] = s_e * (x_e^T @ dy_e) on the f32 weight gradient (no extra rounding of
+    dy)."""
+    from pallas_kernels import matmul_triton
+
+    del cfg
     x, w, group_sizes, expert_scale = res
-    dys = (dy.astype(jnp.float32) * expert_rows(expert_scale, group_sizes, dy.shape[0]))
-    dx, dw, _ = _bf16_gmm_bwd(cfg, (x, w, group_sizes), dys.astype(dy.dtype))
-    return dx, dw, None, jnp.zeros_like(expert_scale)
+    dx = matmul_triton.grouped_bf16(dy, w, group_sizes, w_layout="nk", expert_scale=expert_scale)
+    dw = matmul_triton.grouped_bf16_wgrad(x, dy, group_sizes)
+    dw = dw * expert_scale.astype(jnp.float32)[:, None, None]
+    return dx.astype(x.dtype), dw.astype(w.dtype), None, jnp.zeros_like(expert_scale)
 
 
 _bf16_gmm_scaled.defvjp(_bf16_gmm_scaled_fwd, _bf16_gmm_scaled_bwd)

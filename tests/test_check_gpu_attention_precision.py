@@ -11,6 +11,7 @@ CG = load_experiment("check_gpu_attention_precision")
 def test_f32_paths_are_f32_accurate_and_bf16_p_is_not():
     got = dict(CG.measure(*CG.SHAPES[0]))
     assert len(got) == 10
+    assert "trainer causal_attention, P bf16" in got
     for name, err in got.items():
         if "P bf16" in name:
             assert 1e-4 < err < 3e-3, (name, err)

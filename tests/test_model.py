@@ -510,6 +510,7 @@ def test_model_jit_rounds_to_bf16_whatever_the_shapes():
                                   np.asarray(prefill, np.float32))
     nested = jax.jit(lambda h: f(h))(h)
     assert nested.shape == full.shape and jax.eval_shape(f, h).shape == full.shape
+    assert jax.eval_shape(lambda: f(h)).shape == full.shape  # traced, concrete arguments only
     assert f._cache_size() >= 2
 
 
@@ -545,3 +546,15 @@ def test_qat_trainer_multiplies_fp4_experts_as_the_kernels_do(params, tokens, ke
 
     np.testing.assert_allclose(np.asarray(jax.grad(f)(w)), np.asarray(jax.grad(identity)(w)),
                                rtol=2e-2, atol=1e-2)
+    wb = w.astype(jnp.bfloat16)  # bf16 masters (the 30B config's param_dtype) stay bf16
+    gb = jax.grad(f)(wb)
+    assert gb.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(gb, np.float32), np.asarray(jax.grad(identity)(w)),
+                               rtol=2e-2, atol=2e-2)
+    # a per-tensor global scale (one for every expert) broadcasts
+    q = Q.quantize(w, "nvfp4", axis=-2)
+    np.testing.assert_allclose(
+        np.asarray(ops.grouped_matmul(x, q, gs), np.float32),
+        np.asarray(jax.lax.ragged_dot(x, Q.dequantize(q, jnp.bfloat16), gs,
+                                      preferred_element_type=jnp.float32)),
+        rtol=2e-2, atol=2e-2)

@@ -64,6 +64,9 @@ def init_cache(cfg, numerics, batch: int, slots: int):
             if cfg.head_dim % 64:
                 raise ValueError(f"the 'mgpu' KV cache layout needs head_dim % 64 == 0, got "
                                  f"{cfg.head_dim}")
+            if numerics.attention_p != "f32":  # its kernel keeps P in f32; the trainer would not
+                raise ValueError(f"the 'mgpu' KV cache layout computes P in f32; the numerics ask "
+                                 f"for attention_p={numerics.attention_p!r}")
             from pallas_kernels.mgpu_kv_layout import empty_mgpu_kv
 
             caches.append({"kv": empty_mgpu_kv(batch, cfg.n_kv_heads, -(-slots // 64) * 64,

@@ -82,8 +82,14 @@ class _ModelJit:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        traced = any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs)))
-        return (self.nested if traced else self.top)(*args, **kwargs)
+        if any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves((args, kwargs))):
+            return self.nested(*args, **kwargs)
+        try:
+            return self.top(*args, **kwargs)
+        except ValueError as e:  # under a trace with concrete arguments only (a closure)
+            if "compiler_options" not in str(e):
+                raise
+            return self.nested(*args, **kwargs)
 
     def lower(self, *args, **kwargs):
         return self.top.lower(*args, **kwargs)
@@ -207,8 +213,9 @@ class Numerics:
         return out
 
     def with_attention_p(self, p: str, name: str = "attention_p") -> "Numerics":
-        """The same numerics with P at ``p`` in the decode attention (a ValueError naming
-        ``name`` -- e.g. the config field -- for anything but "f32" / "bf16")."""
+        """The same numerics with P at ``p`` in the attention, decode steps and the trainer's
+        alike (a ValueError naming ``name`` -- e.g. the config field -- for anything but "f32" /
+        "bf16")."""
         return dataclasses.replace(self, attention_p=ops.check_p_precision(p, name))
 
     def with_mode(self, mode: str) -> "Numerics":
@@ -395,8 +402,10 @@ class SiteIO:
         q = quantize_weight(jax.lax.stop_gradient(w), nm.fmt)
         se = ops.ScaledExperts.from_qtensor(q, w.dtype)
         g = jax.lax.stop_gradient(q.global_scale)
-        # values straight-through in w / g, so (x @ values) * g has the gradient of x @ w
-        return dataclasses.replace(se, values=Q.straight_through(w / g, se.values))
+        # values straight-through in w / g, so (x @ values) * g has the gradient of x @ w (in
+        # w's dtype: bf16 masters stay bf16)
+        return dataclasses.replace(se, values=Q.straight_through((w / g).astype(w.dtype),
+                                                                 se.values))
 
 
 def quantize_weight(w: jax.Array, fmt: str, scale_rule: str = "max") -> Q.QTensor:

@@ -61,7 +61,9 @@ class ScaledExperts:
     def from_qtensor(cls, q: Q.QTensor, dtype=jnp.float32) -> "ScaledExperts":
         """Packed [E, K, N] weights quantized along K, as values in ``dtype`` (exact in bf16)."""
         ones = dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale))
-        return cls(Q.dequantize(ones, dtype), q.global_scale.reshape(q.global_scale.shape[0]))
+        e = q.shape[0]  # a per-tensor scale broadcasts to every expert
+        g = jnp.broadcast_to(q.global_scale.astype(jnp.float32), (e, 1, 1)).reshape(e)
+        return cls(Q.dequantize(ones, dtype), g)
 
 
 def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
@@ -121,7 +123,7 @@ def grouped_swiglu(x_MxK: jax.Array, w_gate, w_up, group_sizes_E: jax.Array) -> 
 # (NOTES_attention): "bf16" makes the NVFP4 call 13-15% faster at 32K+ and the 4-layer 30B FP4
 # step 9.0-9.5% faster (session 29), the MXFP4 call 10% faster at its own knobs (session 30b).
 # The trainer's attention (``attention.causal_attention``) rounds P the same way, so on the CPU
-# rollout and trainer agree bit for bit under either; "f32" stays the default (the kernel's
+# rollout and trainer agree under either (up to rare f32 summation-order differences); "f32" stays the default (the kernel's
 # bf16 P rounds relative to a running max per block and split, which the trainer cannot replay
 # bit for bit). (The opt-in Mosaic kernel over the "mgpu" cache layout,
 # :func:`decode_attention_mgpu`, keeps its own two P terms.)
