@@ -42,6 +42,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from trace_jax import experiment as X  # noqa: E402
 from trace_jax import model as M  # noqa: E402
+from trace_jax import numerics as nx  # noqa: E402
 from trace_jax import rollout as R  # noqa: E402
 from trace_jax import run as RUN  # noqa: E402
 from trace_jax import train as TR  # noqa: E402
@@ -71,7 +72,7 @@ def rl_batch(exp: X.Experiment, params, tokens_BxT, record_codes: bool, key) -> 
            dataclasses.replace(roll, hinted=train.hinted, hint_kind=roll.hint_kind))
     rp = R.sync_weights(params, roll)
 
-    @jax.jit
+    @nx.model_jit  # compiled as the engine's rollout is (exact bf16 casts)
     def rollout_view(rp, toks):
         logits, aux, _ = M.forward(rp, toks, cfg=exp.cfg, numerics=rec,
                                    capture_hints=bool(rec.hinted) and roll.is_fp4)
