@@ -101,10 +101,17 @@ def mgpu_to_qtensor(w: MgpuWeights) -> QTensor:
                    global_scale=w.global_scale.reshape(1, 1), fmt="nvfp4", axis=-2)
 
 
+def _unscaled_f32(w: MgpuWeights) -> jax.Array:
+    """The exact ``code * block scale`` values in f32 (the global scale left for the
+    accumulator, as the kernels apply it)."""
+    ones = dataclasses.replace(w, global_scale=jnp.ones_like(w.global_scale))
+    return quant.dequantize(mgpu_to_qtensor(ones), jnp.float32)
+
+
 def fp4_matmul_mgpu_reference(x: jax.Array, w: MgpuWeights, row_scale=None) -> jax.Array:
-    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32)
-    out = jnp.dot(x.astype(jnp.float32), wf, precision=jax.lax.Precision.HIGHEST)
-    return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
+    out = jnp.dot(x.astype(jnp.float32), _unscaled_f32(w), precision=jax.lax.Precision.HIGHEST)
+    scale = w.global_scale.astype(jnp.float32)
+    return (out * (scale if row_scale is None else scale * row_scale)).astype(jnp.bfloat16)
 
 
 # --- the kernel -------------------------------------------------------------------------------
@@ -517,11 +524,16 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
 
 def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes,
                                       row_scale=None) -> jax.Array:
-    wf = quant.dequantize(mgpu_to_qtensor(w), jnp.float32)
-    out = jax.lax.ragged_dot(x.astype(jnp.float32), wf, group_sizes.astype(jnp.int32),
+    gs = group_sizes.astype(jnp.int32)
+    out = jax.lax.ragged_dot(x.astype(jnp.float32), _unscaled_f32(w), gs,
                              preferred_element_type=jnp.float32,
                              precision=jax.lax.Precision.HIGHEST)
-    return (out if row_scale is None else out * row_scale).astype(jnp.bfloat16)
+    e, m = w.codes.shape[0], out.shape[0]  # each row's expert's global scale, on the accumulator
+    scale = jnp.repeat(jnp.broadcast_to(w.global_scale.astype(jnp.float32).reshape(-1), (e,)),
+                       gs, total_repeat_length=m)[:, None]
+    if row_scale is not None:
+        scale = scale * row_scale.astype(jnp.float32).reshape(m, 1)
+    return (out * scale).astype(jnp.bfloat16)
 
 
 def _cumsum_small(v):

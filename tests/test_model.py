@@ -514,10 +514,10 @@ def test_model_jit_rounds_to_bf16_whatever_the_shapes():
     assert f._cache_size() >= 2
 
 
-@pytest.mark.parametrize("kernel_layout", [False, "triton"])
+@pytest.mark.parametrize("kernel_layout", [False, "triton", "mosaic"])
 def test_qat_trainer_multiplies_fp4_experts_as_the_kernels_do(params, tokens, kernel_layout):
-    """The FP4 rollout (packed QTensors, or the FP4 grouped kernels' layout, whose pure-JAX
-    reference runs on the CPU) and the RTN QAT trainer give the same logits: both feed the
+    """The FP4 rollout (packed QTensors, or the Triton / Mosaic FP4 grouped kernels' layouts,
+    whose pure-JAX references run on the CPU) and the RTN QAT trainer give the same logits: both feed the
     products exact ``code * block scale`` values and put the expert's global scale on the f32
     accumulator (``ops.ScaledExperts``). Before session 32 the trainer rounded ``code * block
     scale * global scale`` to bf16: vanilla QAT's kl_k3 against the kernel layout was 2.0e-3 on
@@ -525,12 +525,17 @@ def test_qat_trainer_multiplies_fp4_experts_as_the_kernels_do(params, tokens, ke
     identity (straight-through)."""
     roll = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="none")
     qat = roll.with_mode("fp4_qat")
-    packed = pack_params(params, roll, kernel_layout=kernel_layout)
+    cfg, p = CFG, params
+    if kernel_layout == "mosaic":  # (the Mosaic GPU layout wants K, N multiples of 64)
+        cfg = dataclasses.replace(CFG, d_expert=64)
+        p = init_params(cfg, jax.random.key(0))
+    packed = pack_params(p, roll, kernel_layout=kernel_layout)
     fwd = nx.model_jit(M.forward, static_argnames=("cfg", "numerics"))  # as the engines compile
-    r_logits, r_aux, _ = fwd(packed, tokens, cfg=CFG, numerics=roll)
-    t_logits, _, _ = fwd(params, tokens, cfg=CFG, numerics=qat,
-                         forced_experts_LxBxTxK=r_aux.experts)
+    r_logits, r_aux, _ = fwd(packed, tokens, cfg=cfg, numerics=roll)
+    t_logits, _, _ = fwd(p, tokens, cfg=cfg, numerics=qat, forced_experts_LxBxTxK=r_aux.experts)
     np.testing.assert_array_equal(np.asarray(t_logits), np.asarray(r_logits))
+    if kernel_layout:
+        return  # (the gradient below does not depend on the rollout's layout)
 
     w = params["layers"]["moe"]["w_up"][0]
     x = jax.random.normal(jax.random.key(4), (6, w.shape[1])).astype(jnp.bfloat16)
