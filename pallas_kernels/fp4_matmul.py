@@ -230,8 +230,8 @@ def _w_parts(w: FP4Weights) -> tuple[jax.Array, jax.Array]:
 # The references compute what the Triton kernels compute, up to f32 summation order: exact
 # ``code * block scale`` operands (bf16 holds them; f32 products of two are exact), an f32
 # accumulator, then the activation's per-row global scale (W4A4; 1 otherwise) times the
-# weight's on the accumulator before the one bf16 rounding. (The Mosaic GPU kernels' own
-# references in ``fp4_matmul_mgpu`` still fold the weight's global scale into f32 weights.) The QAT trainer and the rollout's XLA path multiply
+# weight's on the accumulator before the one bf16 rounding (as do the Mosaic GPU kernels'
+# references in ``fp4_matmul_mgpu``). The QAT trainer and the rollout's XLA path multiply
 # the same way (``trace_jax.ops.ScaledExperts``).
 
 
