@@ -373,9 +373,11 @@ def expert_rows(expert_scale, group_sizes, m: int) -> jax.Array:
     """f32 [m, 1]: each row's expert's entry of ``expert_scale`` [E] (rows sorted by expert,
     ``group_sizes`` rows each; rows past the groups take the last expert's, their products
     being zero)."""
+    from pallas_kernels import matmul_triton
+
     e = expert_scale.shape[0]
-    idx = jnp.repeat(jnp.arange(e), group_sizes, total_repeat_length=m)
-    return expert_scale.astype(jnp.float32).reshape(e)[idx][:, None]
+    re, _ = matmul_triton._row_expert(group_sizes, m)
+    return expert_scale.astype(jnp.float32).reshape(e)[re][:, None]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))

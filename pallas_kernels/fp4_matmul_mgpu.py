@@ -528,9 +528,10 @@ def fp4_grouped_matmul_mgpu_reference(x, w: MgpuWeights, group_sizes,
     out = jax.lax.ragged_dot(x.astype(jnp.float32), _unscaled_f32(w), gs,
                              preferred_element_type=jnp.float32,
                              precision=jax.lax.Precision.HIGHEST)
+    from pallas_kernels.fp4_matmul import expert_rows
+
     e, m = w.codes.shape[0], out.shape[0]  # each row's expert's global scale, on the accumulator
-    scale = jnp.repeat(jnp.broadcast_to(w.global_scale.astype(jnp.float32).reshape(-1), (e,)),
-                       gs, total_repeat_length=m)[:, None]
+    scale = expert_rows(jnp.broadcast_to(w.global_scale.reshape(-1), (e,)), gs, m)
     if row_scale is not None:
         scale = scale * row_scale.astype(jnp.float32).reshape(m, 1)
     return (out * scale).astype(jnp.bfloat16)

@@ -189,7 +189,6 @@ def causal_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, p_precision: str = "f32"):
     (``ops.decode_attention_reference``), row for row. ``p_precision="bf16"`` rounds the
     unnormalised weights exp(s - max) to bf16 before P.V, as the rollout's decode attention
     does under ``Numerics.attention_p="bf16"`` (their f32 sum normalises)."""
-    ops.check_p_precision(p_precision)
     B, T, H, D = q_BxTxHxD.shape
     K = k_BxTxKxD.shape[2]
     hi = jax.lax.Precision.HIGHEST
@@ -198,12 +197,5 @@ def causal_attention(q_BxTxHxD, k_BxTxKxD, v_BxTxKxD, p_precision: str = "f32"):
     s = s * (1.0 / jnp.sqrt(jnp.float32(D)))
     mask = jnp.tril(jnp.ones((T, T), bool))[None, None, None]
     s = jnp.where(mask, s, -jnp.inf)
-    v = v_BxTxKxD.astype(jnp.float32)
-    if p_precision == "bf16":
-        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
-        w = e.astype(jnp.bfloat16).astype(jnp.float32)
-        o = jnp.einsum("bkgts,bskd->bkgtd", w, v, precision=hi) / jnp.sum(e, axis=-1)[..., None]
-        o = jnp.moveaxis(o, 3, 1)  # B,T,K,G,D
-    else:
-        o = jnp.einsum("bkgts,bskd->btkgd", jax.nn.softmax(s, axis=-1), v, precision=hi)
-    return o.reshape(B, T, H, D).astype(q_BxTxHxD.dtype)
+    o = ops.softmax_pv(s, v_BxTxKxD.astype(jnp.float32), "bkgts,bskd->bkgtd", p_precision)
+    return jnp.moveaxis(o, 3, 1).reshape(B, T, H, D).astype(q_BxTxHxD.dtype)  # B,T,K,G,D

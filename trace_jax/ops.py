@@ -194,10 +194,18 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     valid = jnp.arange(S)[None, :] < lengths_B[:, None]  # B,S
     s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
     v = jnp.where(valid[:, None, :, None], v, 0.0)  # unwritten slots may hold anything
-    if p_precision == "bf16":
+    o = softmax_pv(s, v, "bkgs,bksd->bkgd", p_precision)
+    return o.reshape(B, H, D).astype(q_BxHxD.dtype)
+
+
+def softmax_pv(s, v, spec: str, p_precision: str) -> jax.Array:
+    """``softmax(s) . v`` over s's last axis (``spec``: the P.V einsum, its output led by s's
+    other axes), f32 at ``Precision.HIGHEST``; ``p_precision="bf16"``: the unnormalised weights
+    exp(s - max) rounded to bf16, their f32 sum normalising. The decode reference and the
+    trainer's ``attention.causal_attention`` both call it, so they round P alike."""
+    hi = jax.lax.Precision.HIGHEST
+    if check_p_precision(p_precision) == "bf16":
         e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
         w = e.astype(jnp.bfloat16).astype(jnp.float32)
-        o = jnp.einsum("bkgs,bksd->bkgd", w, v, precision=hi) / jnp.sum(e, axis=-1)[..., None]
-    else:
-        o = jnp.einsum("bkgs,bksd->bkgd", jax.nn.softmax(s, axis=-1), v, precision=hi)
-    return o.reshape(B, H, D).astype(q_BxHxD.dtype)
+        return jnp.einsum(spec, w, v, precision=hi) / jnp.sum(e, axis=-1)[..., None]
+    return jnp.einsum(spec, jax.nn.softmax(s, axis=-1), v, precision=hi)
