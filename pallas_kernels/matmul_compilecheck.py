@@ -301,13 +301,21 @@ def variants():
     wb = jnp.ones((4, 2048, 768), jnp.bfloat16)
     cfgbp = mt.default_bf16_config(8, 768)
     cfgb = dataclasses.replace(cfgbp, programs=0, num_stages=4)
+    es = jnp.array([0.5, 1.0, 2.0, 4.0], jnp.float32)  # ScaledExperts' per-expert scale
     for name, c in (("grouped_persistent_bf16", cfgbp), ("grouped_bf16", cfgb)):
         out.append((name, c, lambda x, w, c=c: mt.grouped_bf16(x, w, gs, c),
+                    (jnp.ones((8, 2048), jnp.bfloat16), wb)))
+        out.append((name + "_scaled", c,
+                    lambda x, w, c=c: mt.grouped_bf16(x, w, gs, c, expert_scale=es),
                     (jnp.ones((8, 2048), jnp.bfloat16), wb)))
     # the trainer's backward: dx through the transposed weight read in place, and dw
     cfgt = mt.default_bf16_config(4096, 2048, e=4)
     out.append(("grouped_bf16_nk", cfgt,
                 lambda x, w, c=cfgt: mt.grouped_bf16(x, w, gs, c, w_layout="nk"),
+                (jnp.ones((4096, 768), jnp.bfloat16), wb)))
+    out.append(("grouped_bf16_nk_scaled", cfgt,
+                lambda x, w, c=cfgt: mt.grouped_bf16(x, w, gs, c, w_layout="nk",
+                                                     expert_scale=es),
                 (jnp.ones((4096, 768), jnp.bfloat16), wb)))
     cfgw = mt.default_wgrad_config(2048, 768)
     out.append(("grouped_bf16_wgrad", cfgw,

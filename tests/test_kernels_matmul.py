@@ -492,3 +492,32 @@ def test_default_kernels_compile_to_valid_mma(kind, tmp_path):
     ptx = (tmp_path / f"kn_{kind}.ptx").read_text()
     assert ptx.count("mul.rn.bf16x2") == 128
     assert "FP4_FORCE_COMPILE" not in os.environ
+
+
+@pytest.mark.parametrize("w_layout,programs", [("kn", 0), ("kn", 4), ("nk", 0)])
+def test_scaled_bf16_grouped_kernel_compiles_for_sm90(w_layout, programs, tmp_path):
+    """The rollout's and the QAT trainer's ScaledExperts path (``expert_scale``) lowers for sm_90
+    and compiles with the installed Triton (no GPU): no spills, one f32 multiply per accumulator
+    element more than the unscaled kernel in the epilogue (the interpret-mode tests cannot see a
+    lowering failure, and no GPU has run this kernel yet)."""
+    from pallas_kernels import matmul_compilecheck as mc
+
+    gs = jnp.array([3, 0, 2, 3], jnp.int32)
+    k, n = (256, 128) if w_layout == "kn" else (128, 256)
+    w = jnp.ones((4, 256, 128), jnp.bfloat16)
+    x = jnp.ones((8, k), jnp.bfloat16)
+    cfg = dataclasses.replace(mt.default_bf16_config(8, n), programs=programs)
+    es = jnp.array([0.5, 1.0, 2.0, 4.0], jnp.float32)
+    muls = {}
+    for scaled in (False, True):
+        fn = functools.partial(mt.grouped_bf16, group_sizes=gs, cfg=cfg, w_layout=w_layout,
+                               expert_scale=es if scaled else None)
+        with mc.patched():
+            (ttir,) = mc.lower(fn, x, w)
+        name = f"g_{w_layout}_{programs}_{scaled}"
+        st = mc.compile_ttir(ttir, cfg.num_warps, cfg.num_stages, str(tmp_path), name)
+        assert st["local"] == 0 and st["mma"] + st["wgmma"] > 0, st
+        ptx = (tmp_path / f"{name}.ptx").read_text()
+        muls[scaled] = len(re.findall(r"\bmul(\.rn)?\.f32\b", ptx))
+    acc_per_thread = cfg.bm * cfg.bn // (32 * cfg.num_warps)
+    assert muls[True] - muls[False] == acc_per_thread, (muls, acc_per_thread)
