@@ -7,6 +7,7 @@ identically-quantized layers), for a config's model at several depths.
         [--json experiments/results/compile_time.json]
 
 Prints a markdown table (lower+compile seconds, and the two gradients' max relative difference).
+Both programs compile as the trainer's do (``numerics.model_jit``: exact bf16 casts).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
         toks = jax.random.randint(jax.random.key(1), (a.batch, a.seq), 0, cfg.vocab_size)
         roll = nx.make_numerics("fp4_rollout", n, fmt=config.numerics.fmt,
                                 hint_layers=config.numerics.hint_layers)
-        _, r_aux, _ = jax.jit(lambda p, t: M.forward(p, t, cfg=cfg, numerics=roll,
+        _, r_aux, _ = nx.model_jit(lambda p, t: M.forward(p, t, cfg=cfg, numerics=roll,
                                                      capture_hints=True))(
             M.pack_params(params, roll), toks)
         qat = roll.with_mode("fp4_qat")
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
                                            hint_experts_LxBxTxK=r_aux.experts)
                 return jnp.mean(jax.nn.logsumexp(logits, -1)) + 0.01 * aux.lb_loss
             t0 = time.perf_counter()
-            f = jax.jit(jax.grad(loss)).lower(params).compile()
+            f = nx.model_jit(jax.grad(loss)).lower(params).compile()
             out[name] = (time.perf_counter() - t0, f(params))
         ga, gb = out["unrolled"][1], out["scanned"][1]
         rel = max(float(jnp.max(jnp.abs(x - y)) / (jnp.max(jnp.abs(x)) + 1e-30))

@@ -74,7 +74,7 @@ def child(program: str, forms: bool) -> dict:
                                        hint_experts_LxBxTxK=experts)
             return jnp.mean(jax.nn.logsumexp(logits, -1)) + 0.01 * aux.lb_loss
 
-        step = jax.jit(jax.grad(loss))
+        step = nx.model_jit(jax.grad(loss))  # as train.rl_step compiles
         compile_s.clear()
         t0 = time.perf_counter()
         out = step(params)
