@@ -4,7 +4,7 @@
 
 CONFIG is a Python dict literal of ``decode_attention_triton`` keywords plus ``fmt``, e.g.
 ``v3_nv16="dict(fmt='nvfp4', decode='v3', block_k=16, num_warps=1)"``; without configs a default
-set (v2 / v3 / v4 configs, nvfp4 and mxfp4, head_dim 128, G = 8) is compiled. Per config it
+set (v3 - v6 configs, nvfp4 and mxfp4, head_dim 128, G = 8) is compiled. Per config it
 prints registers per thread, spills, the static instruction count of the main loop (the largest
 backward branch in the SASS) divided by the cache rows one iteration handles (block_k * chains;
 summed over the program's warps), and the loop's instruction mix per row. Integer-pipe
@@ -25,7 +25,6 @@ from pallas_kernels import matmul_compilecheck as mc  # noqa: E402
 from trace_jax.quant import quantize  # noqa: E402
 
 DEFAULTS = {
-    "v2_nv_bk32_w1": dict(fmt="nvfp4", decode="v2", block_k=32, num_warps=1),
     "v3_nv_bk16_w1": dict(fmt="nvfp4", decode="v3", block_k=16, num_warps=1),
     "v3_nv_bk128_w4": dict(fmt="nvfp4", decode="v3", block_k=128, num_warps=4),
     "v3_mx_bk16_w1": dict(fmt="mxfp4", decode="v3", block_k=16, num_warps=1),

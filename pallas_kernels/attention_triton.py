@@ -1,8 +1,8 @@
 """Pallas (Triton backend) split-K decode attention over a bf16 or FP4 (NVFP4 / MXFP4) KV cache.
 
 Shapes (letters): B batch, H kv heads, G query heads per kv head (padded to Gp >= 16 for the MMA
-in the bf16 / v1 / v2 kernels; to max(8, G) in the default FP4 kernel v3, which puts the heads on
-the MMA's N side: see ``_fp4_kernel_v3``),
+in the bf16 kernel; to max(8, G) in the FP4 kernel, which puts the heads on the MMA's N side: see
+``_fp4_kernel_v3``),
 S max cache length, D head_dim, D2 = D / 2 packed FP4 bytes, NB = D / block FP4 scales per row,
 P number of KV splits (flash-decoding), C = S / P rows per split, BK rows per inner step.
 
@@ -13,12 +13,14 @@ feeds all G heads from it through one MMA, keeping an online softmax in f32 (bas
 (acc, m, l) go to HBM; :func:`combine` merges the P splits in XLA (the default v3+ kernels:
 :func:`combine_transposed_halves_pallas`, a second small Pallas kernel).
 
-FP4 decode. A code ``s e1 e0 m`` becomes the f16 bit pattern ``s<<15 | (e1 e0 m)<<9``, whose value
-is exactly ``E2M1(code) * 2**-14`` (code 1 = 0.5 lands on the f16 subnormal 2**-15, handled by
-the f16->f32 convert). The ``2**14`` is folded into the block scale, so
-``code * block_scale`` is rebuilt exactly and cast to bf16 exactly (<= 6 significant bits). The
-NVFP4 per-row global scale ``g`` is not applied per element: it scales the score column
-(``s[:, t] *= g_k[t]``) and the probability column before P@V (``p[:, t] * g_v[t]``).
+FP4 decode (inline PTX, "v2 decode" below). A code ``s e1 e0 m`` becomes the bf16 bit pattern
+``s<<15 | (e1 e0 m)<<6``, whose value is exactly ``E2M1(code) * 2**-126``; one bf16 multiply by
+the block scale (times ``2**KSHIFT``, folded back into the score scale and the output) rebuilds
+``code * block_scale`` exactly (<= 6 significant bits). The NVFP4 per-row global scale ``g`` is
+not applied per element: it scales the score column (``s[:, t] *= g_k[t]``) and the probability
+column before P@V (``p[:, t] * g_v[t]``). The FP4 versions v3-v6 differ in the cache layouts they
+read and in how they feed the MMAs; v1 (f16 decode) and v2 (heads padded to 16 MMA rows) were
+removed in session 33 (NOTES_attention.md keeps their measurements; commit 1c719b4 their code).
 
 Packed layout without a shuffle: byte i holds elements 2i (low nibble) and 2i+1 (high nibble),
 so ``q.k = q_even . k_lo + q_odd . k_hi`` and ``o_even = p @ v_lo``, ``o_odd = p @ v_hi``; the
@@ -129,28 +131,6 @@ def _bf16_kernel(len_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, *, block_k, 
     l_ref[...] = l
 
 
-def _fp4_decode_half(nib, scale_full):
-    """nib: uint8 codes 0..15; scale_full: f32 block scale * 2**14, same shape -> bf16 values."""
-    n16 = nib.astype(jnp.uint16)
-    bits = ((n16 & 8) << 12) | ((n16 & 7) << 9)
-    val = jax.lax.bitcast_convert_type(bits, jnp.float16).astype(jnp.float32)
-    return (val * scale_full).astype(jnp.bfloat16)
-
-
-def _scale_rows(s_u8, fmt, d2):
-    """[BK, NB] uint8 block scales -> [BK, D2] f32 (block scale * 2**14), repeated per byte."""
-    if fmt == "nvfp4":
-        sf = jax.lax.bitcast_convert_type(s_u8, jnp.float8_e4m3fn).astype(jnp.float32)
-    else:
-        b = s_u8.astype(jnp.uint32)
-        sf = jax.lax.bitcast_convert_type(b << 23, jnp.float32)
-        sf = jnp.where(b == 255, jnp.nan, sf)
-    sf = sf * 16384.0
-    bk, nb = sf.shape
-    rep = d2 // nb
-    return jnp.broadcast_to(sf[:, :, None], (bk, nb, rep)).reshape(bk, d2)
-
-
 def _fp4_refs_and_rows(rest, fmt, len_ref, chunk, split_axis=2):
     """The FP4 kernels' trailing refs (NVFP4 adds the K/V per-row global scales; None for MXFP4)
     and the number of valid cache rows in this program's split (grid axis ``split_axis``)."""
@@ -158,55 +138,6 @@ def _fp4_refs_and_rows(rest, fmt, len_ref, chunk, split_axis=2):
     oe_ref, oo_ref, m_ref, l_ref = rest[-4:]
     n = jnp.clip(len_ref[0] - pl.program_id(split_axis) * chunk, 0, chunk)
     return kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n
-
-
-def _fp4_kernel(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
-                fmt, block_k, chunk, scale):
-    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
-    nblk = (n + block_k - 1) // block_k
-    qe = qe_ref[...]
-    qo = qo_ref[...]
-    gp, d2 = qe.shape
-
-    def load_half(c_ref, s_ref, rows, valid):
-        c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
-        sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
-        sfull = _scale_rows(sc, fmt, d2)
-        lo = _fp4_decode_half(c & 0xF, sfull)
-        hi = _fp4_decode_half(c >> 4, sfull)
-        return lo, hi
-
-    def body(i, carry):
-        acc_e, acc_o, m, l = carry
-        off = i * block_k
-        valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
-        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
-        k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
-        s = jnp.dot(qe, k_lo.T, preferred_element_type=jnp.float32)
-        s = s + jnp.dot(qo, k_hi.T, preferred_element_type=jnp.float32)
-        if fmt == "nvfp4":
-            kg = plgpu.load(kg_ref.at[rows], mask=valid, other=0.0)
-            s = s * (kg * scale)[None, :]
-        else:
-            s = s * scale
-        p, alpha, m, l = _online_softmax_step(s, valid, m, l)
-        v_lo, v_hi = load_half(vc_ref, vs_ref, rows, valid)
-        if fmt == "nvfp4":
-            vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
-            pv = (p * vg[None, :]).astype(jnp.bfloat16)
-        else:
-            pv = p.astype(jnp.bfloat16)
-        acc_e = acc_e * alpha[:, None] + jnp.dot(pv, v_lo, preferred_element_type=jnp.float32)
-        acc_o = acc_o * alpha[:, None] + jnp.dot(pv, v_hi, preferred_element_type=jnp.float32)
-        return acc_e, acc_o, m, l
-
-    init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
-            jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
-    acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
-    oe_ref[...] = acc_e.astype(oe_ref.dtype)
-    oo_ref[...] = acc_o.astype(oo_ref.dtype)
-    m_ref[...] = m
-    l_ref[...] = l
 
 
 
@@ -346,51 +277,6 @@ def _pv_dot(p_f32, v, precision):
         lo = (p_f32 - hi.astype(jnp.float32)).astype(jnp.bfloat16)
         out = out + jnp.dot(lo, v, preferred_element_type=jnp.float32)
     return out
-
-
-def _fp4_kernel_v2(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
-                   fmt, block_k, chunk, scale, precision, interpret):
-    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk)
-    nblk = (n + block_k - 1) // block_k
-    qe = qe_ref[...]
-    qo = qo_ref[...]
-    gp, d2 = qe.shape
-    unit = float(2.0 ** (126 - KSHIFT[fmt]))  # decoded values carry 2**(KSHIFT - 126)
-
-    def load_half(c_ref, s_ref, rows, valid):
-        c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
-        sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
-        return _decode_v2(c, _expand_cols(_scale_bf16(sc, fmt), d2), fmt, interpret)
-
-    def body(i, carry):
-        acc_e, acc_o, m, l = carry
-        off = i * block_k
-        valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
-        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
-        k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
-        s = jnp.dot(qe, k_lo.T, preferred_element_type=jnp.float32)
-        s = s + jnp.dot(qo, k_hi.T, preferred_element_type=jnp.float32)
-        if fmt == "nvfp4":
-            kg = plgpu.load(kg_ref.at[rows], mask=valid, other=0.0)
-            s = s * (kg * (scale * unit))[None, :]
-        else:
-            s = s * (scale * unit)
-        p, alpha, m, l = _online_softmax_step(s, valid, m, l)
-        v_lo, v_hi = load_half(vc_ref, vs_ref, rows, valid)
-        if fmt == "nvfp4":
-            vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
-            p = p * vg[None, :]
-        acc_e = acc_e * alpha[:, None] + _pv_dot(p, v_lo, precision)
-        acc_o = acc_o * alpha[:, None] + _pv_dot(p, v_hi, precision)
-        return acc_e, acc_o, m, l
-
-    init = (jnp.zeros((gp, d2), jnp.float32), jnp.zeros((gp, d2), jnp.float32),
-            jnp.full((gp,), _NEG, jnp.float32), jnp.zeros((gp,), jnp.float32))
-    acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, init)
-    oe_ref[...] = (acc_e * unit).astype(oe_ref.dtype)
-    oo_ref[...] = (acc_o * unit).astype(oo_ref.dtype)
-    m_ref[...] = m
-    l_ref[...] = l
 
 
 # --- v3: transposed MMAs (K rows on the MMA's M side, the G query heads on N = 8) ---------------
@@ -632,8 +518,7 @@ def tuned_knobs(fmt: str, decode: str, precision: str = "f32") -> tuple[int, int
         return 128, 8, 2
     if decode == "v6" and fmt == "mxfp4" and precision == "bf16":
         return 32, 1, 2
-    return {"v1": (64, 4, 2), "v2": (32, 1, 2),
-            "v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
+    return {"v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
             "v5": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
             "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 1, 2)}.get(decode, (32, 1, 2))
@@ -663,7 +548,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
 
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
-    accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (v1 behaviour; 13-15% faster for
+    accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (13-15% faster for
     NVFP4 v6 at 32K+, session 29, and 10% for MXFP4 v6 at its bf16-P knobs, session 30b; the
     model passes its rollout ``Numerics.attention_p``). The default knobs depend on it
     (:func:`tuned_knobs`).
@@ -676,9 +561,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     with the V codes read as 32-bit words: no per-byte register repacking, -13% SASS per cache
     row on sm_90; 1.3-1.5x v3 on the H200 at 32K+, within 2.4e-8 of v3; head_dim a multiple of
     8), ``"v3"`` (v2's inline-PTX decode with transposed MMAs, K rows on M and the query heads on
-    N = 8, no padded heads; ``chains`` independent row chunks per iteration, default 1), ``"v2"``
-    (inline-PTX decode, Q padded to 16 rows) or ``"v1"`` (the first kernel), the older ones kept
-    for side-by-side measurement. ``out_dtype``:
+    N = 8, no padded heads; ``chains`` independent row chunks per iteration, default 1), the
+    older ones kept for side-by-side measurement. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None, with at
     least 2 blocks per split; None = :func:`default_splits`: the module default ``SPLIT_TARGET``
@@ -717,8 +601,9 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     layouts = (k_cache.layout, v_cache.layout) if fp4 else None
     if decode is None:
         decode = default_version(k_cache, v_cache) or "v4"  # (bf16 caches ignore it)
-    if decode not in ("v1", "v2", "v3", "v4", "v5", "v6"):
-        raise ValueError(f"decode must be one of v1 .. v6, got {decode!r}")
+    if decode not in ("v3", "v4", "v5", "v6"):
+        raise ValueError(f"decode must be one of v3 .. v6 (v1 / v2 were removed in session 33), "
+                         f"got {decode!r}")
     b, hq, d = q.shape
     if fp4:
         if k_cache.axis != -1 or v_cache.axis != -1 or k_cache.fmt != v_cache.fmt:
@@ -746,12 +631,11 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     num_stages = tuned[2] if num_stages is None else num_stages
     # v4 = the v3 kernel with V codes as 32-bit words; v5 / v6 = v4 with K / K and V in the
     # kv_layout words
-    v3 = fp4 and decode in ("v3", "v4", "v5", "v6")
     if fp4 and decode in ("v4", "v5", "v6") and d % 8:
         raise ValueError(f"decode={decode!r} needs head_dim % 8 == 0, got {d}")
-    chains = (chains or 1) if v3 else 1
+    chains = (chains or 1) if fp4 else 1
     g = hq // h
-    gp = max(8 if v3 else 16, 1 << (g - 1).bit_length())
+    gp = max(8 if fp4 else 16, 1 << (g - 1).bit_length())
     block_k = min(block_k, max(16, 1 << (s - 1).bit_length()))
     while s % block_k and block_k > 16:
         block_k //= 2
@@ -816,12 +700,13 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         )(lengths, qg, k_cache.astype(jnp.bfloat16), v_cache.astype(jnp.bfloat16))
         out = combine(acc, m, l)
     else:
-        qe, qo = qg[..., 0::2], qg[..., 1::2]
+        # even / odd head dims, transposed [B, H, D2, Gq]: the query heads on the MMA's N side
+        qe, qo = jnp.swapaxes(qg[..., 0::2], 2, 3), jnp.swapaxes(qg[..., 1::2], 2, 3)
         nb = k_cache.scales.shape[-1]
         u8 = lambda a: jax.lax.bitcast_convert_type(a, jnp.uint8)  # noqa: E731
         args = [lengths, qe, qo, k_cache.codes, u8(k_cache.scales), v_cache.codes,
                 u8(v_cache.scales)]
-        q_spec = pl.BlockSpec((None, None, gp, d2), lambda i, j, k: (i, j, 0, 0))
+        q_spec = pl.BlockSpec((None, None, d2, gp), lambda i, j, k: (i, j, 0, 0))
         in_specs = [len_spec, q_spec, q_spec, row_spec(d2), row_spec(nb), row_spec(d2),
                     row_spec(nb)]
         if fmt == "nvfp4":
@@ -832,34 +717,21 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                 args.append(gs.reshape(b, h, s))
             g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
             in_specs += [g_spec, g_spec]
-        if v3 and decode in ("v4", "v5", "v6"):
+        if decode in ("v4", "v5", "v6"):
             # V codes as uint32 words (4 code bytes; a bitcast of the contiguous cache, no copy)
             args[5] = jax.lax.bitcast_convert_type(
                 args[5].reshape(b, h, s, d2 // 4, 4), jnp.uint32)
             in_specs[5] = row_spec(d2 // 4)
-        if v3:
-            qe, qo = jnp.swapaxes(qe, 2, 3), jnp.swapaxes(qo, 2, 3)  # [B, H, D2, Gq]
-            q_spec = pl.BlockSpec((None, None, d2, gp), lambda i, j, k: (i, j, 0, 0))
-            in_specs[1] = in_specs[2] = q_spec
-            args[1], args[2] = qe, qo
-            kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
-                                       scale=scale, precision=precision, interpret=interpret,
-                                       chains=chains, k_words=decode in ("v5", "v6"),
-                                       v_words=decode == "v6")
-            o_block = (d2, gp)  # transposed partial outputs
-        elif decode == "v1":
-            kernel = functools.partial(_fp4_kernel, fmt=fmt, block_k=block_k, chunk=chunk,
-                                       scale=scale)
-            o_block = (gp, d2)
-        else:
-            kernel = functools.partial(_fp4_kernel_v2, fmt=fmt, block_k=block_k, chunk=chunk,
-                                       scale=scale, precision=precision, interpret=interpret)
-            o_block = (gp, d2)
+        kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
+                                   scale=scale, precision=precision, interpret=interpret,
+                                   chains=chains, k_words=decode in ("v5", "v6"),
+                                   v_words=decode == "v6")
+        o_block = (d2, gp)  # transposed partial outputs
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
         o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), partial_dtype)
         out_specs = [o_spec, o_spec, ml_spec, ml_spec]
         out_shape = [o_shape, o_shape, ml_shape, ml_shape]
-        if (split_order or "inner") == "inner" and v3:  # grid (P, H, B)
+        if (split_order or "inner") == "inner":  # grid (P, H, B)
 
             def inner(spec):
                 return dataclasses.replace(
@@ -878,14 +750,11 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             interpret=interpret,
             name=f"decode_attention_{fmt}_{decode}",
         )(*args)
-        if v3 and split_combine == "kernel" and combine_kernel_fits(p, d2, gp):
+        if split_combine == "kernel" and combine_kernel_fits(p, d2, gp):
             out = combine_transposed_halves_pallas(acc_e, acc_o, m, l, out_dtype=out_dtype,
                                                    interpret=interpret)
-        elif v3:
-            out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)
         else:
-            acc = jnp.stack([acc_e, acc_o], axis=-1).reshape(b, h, p, gp, d)
-            out = combine(acc, m, l)
+            out = combine_transposed_halves(acc_e, acc_o, m, l).reshape(b, h, gp, d)
     return out[:, :, :g, :].reshape(b, hq, d).astype(out_dtype)
 
 

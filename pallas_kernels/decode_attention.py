@@ -46,8 +46,7 @@ def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="au
     ``pallas_kernels.kv_layout`` word layout, which ``trace_jax.attention.init_cache`` makes,
     1.06-1.09x v4 for NVFP4 on the H200; "v5" for only K in it; else "v4" when head_dim % 8 == 0,
     else "v3"; "v4": v3 reading the V codes as 32-bit words, 1.36-1.51x v3 from 32K up; "v3": inline-PTX
-    FP4 decode with transposed MMAs, the query heads on the MMA's N side; "v2": heads padded to
-    16 MMA rows; "v1"), chains (v3/v4: independent row chunks per iteration). Tiling defaults
+    FP4 decode with transposed MMAs, the query heads on the MMA's N side), chains (v3/v4: independent row chunks per iteration). Tiling defaults
     measured on the H200 (``attention_triton.tuned_knobs``, NOTES_attention.md): bf16 cache
     block_k=128, 8 warps; v4 / v6 NVFP4 block_k=32, 1 warp, 3 stages; v4 MXFP4 block_k=64, 2 warps
     (session 5's sweep; partly within run-to-run noise); v6 MXFP4 block_k=64, 1 warp, 2 stages
