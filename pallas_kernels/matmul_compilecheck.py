@@ -33,7 +33,9 @@ from jax._src.pallas.triton import gpu_info as gpu_info_lib  # noqa: E402
 from jax._src.pallas.triton import lowering as tlow  # noqa: E402
 from jax._src.pallas.triton import pallas_call_registration as reg  # noqa: E402
 
-CAPTURED: list = []
+CAPTURED: list = []  # the Triton IR of each Pallas kernel lowered, in order
+# (name, num_warps, num_stages) of each, from the lowering's compiler params
+CAPTURED_PARAMS: list = []
 
 
 def _patch():
@@ -49,6 +51,9 @@ def _patch():
     def capture(*a, **k):
         res = orig(*a, **k)
         CAPTURED.append(res.module.operation.get_asm(enable_debug_info=False))
+        caller = sys._getframe(1).f_locals  # Pallas' pallas_call_lowering (jax pinned: 0.11.2)
+        CAPTURED_PARAMS.append((caller.get("name", "?"), caller.get("num_warps", 4),
+                                caller.get("num_stages", 3)))
         return res
 
     capture._fp4_capture = True
@@ -74,6 +79,7 @@ def patched():
 
 def lower(fn, *args):
     CAPTURED.clear()
+    CAPTURED_PARAMS.clear()
     jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
     return list(CAPTURED)
 

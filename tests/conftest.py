@@ -13,8 +13,8 @@ import shutil
 import tempfile
 
 # XLA CPU codegen at LLVM optimization level 0, without LLVM's expensive passes: compile time is
-# most of the suite, and level 0 compiles the 2-layer model's programs 14-35% faster than level 1
-# while running them ~4x slower (experiments/results/cpu_compile.md), which only the few long
+# most of the suite, and level 0 compiles the 2-layer model's programs 11-43% faster than level 1
+# while running them 4-6x slower (experiments/results/cpu_compile.md, session 33), which only the few long
 # loops feel. The whole suite on the 2-core machine: 892-908 s at level 0 against 1232-1345 s at
 # level 1 (user CPU 28.0-28.5 against 39.2 minutes). Every bit-identity test passes at both levels
 # since e2m1 stopped taking the sign of a NaN product (the compiler's choice) into a code.
