@@ -69,7 +69,10 @@ def base_config():
     ))
 
     # Supervised warm start on the task's worked solutions, before RL.
-    c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=32, lr=3e-3, warmup_steps=10))
+    c.sft = ml_collections.ConfigDict(dict(
+        steps=0, batch_size=32, lr=3e-3, warmup_steps=10,
+        router_aux_coef=1e-3,  # the routers' load-balancing loss weight during SFT
+    ))
 
     # GRPO trainer (trace_jax.train.TrainConfig + trace_jax.grpo.GRPOConfig fields).
     c.train = ml_collections.ConfigDict(dict(
@@ -78,7 +81,7 @@ def base_config():
         micro_batches=1,  # gradient accumulation
         routing_replay=True,  # R3
         router_aux_coef=1e-3, router_z_coef=1e-4,
-        max_version_diff=0,  # asynchronous rollouts: up to this many versions stale
+        max_version_diff=0,  # asynchronous rollouts: step s samples with the params of step s - k
         max_nonfinite_steps=3,
         clip_eps_low=0.2, clip_eps_high=0.28,
         is_mode="token_tis",  # token_tis | seq_mask | none

@@ -186,13 +186,21 @@ def test_hinted_sites_follow_config(params, tokens):
 
 
 def test_forced_routing_is_replayed(params, tokens):
+    """Forced experts are what the layers compute with (replaying the free run's choice gives
+    its logits bit for bit, other experts other logits); ``aux.experts`` stays the routers' own
+    choice (layer 0's input does not depend on the forcing, so there it is the free run's)."""
     num = nx.make_numerics("bf16", CFG.n_layers)
     forced = jax.random.randint(jax.random.key(3), (CFG.n_layers, 3, 12, 1), 0, 4)
     forced = jnp.concatenate([forced, forced + 4], axis=-1).astype(jnp.uint8)  # distinct
-    _, aux, _ = run(params, tokens, CFG, num, forced_experts_LxBxTxK=forced)
-    np.testing.assert_array_equal(np.asarray(aux.experts), np.asarray(forced))
-    _, free, _ = run(params, tokens, CFG, num)
+    logits, aux, _ = run(params, tokens, CFG, num, forced_experts_LxBxTxK=forced)
+    free_logits, free, _ = run(params, tokens, CFG, num)
     assert not np.array_equal(np.asarray(free.experts), np.asarray(forced))
+    assert not np.allclose(np.asarray(logits), np.asarray(free_logits))
+    np.testing.assert_array_equal(np.asarray(aux.experts[0]), np.asarray(free.experts[0]))
+    assert not np.array_equal(np.asarray(aux.experts[0]), np.asarray(forced[0]))
+    replayed, again, _ = run(params, tokens, CFG, num, forced_experts_LxBxTxK=free.experts)
+    np.testing.assert_array_equal(np.asarray(replayed), np.asarray(free_logits))
+    np.testing.assert_array_equal(np.asarray(again.experts), np.asarray(free.experts))
 
 
 def test_gradients_flow_through_straight_through_estimator(params, tokens):
@@ -563,3 +571,17 @@ def test_qat_trainer_multiplies_fp4_experts_as_the_kernels_do(params, tokens, ke
         np.asarray(jax.lax.ragged_dot(x, Q.dequantize(q, jnp.bfloat16), gs,
                                       preferred_element_type=jnp.float32)),
         rtol=2e-2, atol=2e-2)
+
+
+def test_hint_layer_specs_including_command_line_strings():
+    """numerics.hint_layers is a string field, so a command-line fraction or list arrives as a
+    string; both read as the typed forms do, and bad ones are refused by name."""
+    h = nx.hint_layer_set
+    assert h("last_half", 8) == frozenset(range(4, 8)) == h(0.5, 8) == h("0.5", 8)
+    assert h("[2, 3]", 8) == h("2,3", 8) == h([2, 3], 8) == frozenset({2, 3})
+    assert h(".25", 8) == frozenset({6, 7}) and h("all", 3) == frozenset({0, 1, 2})
+    assert h("none", 3) == frozenset() and h("5", 8) == frozenset({5})
+    for bad, msg in (("1.5", "fraction must be in"), ("[9]", "outside 0..7"),
+                     ("lastt", "unknown spec 'lastt'")):
+        with pytest.raises(ValueError, match=msg):
+            h(bad, 8)

@@ -74,8 +74,8 @@ def test_quickstart_notebook_runs():
     assert s["rl_code_agreement_hinted"] >= s["rl_code_agreement_unhinted"]
     assert s["rl_code_agreement_hinted"] >= 0.999
     # 4. diagnosis: hints + routing replay reproduce every hinted code (on a CPU RTN QAT does
-    #    too: nothing drifts); R3 pins routing; naive FP4 rollout vs a BF16 trainer has the
-    #    largest log-prob gap
+    #    too: nothing drifts), and the trainer's routers choose as the rollout's; naive FP4
+    #    rollout vs a BF16 trainer has the largest log-prob gap
     assert s["diag_trace_r3_hinted"] == 1.0 and s["diag_trace_r3_hinted"] >= s["diag_rtn_hinted"]
     assert s["diag_trace_r3_routing"] == 1.0
     assert s["diag_naive_gap_max"] > s["diag_trace_r3_gap_max"]

@@ -137,11 +137,20 @@ def test_hint_guided_trainer_reproduces_rollout_codes_better_than_rtn(params):
             float(rtn["code_agreement_unhinted"]), abs=0.01), drift
 
 
-def test_routing_replay_reproduces_rollout_experts(params, fp4):
+def test_rollout_records_the_experts_its_routers_chose(params, fp4):
+    """The experts the rollout records for routing replay are its routers' choice: a
+    full-sequence forward with the rollout's numerics chooses the same at every position of
+    every trajectory (prompt and response). (That forcing them makes a trainer compute with them
+    is test_model.test_forced_routing_is_replayed.)"""
     ro = gen(params, fp4)
-    _, aux, _ = forward(params, ro.tokens, cfg=CFG, numerics=fp4.with_mode("bf16"),
-                        forced_experts_LxBxTxK=ro.guidance.experts)
-    np.testing.assert_array_equal(np.asarray(aux.experts), np.asarray(ro.guidance.experts))
+    exact = nx.model_jit(M.forward, static_argnames=("cfg", "numerics"))  # as the rollout's
+    rp = R.sync_weights(params, fp4, dtype=CFG.dtype)
+    _, aux, _ = exact(rp, ro.tokens, cfg=CFG, numerics=fp4)
+    t = np.arange(ro.tokens.shape[1])[None]
+    valid = t < np.asarray(ro.prompt_lens + ro.response_lens)[:, None]  # [B, T]
+    got, want = np.asarray(aux.experts), np.asarray(ro.guidance.experts)
+    assert valid.sum() > valid.shape[0] * 2
+    np.testing.assert_array_equal(got[:, valid], want[:, valid])
     assert ro.guidance.experts.dtype == jnp.uint8
 
 

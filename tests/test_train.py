@@ -147,7 +147,7 @@ def test_metrics_file_has_every_field_and_tensorboard(finished_run):
     for m in ms:
         assert set(RUN.METRIC_KEYS) <= set(m)
         assert 0.99 <= m["code_agreement_hinted"] <= 1.0
-        assert m["routing_agreement"] == 1.0  # routing replay
+        assert m["routing_agreement"] == 1.0  # the trainer's routers choose as the rollout's (CPU)
     assert any(f.startswith("events") for f in os.listdir(tmp_path / "tb"))
     from tests._params import init_params
     from trace_jax import checkpoint, model as M
@@ -209,6 +209,49 @@ def test_corrupted_latest_checkpoint_is_skipped(finished_run, tmp_path, capsys):
                  checkpoint.load_params(str(finished_run), c))
 
 
+def test_checkpoints_of_another_config_are_kept_not_overwritten(finished_run, tmp_path):
+    """A config whose state no checkpoint restores into (here train.kl_coef adds the KL
+    reference) stops with a message before any step; checkpoints, metrics and config.json stay
+    as they were (the run would otherwise start fresh and overwrite them)."""
+    from trace_jax import checkpoint
+
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+
+    def snapshot():
+        return {os.path.relpath(os.path.join(r, f), tmp_path): open(os.path.join(r, f), "rb").read()
+                for r, _, fs in os.walk(tmp_path) for f in fs if "tb" not in r.split(os.sep)}
+
+    before = snapshot()
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="train.kl_coef.*new workdir"):
+        RUN.run(small(tmp_path, **{"train.kl_coef": 0.05}))
+    assert snapshot() == before
+
+
+def test_async_rollouts_lag_by_max_version_diff_and_kl_ref_stays(tmp_path, monkeypatch):
+    """train.max_version_diff = 2: the rollout of RL step s samples with the params of step
+    s - 2 (step 0's before that); the KL reference stays the starting params. Also without SFT,
+    where the stale versions and the reference are the fresh params (the train step donates
+    its params: they need their own buffers)."""
+    seen = []
+    real = RUN.rl_iteration
+
+    def spy(exp, tc, ts, stale, ref, step, *a, **k):
+        host = lambda t: jax.tree.map(np.asarray, t)  # noqa: E731
+        seen.append((host(ts.params), host(stale[0]), host(ref)))
+        return real(exp, tc, ts, stale, ref, step, *a, **k)
+
+    monkeypatch.setattr(RUN, "rl_iteration", spy)
+    RUN.run(small(tmp_path, **{"sft.steps": 0, "train.steps": 5, "train.max_version_diff": 2,
+                               "train.kl_coef": 0.05}))
+    assert len(seen) == 5
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in  # noqa: E731
+                            zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    for s, (_, source, ref) in enumerate(seen):
+        assert same(source, seen[max(s - 2, 0)][0]), s
+        assert same(ref, seen[0][0]), s
+    assert not same(seen[3][0], seen[2][0])  # the params did move
+
+
 def test_warm_start_from_a_finished_run(tmp_path, monkeypatch):
     from trace_jax import checkpoint
     RUN.run(small(tmp_path / "sft", **{"train.steps": 0}))  # an SFT-only run
@@ -232,7 +275,8 @@ def test_warm_start_from_a_finished_run(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="init_from"):
         RUN.run(small(tmp_path / "x", init_from=str(tmp_path / "nowhere")))
     with pytest.raises(ValueError, match="init_from=.*model shapes"):
-        RUN.run(small(tmp_path / "y", init_from=str(tmp_path / "sft"), **{"model.d_model": 64}))
+        RUN.run(small(tmp_path / "y", init_from=str(tmp_path / "sft"),
+                      **{"model.d_model": 64, "sft.steps": 0}))
 
 
 def test_repeated_nonfinite_steps_stop_with_message(tmp_path, monkeypatch):
@@ -266,6 +310,12 @@ def test_config_errors_before_compute(tmp_path):
         RUN.run(small(tmp_path, **kl, **{"rollout.expert_kernel": "mosaic"}))
     with pytest.raises(ValueError, match="rollout.attention_p_precision='f16'"):
         RUN.run(small(tmp_path, **{"rollout.attention_p_precision": "f16"}))
+    for field in ("train.micro_batches", "checkpoint.every", "checkpoint.keep"):
+        with pytest.raises(ValueError, match=f"{field} must be >= 1, got 0"):
+            RUN.run(small(tmp_path, **{field: 0}))
+    (tmp_path / "sft_run").mkdir()
+    with pytest.raises(ValueError, match="in place of the SFT warm start; set sft.steps=0"):
+        RUN.run(small(tmp_path, init_from=str(tmp_path / "sft_run")))
     assert not os.path.exists(tmp_path / "metrics.jsonl")
 
 
@@ -384,3 +434,55 @@ def test_sharded_run_matches_single_device_and_restores_onto_another_mesh(tmp_pa
             np.testing.assert_allclose(mb[k], ma[k], rtol=2e-2, atol=1e-4, err_msg=k)
         # the train-rollout gap is float noise itself: same (small) order, not the same value
         assert mb["logprob_gap_mean"] < 10 * ma["logprob_gap_mean"] + 1e-3
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
+def test_micro_batches_give_the_full_batch_gradient(loss_agg, tmp_path):
+    """train.micro_batches accumulates the full batch's gradient: with token_mean each
+    micro-batch's policy loss counts by its response tokens (a 1-token and a 4-token response in
+    different micro-batches weigh as in one batch), not as a mean of per-micro-batch means."""
+    import dataclasses
+
+    import optax
+
+    from trace_jax import experiment as X
+    from trace_jax import model as M
+    from trace_jax import rollout as R
+
+    # (the router's load-balancing loss is a product of per-batch means: no micro-batching
+    # reproduces it exactly, so it is off here; f32 activations: bf16 ones round differently
+    # at different batch shapes)
+    c = small(tmp_path, **{"train.loss_agg": loss_agg, "train.router_aux_coef": 0.0,
+                           "model.dtype": "float32"})
+    exp = X.build(c, "bf16")
+    tc = RUN.train_config(c)
+    params = M.init_params(exp.cfg, jax.random.key(0))
+    B, T = 4, 8
+    toks = jax.random.randint(jax.random.key(1), (B, T), 1, exp.cfg.vocab_size)
+    logits, aux, _ = M.forward(params, toks, cfg=exp.cfg, numerics=exp.train_numerics)
+    lens = np.array([1, 4, 2, 3])  # micro-batches of 2: [1, 4] and [2, 3] response tokens
+    resp = jnp.asarray(np.arange(T)[None] >= T - lens[:, None])
+    lp = R.token_logprobs(logits, toks) + 0.1 * jax.random.normal(jax.random.key(2), (B, T))
+    batch = TR.Batch(toks, resp, jnp.ones((B, T), bool), lp, jnp.asarray([1.0, -1.0, 0.5, -0.5]),
+                     {}, jnp.swapaxes(aux.experts, 0, 1), resp, {})
+    opt = optax.sgd(1.0)  # new params = params - grads
+    out = {}
+    for n in (1, 2, 4):
+        st = TR.TrainState(jax.tree.map(jnp.copy, params), opt.init(params))
+        st, m, _ = TR.rl_step(st, batch, None, cfg=exp.cfg, numerics=exp.train_numerics,
+                              tc=dataclasses.replace(tc, micro_batches=n), opt=opt, max_len=T)
+        out[n] = (st.params, float(m["loss"]), float(m["pg_loss"]))
+    for n in (2, 4):
+        assert out[n][1] == pytest.approx(out[1][1], rel=1e-5, abs=1e-7)
+        assert out[n][2] == pytest.approx(out[1][2], rel=1e-5, abs=1e-7)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                     out[n][0], out[1][0])
+
+
+def test_rl_runs_sample_at_temperature_one(tmp_path):
+    """The loss treats responses as samples of the policy itself: RL refuses tempered or
+    truncated sampling, naming the fields (an SFT-only run does not sample and may keep them)."""
+    for field, value in (("temperature", 0.7), ("top_k", 5), ("top_p", 0.9)):
+        with pytest.raises(ValueError, match=f"{field}={value}.*temperature 1, no truncation"):
+            RUN.run(small(tmp_path, **{f"rollout.{field}": value}))
+    assert not os.path.exists(tmp_path / "metrics.jsonl")

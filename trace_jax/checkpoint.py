@@ -1,6 +1,8 @@
 """Orbax checkpoints of the whole run state: saved atomically every N steps, keeping the last K;
 restore takes the newest checkpoint that reads back completely and skips (with a warning) any
-that is incomplete or corrupted."""
+that is incomplete or corrupted. When checkpoints exist and none of them restores (a config that
+changed the state's shapes, unreadable storage), restore raises rather than let a fresh run
+overwrite them."""
 
 from __future__ import annotations
 
@@ -33,12 +35,16 @@ class Checkpointer:
         self.mngr.wait_until_finished()
 
     def restore_latest(self, abstract_state):
-        """(step, state) from the newest readable checkpoint, or (None, None) if there is none."""
+        """(step, state) from the newest checkpoint that restores into ``abstract_state``, or
+        (None, None) if the directory holds none. Raises :class:`CheckpointMismatchError` when
+        there are checkpoints but none restores."""
         self.mngr.reload()
+        failures = []
         for step in sorted(self.mngr.all_steps(), reverse=True):
             try:
                 state = self.mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
             except Exception as e:  # noqa: BLE001 - any read failure means unusable
+                failures.append(f"step {step}: {type(e).__name__}: {str(e)[:300]}")
                 log.warning("checkpoint %s/%d is incomplete or corrupted (%s: %s); skipping it",
                             self.directory, step, type(e).__name__, str(e)[:200])
                 if jax.process_index() == 0:
@@ -46,10 +52,21 @@ class Checkpointer:
                           f"({type(e).__name__}: {str(e)[:120]})", flush=True)
                 continue
             return step, state
+        if failures:
+            raise CheckpointMismatchError(
+                f"none of the {len(failures)} checkpoints in {self.directory} restores into this "
+                f"run's state, so the run cannot resume, and starting fresh would overwrite them. "
+                f"A config that changes the state (model shapes, param_dtype, train.kl_coef, "
+                f"train.max_version_diff) needs a new workdir; to start over, remove "
+                f"{self.directory}. Errors: " + "; ".join(failures))
         return None, None
 
     def close(self):
         self.mngr.close()
+
+
+class CheckpointMismatchError(RuntimeError):
+    """Checkpoints exist, and none restores into the requested state."""
 
 
 def abstract_like(tree):
@@ -71,8 +88,10 @@ def load_params(path: str, config):
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=dev),
                             jax.eval_shape(lambda: RUN.initial_state(exp, config, tc)))
     ck = Checkpointer(d)
-    step, state = ck.restore_latest(abstract)
-    ck.close()
+    try:
+        step, state = ck.restore_latest(abstract)
+    finally:
+        ck.close()
     if state is None:
         raise FileNotFoundError(f"no complete, readable checkpoint under {d!r}")
     return state["params"]

@@ -5,7 +5,10 @@ that matter.
 * k3 KL estimate of KL(rollout || train): mean of r - log r - 1 with r = pi_train / pi_rollout;
 * max |p_train - p_rollout|; share of IS ratios r outside [1/cap, cap];
 * FP4 code agreement (hinted and unhinted sites separately) and the code-distance histogram;
-* routing agreement: share of (token, layer) whose top-k expert set matches.
+* routing agreement: share of (token, layer) whose top-k expert set matches: the trainer's
+  routers' own choice against the rollout's, also under routing replay (where the trainer
+  computes with the rollout's experts; before session 33 the metric compared those with
+  themselves and read 1).
 """
 
 from __future__ import annotations

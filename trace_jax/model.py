@@ -266,7 +266,9 @@ def layer_params(params: dict, layer: int) -> dict:
 
 
 class Aux(NamedTuple):
-    experts: jax.Array  # [L, B, T, k] chosen experts (smallest unsigned int dtype that fits)
+    # [L, B, T, k] the routers' own top-k (smallest unsigned int dtype that fits); under routing
+    # replay the layers compute with the forced experts, and this says what the router chose
+    experts: jax.Array
     lb_loss: jax.Array  # mean over layers
     z_loss: jax.Array
     hints: dict  # site name -> Hint (captured hinted sites)

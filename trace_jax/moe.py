@@ -40,19 +40,17 @@ EXPERT_AXIS = "expert"
 def route(x_NxM, router_MxE, top_k: int, norm_topk: bool, forced_NxK=None):
     """Softmax router with top-k (or forced experts for routing replay).
 
-    Returns experts (int32 [N, k], ascending), combine weights (f32 [N, k]), probs and logits
-    (f32 [N, E])."""
+    Returns experts (int32 [N, k], ascending: the forced ones under replay), combine weights
+    (f32 [N, k]), probs and logits (f32 [N, E]), and the router's own top-k (int32 [N, k],
+    ascending; the same as experts without replay)."""
     logits = jnp.dot(x_NxM, router_MxE.astype(x_NxM.dtype), preferred_element_type=jnp.float32)
     probs = jax.nn.softmax(logits, axis=-1)
-    if forced_NxK is None:
-        _, experts = jax.lax.top_k(probs, top_k)
-    else:
-        experts = forced_NxK.astype(jnp.int32)
-    experts = jnp.sort(experts, axis=-1)
+    own = jnp.sort(jax.lax.top_k(probs, top_k)[1], axis=-1)
+    experts = own if forced_NxK is None else jnp.sort(forced_NxK.astype(jnp.int32), axis=-1)
     weights = jnp.take_along_axis(probs, experts, axis=-1)
     if norm_topk:
         weights = weights / jnp.sum(weights, axis=-1, keepdims=True)
-    return experts, weights, probs, logits
+    return experts, weights, probs, logits, own
 
 
 def router_losses(probs_NxE, logits_NxE, experts_NxK, valid_N):
@@ -70,13 +68,15 @@ def router_losses(probs_NxE, logits_NxE, experts_NxK, valid_N):
 
 
 def moe_block(p, x_BxTxM, *, cfg, sio, layer, valid_BxT, forced_BxTxK=None, hint_experts_BxTxK=None):
-    """Routed experts (+ optional shared expert). Returns (y, experts_BxTxK, (lb_loss, z_loss))."""
+    """Routed experts (+ optional shared expert). Returns (y, experts_BxTxK, (lb_loss, z_loss));
+    ``experts`` is the router's own top-k choice, also under routing replay (``forced``), where
+    the layer computes with the forced experts (so the caller can measure the router's drift)."""
     B, T, M = x_BxTxM.shape
     N, k, E = B * T, cfg.top_k, cfg.n_experts
     dt = x_BxTxM.dtype
     x = x_BxTxM.reshape(N, M)
     forced = None if forced_BxTxK is None else forced_BxTxK.reshape(N, k)
-    experts, weights, probs, logits = route(x, p["router"], k, cfg.norm_topk_prob, forced)
+    experts, weights, probs, logits, own = route(x, p["router"], k, cfg.norm_topk_prob, forced)
     losses = router_losses(probs, logits, experts, valid_BxT.reshape(N))
 
     x_in, _ = sio.activation(f"layers/{layer}/moe/expert_in", x_BxTxM)
@@ -104,7 +104,7 @@ def moe_block(p, x_BxTxM, *, cfg, sio, layer, valid_BxT, forced_BxTxK=None, hint
         sy = jnp.dot(sh, sp["w_down"].astype(dt), preferred_element_type=jnp.float32)
         gate = jax.nn.sigmoid(jnp.dot(x, sp["gate"].astype(dt), preferred_element_type=jnp.float32))
         y = y + gate * sy
-    return y.astype(dt).reshape(B, T, M), experts.reshape(B, T, k), losses
+    return y.astype(dt).reshape(B, T, M), own.reshape(B, T, k), losses
 
 
 # --------------------------------------------------------------------------------------------

@@ -142,8 +142,15 @@ def _resolve(patterns, n_layers: int, what: str, allowed=SITE_KINDS) -> frozense
 
 def hint_layer_set(spec, n_layers: int) -> frozenset[int]:
     """``"last_half"`` (the paper's last 20 of 40), ``"all"``, ``"none"``, a fraction in (0, 1]
-    of the last layers, or an explicit list of layer indices."""
+    of the last layers, or an explicit list of layer indices; the last two also as strings
+    (``"0.25"``, ``"[2, 3]"``, ``"2,3"``: what a command-line override of the string field
+    gives)."""
     if isinstance(spec, str):
+        text = spec.strip()
+        if re.fullmatch(r"\d*\.\d+|\d+\.\d*", text):
+            return hint_layer_set(float(text), n_layers)
+        if re.fullmatch(r"[\[(]?\s*\d+(\s*,\s*\d+)*\s*,?\s*[\])]?", text):
+            return hint_layer_set([int(t) for t in re.findall(r"\d+", text)], n_layers)
         if spec == "last_half":
             return frozenset(range(n_layers // 2, n_layers))
         if spec == "all":

@@ -55,6 +55,11 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
     if exp.group_size < 2:
         raise ValueError(f"rollout.group_size must be >= 2 for group-normalised advantages, "
                          f"got {exp.group_size}")
+    for name, value in (("train.micro_batches", tc.micro_batches),
+                        ("checkpoint.every", config.checkpoint.every),
+                        ("checkpoint.keep", config.checkpoint.keep)):
+        if value < 1:  # (keep=0 would delete every checkpoint as it is written)
+            raise ValueError(f"{name} must be >= 1, got {value}")
     n_traj = config.rollout.batch_prompts * exp.group_size
     if n_traj % tc.micro_batches:
         raise ValueError(f"rollout.batch_prompts * rollout.group_size = {n_traj} is not divisible "
@@ -71,9 +76,19 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
             raise ValueError(f"rollout.expert_kernel='mosaic' takes nvfp4 experts with d_model "
                              f"and d_expert multiples of 64; this run has {fmt}, d_model={d}, "
                              f"d_expert={f} (use 'auto' or 'triton')")
+    s = exp.sampling
+    if tc.steps and (s.temperature != 1.0 or s.top_k or s.top_p < 1.0):
+        raise ValueError(
+            f"rollout.temperature={s.temperature}, top_k={s.top_k}, top_p={s.top_p}: the GRPO "
+            f"loss and its importance weights treat the responses as samples of the policy "
+            f"itself (temperature 1, no truncation), so RL runs sample that way; evaluation "
+            f"(experiments/evaluate.py) takes its own sampling settings")
     init_from = config.get("init_from", "")
     if init_from and not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
+    if init_from and config.sft.steps:
+        raise ValueError(f"init_from={init_from!r} starts from that run's params in place of the "
+                         f"SFT warm start; set sft.steps=0 (it is {config.sft.steps})")
 
 
 def warm_start_params(config, pl: Placement | None):
@@ -186,10 +201,11 @@ def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement |
         params = jax.jit(lambda k: M.init_params(exp.cfg, k),
                          out_shardings=None if pl is None else pl.params)(key)
     opt = rl_optimizer(tc)
+    # own buffers for the stale versions and the KL reference: the train step donates params
     state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0),
-             "stale": [params] * tc.max_version_diff}
+             "stale": [_copy(params) for _ in range(tc.max_version_diff)]}
     if tc.grpo.kl_coef:
-        state["ref"] = params
+        state["ref"] = _copy(params)
     return state
 
 
@@ -270,9 +286,6 @@ def run(config) -> dict:
     validate(config, exp, tc)
     workdir = workdir_of(config)
     os.makedirs(workdir, exist_ok=True)
-    if D.is_main_process():
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=1))
 
     ckpt = C.Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.checkpoint.keep)
     placement = make_placement(config, exp)
@@ -291,6 +304,9 @@ def run(config) -> dict:
     else:
         log(f"resumed from checkpoint step {step0} in {workdir}")
     del fresh
+    if D.is_main_process():  # (after the restore: a run that cannot resume leaves it as it was)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=1))
     main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar
     logger = Logger(workdir, resume_step=step0 - config.sft.steps) if main else NullLogger()
     total = config.sft.steps + tc.steps
@@ -304,6 +320,7 @@ def run(config) -> dict:
     stale = list(state["stale"])
     ref = state.get("ref")
     sft_opt, rl_opt = sft_optimizer(config), rl_optimizer(tc)
+    sft_aux = float(config.sft.router_aux_coef)
     sft_num = dataclasses.replace(exp.train_numerics, hinted=frozenset())
 
     scope = contextlib.ExitStack()
@@ -316,7 +333,7 @@ def run(config) -> dict:
                 if placement is not None:
                     toks, mask = placement.put_batch((toks, mask), toks.shape[0])
                 ts, loss, finite = TR.sft_step(ts, toks, mask, cfg=exp.cfg, numerics=sft_num,
-                                               opt=sft_opt)
+                                               opt=sft_opt, router_aux_coef=sft_aux)
                 loss = float(loss)
                 nonfinite = 0 if bool(finite) else nonfinite + 1
                 logger.write({"step": g_step, "sft_loss": loss}, prefix="sft")
@@ -328,10 +345,12 @@ def run(config) -> dict:
                         ref = _copy(ts.params)
             else:  # ------------------------------------------------------------------ GRPO step
                 step = g_step - config.sft.steps
+                # the params this step updates (the step donates them): with
+                # max_version_diff = k, the rollout of step s uses the params of step s - k
+                before = _copy(ts.params) if tc.max_version_diff else None
                 m = rl_iteration(exp, tc, ts, stale, ref, step, base_key, rl_opt, config, placement)
                 ts, finite = m.pop("_state"), m.pop("_finite")
-                # train steps donate their params: keep copies of the versions rollouts may use
-                stale = (stale + [_copy(ts.params)])[1:] if tc.max_version_diff else stale
+                stale = (stale + [before])[1:] if tc.max_version_diff else stale
                 nonfinite = 0 if finite else nonfinite + 1
                 logger.write(m)
                 last = m

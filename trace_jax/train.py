@@ -38,7 +38,7 @@ class TrainConfig:
     routing_replay: bool = True  # R3: replay the rollout's experts in the training forward
     router_aux_coef: float = 1e-3
     router_z_coef: float = 1e-4
-    max_version_diff: int = 0  # rollouts from params up to this many updates stale
+    max_version_diff: int = 0  # k: the rollout of step s samples with the params of step s - k
     max_nonfinite_steps: int = 3  # stop after this many consecutive non-finite steps
     grpo: grpo.GRPOConfig = grpo.GRPOConfig()
 
@@ -151,9 +151,11 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
             ref_lp = jax.lax.stop_gradient(R.token_logprobs(ref_logits, mb.tokens))
         pl, parts = grpo.policy_loss(logp, mb.rollout_logprobs, mb.advantages, mb.response_mask,
                                      tc.grpo, max_len, ref_lp)
-        loss = pl + tc.router_aux_coef * aux.lb_loss + tc.router_z_coef * aux.z_loss
+        router = tc.router_aux_coef * aux.lb_loss + tc.router_z_coef * aux.z_loss
+        loss = pl + router
         m = dict(MT.logprob_metrics(logp, mb.rollout_logprobs, mb.response_mask, tc.grpo.is_cap))
-        m.update(parts, loss=loss, pg_loss=pl, lb_loss=aux.lb_loss, z_loss=aux.z_loss,
+        m.update(parts, loss=loss, pg_loss=pl, router_loss=router, lb_loss=aux.lb_loss,
+                 z_loss=aux.z_loss,
                  entropy=grpo.entropy(logits, mb.response_mask),
                  routing_agreement=MT.routing_agreement(aux.experts, experts, mb.valid))
         if mb.rollout_codes:
@@ -163,29 +165,52 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
 
     xs, rebuild = _split_micro(batch, tc.micro_batches)
     n = tc.micro_batches
-    zeros = jax.tree.map(jnp.zeros_like, state.params)
+    share_N = pg_shares(batch.response_mask, n, tc.grpo.loss_agg)
+
+    def scaled_loss(params, mb: Batch, share):
+        """This micro-batch's part of the full batch's loss: its share of the policy loss, 1/n
+        of the router terms (so the summed gradients are the full batch's)."""
+        _, m = loss_fn(params, mb)
+        return share * m["pg_loss"] + m["router_loss"] / n, m
 
     def body(acc, xs_i):
-        (loss, m), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params, rebuild(xs_i))
-        return jax.tree.map(lambda a, b: a + b / n, acc, g), (loss, m)
+        xs_i, share = xs_i
+        (loss, m), g = jax.value_and_grad(scaled_loss, has_aux=True)(
+            state.params, rebuild(xs_i), share)
+        return jax.tree.map(jnp.add, acc, g), (loss, m)
 
-    grads, (losses, ms) = jax.lax.scan(body, zeros, xs)
-    loss = jnp.mean(losses)
+    zeros = jax.tree.map(jnp.zeros_like, state.params)
+    grads, (losses, ms) = jax.lax.scan(body, zeros, (xs, share_N))
+    loss = jnp.sum(losses)
     state, finite = _apply_if_finite(opt, state, loss, grads)
     m = _reduce_metrics(ms)
+    m["loss"], m["pg_loss"] = loss, jnp.sum(share_N * ms["pg_loss"])
     m["grad_norm"] = optax.tree.norm(grads)
     return state, m, finite
 
 
-@nx.model_jit(static_argnames=("cfg", "numerics", "opt"), donate_argnums=0)
-def sft_step(state: TrainState, tokens_BxT, loss_mask_BxT, *, cfg, numerics, opt):
-    """Cross-entropy on the masked (solution) tokens. Returns (state, loss, finite)."""
+def pg_shares(response_mask_BxT, n: int, loss_agg: str):
+    """[n] weights of the n micro-batches' policy losses in the full batch's: ``token_mean``
+    divides by the whole batch's response tokens, so a micro-batch counts by its tokens; the
+    per-sequence aggregations (equal sequences per micro-batch) count 1/n each."""
+    if loss_agg != "token_mean":
+        return jnp.full((n,), 1.0 / n, jnp.float32)
+    tok_N = jnp.sum(response_mask_BxT.reshape(n, -1).astype(jnp.float32), axis=1)
+    total = jnp.sum(tok_N)
+    return jnp.where(total > 0, tok_N / jnp.maximum(total, 1.0), 1.0 / n)
+
+
+@nx.model_jit(static_argnames=("cfg", "numerics", "opt", "router_aux_coef"), donate_argnums=0)
+def sft_step(state: TrainState, tokens_BxT, loss_mask_BxT, *, cfg, numerics, opt,
+             router_aux_coef: float = 1e-3):
+    """Cross-entropy on the masked (solution) tokens plus ``router_aux_coef`` times the routers'
+    load-balancing loss (``sft.router_aux_coef``). Returns (state, loss, finite)."""
 
     def loss_fn(params):
         logits, aux, _ = M.forward(params, tokens_BxT, cfg=cfg, numerics=numerics)
         lp = R.token_logprobs(logits, tokens_BxT)
         m = loss_mask_BxT.astype(jnp.float32)
-        return -jnp.sum(lp * m) / jnp.maximum(jnp.sum(m), 1.0) + 1e-3 * aux.lb_loss
+        return -jnp.sum(lp * m) / jnp.maximum(jnp.sum(m), 1.0) + router_aux_coef * aux.lb_loss
 
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
     state, finite = _apply_if_finite(opt, state, loss, grads)
