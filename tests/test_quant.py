@@ -204,6 +204,11 @@ def test_explicit_global_scale_and_e4m3_clip_to_448():
         Q.quantize(x, "nvfp4", global_scale=jnp.ones((3, 1)))
     with pytest.raises(ValueError, match="no global scale"):
         Q.quantize(x, "mxfp4", global_scale=1.0)
+    for bad in (0.0, -2.0, float("nan"), float("inf"), jnp.asarray([[1.0], [0.0]])):
+        with pytest.raises(ValueError, match="global_scale must be positive and finite"):
+            Q.quantize(x, "nvfp4", global_scale=bad)  # (0 would silently give all-zero values)
+    traced = jax.jit(lambda g: Q.quantize(x, "nvfp4", global_scale=g).codes)(1.0)  # not checked
+    assert traced.shape == (2, 16)
 
 
 def test_dequantize_equals_codes_times_scales():

@@ -257,3 +257,25 @@ def test_placement_and_sync_weights_agree_with_kernel_layout(variant):
     # same tree (tree.map raises otherwise), every leaf placed as its sharding says
     jax.tree.map(lambda a, s: None if a.sharding == s else pytest.fail(f"{a.sharding} != {s}"),
                  rp, placement.rollout_params)
+
+
+def test_placement_checks_batches_by_field_and_skips_sft_without_sft():
+    """A batch that does not split over the mesh is named by its config field; sft.batch_size
+    only matters when there are SFT steps (an init_from run has none)."""
+    from configs import tiny
+    from trace_jax import experiment as X
+    from trace_jax import run as RUN
+
+    c = tiny.get_config()
+    c.model.n_layers = 2
+    c.rollout.update(batch_prompts=4, group_size=2)
+    c.sft.batch_size = 6
+    c.mesh.shape = (4, 1, 1, 1)
+    exp = X.build(c)
+    with pytest.raises(ValueError, match="sft.batch_size = 6: batch of 6 trajectories"):
+        RUN.make_placement(c, exp)
+    c.sft.steps = 0
+    assert RUN.make_placement(c, exp).mesh.shape["data"] == 4
+    c.rollout.batch_prompts = 3
+    with pytest.raises(ValueError, match=r"rollout.batch_prompts \* rollout.group_size = 6"):
+        RUN.make_placement(c, X.build(c))

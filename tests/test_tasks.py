@@ -269,6 +269,13 @@ def test_custom_reward_and_task():
 
     register_task("test_half_addition", lambda **kw: get_task("addition", reward_fn=half, **kw))
     assert get_task("test_half_addition", digits=1).reward(ex, "3") == 0.5
+    # the accuracy metric (is_correct) and the format check stay the task's own
+    cd, custom = get_task("countdown"), get_task("countdown", reward_fn=half)
+    e = Example("3,10,7,9->19:", "10+9", "10+9")
+    assert cd.is_correct(e, "9+10")  # another right answer than the reference
+    for a in ("9+10", "10+9", "3+7", "", "1+"):
+        assert custom.is_correct(e, a) == cd.is_correct(e, a), a
+        assert custom.is_well_formed(a) == cd.is_well_formed(a), a
 
 
 # ---------------------------------------------------------------- datasets

@@ -46,6 +46,22 @@ def test_char_specials_and_decode():
         tok.decode([tok.vocab_size])
 
 
+def test_decode_response_keeps_what_the_policy_emitted():
+    """What the reward sees: cut at EOS; PAD, BOS and ids outside the vocabulary (a model with a
+    larger vocabulary samples them) become U+FFFD instead of vanishing ("1<pad>5" is not "15")."""
+    tok = CharTokenizer()
+    one, five = tok.encode("1"), tok.encode("5")
+    assert tok.decode_response(one + five + [tok.eos_id] + one) == "15"
+    for bad in (tok.pad_id, tok.bos_id, tok.vocab_size, 151_935):
+        assert tok.decode_response(one + [bad] + five + [tok.eos_id]) == "1\ufffd5"
+    assert tok.decode_response(np.array([tok.eos_id], np.int32)) == ""
+    from trace_jax.tasks import Example, get_task
+    task = get_task("addition", digits=1)
+    ex = Example("7+8=", "15", "15")
+    assert task.reward(ex, tok.decode_response(one + [tok.pad_id] + five + [tok.eos_id])) == 0.0
+    assert task.reward(ex, tok.decode_response(one + five + [tok.eos_id])) == 1.0
+
+
 @pytest.mark.parametrize("bad", ["A", "€", "\t", "é"])
 def test_char_unknown_raises_naming_char(bad):
     with pytest.raises(ValueError, match=re.escape(repr(bad))):

@@ -310,6 +310,9 @@ def test_config_errors_before_compute(tmp_path):
         RUN.run(small(tmp_path, **kl, **{"rollout.expert_kernel": "mosaic"}))
     with pytest.raises(ValueError, match="rollout.attention_p_precision='f16'"):
         RUN.run(small(tmp_path, **{"rollout.attention_p_precision": "f16"}))
+    with pytest.raises(ValueError, match="max_new_tokens=2 cannot hold the task's longest "
+                                         "solution \\(2 tokens\\) and EOS"):
+        RUN.run(small(tmp_path, **{"rollout.max_new_tokens": 2}))
     for field in ("train.micro_batches", "checkpoint.every", "checkpoint.keep"):
         with pytest.raises(ValueError, match=f"{field} must be >= 1, got 0"):
             RUN.run(small(tmp_path, **{field: 0}))

@@ -63,6 +63,12 @@ def build(config, variant: str | None = None) -> Experiment:
                          f"{tokenizer.vocab_size}")
     task = tasks.get_task(config.task.name, **dict(config.task.kwargs))
     rc = config.rollout
+    if (config.get("tokenizer", {}).get("kind", "char") == "char" and task.max_solution_len
+            and task.max_solution_len + 1 > rc.max_new_tokens):  # (one token per character)
+        raise ValueError(f"rollout.max_new_tokens={rc.max_new_tokens} cannot hold the task's "
+                         f"longest solution ({task.max_solution_len} tokens) and EOS: SFT "
+                         f"targets would be cut and rollouts could not finish; raise it to "
+                         f"{task.max_solution_len + 1}")
     train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, split="train")
     eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, split="eval")
     sampling = R.SamplingConfig(
@@ -94,9 +100,12 @@ def encode_prompts(exp: Experiment, examples) -> tuple[jnp.ndarray, jnp.ndarray]
 
 
 def completions(exp: Experiment, ro: R.Rollout) -> list[str]:
+    """The responses' text as the reward sees it (``Tokenizer.decode_response``: a PAD, BOS or
+    out-of-vocabulary token the policy sampled shows up as U+FFFD instead of vanishing)."""
     toks = D.to_host(ro.tokens)  # (sharded, possibly multi-host) -> numpy
     starts, lens = D.to_host(ro.prompt_lens), D.to_host(ro.response_lens)
-    return [exp.tokenizer.decode(toks[b, starts[b]:starts[b] + lens[b]]) for b in range(len(toks))]
+    return [exp.tokenizer.decode_response(toks[b, starts[b]:starts[b] + lens[b]])
+            for b in range(len(toks))]
 
 
 def rollout_kernel_layout(config) -> bool | str:

@@ -360,6 +360,12 @@ def quantize(
         if global_scale is None:
             g = _default_global_scale(xm, global_scope)  # [..., 1] keepdims (moved layout)
         else:
+            if not isinstance(global_scale, jax.core.Tracer):  # a given scale must decode
+                gv = np.asarray(global_scale, np.float64)
+                bad = gv[~(np.isfinite(gv) & (gv > 0))]
+                if bad.size:
+                    raise ValueError(f"global_scale must be positive and finite; {bad.size} "
+                                     f"value(s) are not, e.g. {bad.ravel()[:4].tolist()}")
             g = jnp.moveaxis(_keepdims_global(global_scale, x.shape, ax), ax, -1)
         scales = _nvfp4_block_scale(amax_b, bad_b, g, e2m1.MAX)
     else:

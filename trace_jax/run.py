@@ -139,8 +139,13 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
         return None
     tr, sa = SH.rules_from_config(config.mesh, "training"), SH.rules_from_config(config.mesh, "sampling")
     n = config.rollout.batch_prompts * exp.group_size
-    SH.check_batch_divisible(n, mesh, tr)
-    SH.check_batch_divisible(config.sft.batch_size, mesh, tr)
+    for field, batch in (("rollout.batch_prompts * rollout.group_size", n),
+                         ("sft.batch_size", config.sft.batch_size if config.sft.steps else None)):
+        if batch is not None:
+            try:
+                SH.check_batch_divisible(batch, mesh, tr)
+            except ValueError as e:
+                raise ValueError(f"{field} = {batch}: {e}") from e
     kl = X.rollout_kernel_layout(config)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
                      SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,

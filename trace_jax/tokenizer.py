@@ -11,6 +11,7 @@ Both share one interface (:class:`Tokenizer`):
     pad_id, bos_id, eos_id, vocab_size
     encode(text, add_bos=False, add_eos=False) -> list[int]
     decode(ids, stop_at_eos=True) -> str
+    decode_response(ids) -> str        (what rewards see: nothing dropped, see its docstring)
     encode_batch(texts, max_len, pad="left", add_bos=False, add_eos=False)
         -> (tokens_BxL np.int32, lengths_B np.int32)
 
@@ -29,6 +30,7 @@ from typing import Any, Iterable, Literal, Sequence
 import numpy as np
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+INVALID = "\ufffd"  # what decode_response writes for a token that cannot be text there
 
 # Order is part of the format: changing it changes every token id (and invalidates checkpoints).
 CHARS = (
@@ -77,6 +79,26 @@ class Tokenizer:
                 raise ValueError(f"token id {i} outside the vocabulary [0, {self.vocab_size})")
             out.append(i)
         return self._decode_ids(out)
+
+    def decode_response(self, ids: Iterable[int] | np.ndarray) -> str:
+        """Text of a sampled response, cut at the first EOS. A PAD, a BOS or an id outside the
+        vocabulary before it (a model whose vocabulary is larger than the tokenizer's can sample
+        one) becomes U+FFFD (:data:`INVALID`), which no task answer contains: unlike
+        :meth:`decode`, nothing the policy emitted is dropped from what the reward sees."""
+        pieces, run = [], []
+        for i in np.asarray(ids).reshape(-1).tolist():
+            if i == self.eos_id:
+                break
+            if i in (self.pad_id, self.bos_id) or not 0 <= i < self.vocab_size:
+                if run:
+                    pieces.append(self._decode_ids(run))
+                    run = []
+                pieces.append(INVALID)
+            else:
+                run.append(i)
+        if run:
+            pieces.append(self._decode_ids(run))
+        return "".join(pieces)
 
     def encode_batch(
         self,

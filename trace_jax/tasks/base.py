@@ -94,6 +94,12 @@ class RewardOverride(Task):
     def reward(self, example: Example, completion: str) -> float:
         return float(self.reward_fn(example, completion))
 
+    def is_correct(self, example: Example, answer: str) -> bool:  # (the accuracy metric)
+        return self.task.is_correct(example, answer)
+
+    def is_well_formed(self, answer: str) -> bool:
+        return self.task.is_well_formed(answer)
+
 
 def with_reward(task: Task, reward_fn: RewardFn | str) -> Task:
     """``task`` scored by ``reward_fn`` (a callable or a name given to :func:`register_reward`)."""
