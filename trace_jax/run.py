@@ -139,13 +139,14 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
         return None
     tr, sa = SH.rules_from_config(config.mesh, "training"), SH.rules_from_config(config.mesh, "sampling")
     n = config.rollout.batch_prompts * exp.group_size
-    for field, batch in (("rollout.batch_prompts * rollout.group_size", n),
-                         ("sft.batch_size", config.sft.batch_size if config.sft.steps else None)):
-        if batch is not None:
-            try:
-                SH.check_batch_divisible(batch, mesh, tr)
-            except ValueError as e:
-                raise ValueError(f"{field} = {batch}: {e}") from e
+    batches = [("rollout.batch_prompts * rollout.group_size", n)]
+    if config.sft.steps:  # (an init_from run has no SFT batches)
+        batches.append(("sft.batch_size", config.sft.batch_size))
+    for field, batch in batches:
+        try:
+            SH.check_batch_divisible(batch, mesh, tr)
+        except ValueError as e:
+            raise ValueError(f"{field} = {batch}: {e}") from e
     kl = X.rollout_kernel_layout(config)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
                      SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,
@@ -309,10 +310,10 @@ def run(config) -> dict:
     else:
         log(f"resumed from checkpoint step {step0} in {workdir}")
     del fresh
-    if D.is_main_process():  # (after the restore: a run that cannot resume leaves it as it was)
+    main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar
+    if main:  # (after the restore: a run that cannot resume leaves config.json as it was)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=1))
-    main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar
     logger = Logger(workdir, resume_step=step0 - config.sft.steps) if main else NullLogger()
     total = config.sft.steps + tc.steps
     from tqdm import tqdm
