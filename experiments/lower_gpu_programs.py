@@ -135,8 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", default="", metavar="DIR")
     a = ap.parse_args(argv)
     config = BT.load_config(a.config, a.layers)
-    config.rollout.kernel_layout = True if not any(
-        s.startswith("rollout.kernel_layout=") for s in a.set) else config.rollout.kernel_layout
+    config.rollout.kernel_layout = True  # as the GPU runs use it (a --set may turn it off)
     for s in a.set:
         field, value = s.split("=", 1)
         node, *path = field.split(".")
