@@ -70,7 +70,7 @@ def rl_batch(exp: X.Experiment, params, tokens_BxT, record_codes: bool, key) -> 
     roll, train = exp.rollout_numerics, exp.train_numerics
     rec = (roll.recording_all_codes() if record_codes and roll.is_fp4 else
            dataclasses.replace(roll, hinted=train.hinted, hint_kind=roll.hint_kind))
-    rp = R.sync_weights(params, roll)
+    rp = R.sync_weights(params, roll, dtype=exp.cfg.dtype)
 
     @nx.model_jit  # compiled as the engine's rollout is (exact bf16 casts)
     def rollout_view(rp, toks):

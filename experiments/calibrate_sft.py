@@ -49,7 +49,7 @@ def main(argv):
 
     def accuracy(temperature):
         sampling = dataclasses.replace(exp.sampling, temperature=temperature)
-        rp = R.sync_weights(ts.params, num)
+        rp = R.sync_weights(ts.params, num, dtype=exp.cfg.dtype)
         hits = []
         for b in range(_BATCHES.value):
             ex = exp.eval_data.batch(b)

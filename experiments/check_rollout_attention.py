@@ -83,7 +83,7 @@ def run(config, params, batches: int, mode: str, piece: str = "attention") -> di
                 if piece == "quantizer" and mode != "bf16":
                     num = num.recording_all_codes()  # every site's codes and scales, compared
                 sampling = dataclasses.replace(exp.sampling, temperature=0.0, top_k=0, top_p=1.0)
-                rp = R.sync_weights(params, num)
+                rp = R.sync_weights(params, num, dtype=exp.cfg.dtype)
                 for b in range(batches):
                     prompts, lens = X.encode_prompts(exp, exp.eval_data.batch(b))
                     runs[p, b, name] = R.generate(rp, prompts, lens, jax.random.key(0),

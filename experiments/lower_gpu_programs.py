@@ -88,7 +88,7 @@ def lower_variant(config, variant: str, batch: int, prompt: int, new_tokens: int
     out = {}
     t0 = time.perf_counter()
     rparams = jax.eval_shape(lambda p: R.sync_weights(
-        p, roll, kernel_layout=X.rollout_kernel_layout(config)), params)
+        p, roll, dtype=exp.cfg.dtype, kernel_layout=X.rollout_kernel_layout(config)), params)
     sampling = dataclasses.replace(exp.sampling, max_new_tokens=new_tokens)
     text = _lower(R._generate, rparams, jax.ShapeDtypeStruct((batch, prompt), jnp.int32),
                   jax.ShapeDtypeStruct((batch,), jnp.int32), jax.random.key(1), cfg=exp.cfg,

@@ -140,10 +140,11 @@ def test_guided_qat_gradient_expert_parallel(params, tokens, fp4_ref):
     """The trainer's hint-guided W4A4 loss and its gradient (through all-gather / reduce-scatter
     transposes) match one device."""
     qat = ROLL_ALL.with_mode("fp4_qat")
-    hints = fp4_ref[2]  # the one-device rollout's, at every layer
+    hints, experts = fp4_ref[2], fp4_ref[1]  # the one-device rollout's, at every layer
 
     def loss(p, toks):
-        logits, aux, _ = M.forward(p, toks, cfg=CFG, numerics=qat, hints=hints)
+        logits, aux, _ = M.forward(p, toks, cfg=CFG, numerics=qat, hints=hints,
+                                   hint_experts_LxBxTxK=experts)
         return jnp.mean(jax.nn.logsumexp(logits, -1)) + aux.lb_loss
 
     g_ref = jax.jit(jax.grad(loss))(params, tokens)

@@ -210,3 +210,32 @@ def test_bad_requests_raise(params, fp4):
                    mesh=mesh)
     with pytest.raises(ValueError, match="top_p"):
         R.SamplingConfig(max_new_tokens=4, top_p=0.0)
+    V = CFG.vocab_size  # ids past the vocabulary: the embedding would clamp them silently
+    with pytest.raises(ValueError, match=f"eos_id={V} outside the model's vocabulary"):
+        R.generate(rp, PROMPTS, LENS, jax.random.key(0), cfg=CFG, numerics=fp4,
+                   sampling=dataclasses.replace(S, eos_id=V))
+    with pytest.raises(ValueError, match=f"prompt token ids 0..{V} outside"):
+        R.generate(rp, PROMPTS.at[0, 1].set(V), LENS, jax.random.key(0), cfg=CFG, numerics=fp4,
+                   sampling=S)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_one_token_prompts_record_every_generated_tokens_hints(params, fmt):
+    """A prompt width of 1 (generation from BOS alone): the hint buffers still grow to the
+    trajectory length and hold each generated token's hint, the same bits and scales a
+    full-sequence forward with the rollout's numerics captures (the prefill's [B, 1] hints once
+    looked like a constant and were never written)."""
+    num = nx.make_numerics("fp4_rollout", CFG.n_layers, fmt=fmt, hint_layers="last_half")
+    rp = R.sync_weights(params, num, dtype=CFG.dtype)
+    prompts, lens = jnp.asarray([[1], [1]], jnp.int32), jnp.asarray([1, 1], jnp.int32)
+    ro = R.generate(rp, prompts, lens, jax.random.key(5), cfg=CFG, numerics=num, sampling=S)
+    T = 1 + S.max_new_tokens
+    exact = nx.model_jit(M.forward, static_argnames=("cfg", "numerics", "capture_hints"))
+    _, aux, _ = exact(rp, ro.tokens, cfg=CFG, numerics=num, capture_hints=True)
+    rec = np.asarray(ro.guidance.recorded)
+    assert rec.all() and ro.guidance.hints
+    for name, h in ro.guidance.hints.items():
+        assert h.bits.shape[:2] == (2, T), name
+        np.testing.assert_array_equal(np.asarray(h.bits), np.asarray(aux.hints[name].bits))
+        np.testing.assert_array_equal(np.asarray(h.scales).view(np.uint8),
+                                      np.asarray(aux.hints[name].scales).view(np.uint8))

@@ -489,3 +489,35 @@ def test_rl_runs_sample_at_temperature_one(tmp_path):
         with pytest.raises(ValueError, match=f"{field}={value}.*temperature 1, no truncation"):
             RUN.run(small(tmp_path, **{f"rollout.{field}": value}))
     assert not os.path.exists(tmp_path / "metrics.jsonl")
+
+
+def test_rollout_weights_follow_model_dtype(tmp_path):
+    """The rollout gets the trainer's weights in ``model.dtype`` (float32 here): a BF16-numerics
+    run then samples from exactly the trainer's policy (rollout weights rounded to bf16 left a
+    log-prob gap of ~6e-3)."""
+    RUN.run(small(tmp_path, variant="bf16", **{"model.dtype": "float32", "sft.steps": 0,
+                                               "train.steps": 2}))
+    gaps = [m["logprob_gap_max"] for m in read_metrics(tmp_path)]
+    assert len(gaps) == 2 and max(gaps) < 1e-4, gaps
+
+
+def test_expert_hidden_hints_need_the_rollouts_experts():
+    """expert_hidden hints belong to the rollout's (token, expert) slots: a forward given them
+    without hint_experts (which would apply them to whatever experts its routers pick) is
+    refused."""
+    from tests._params import init_params
+    from trace_jax import model as M
+    from trace_jax import numerics as nx
+
+    c = small("/tmp/unused")
+    cfg = M.ModelConfig.from_config(c.model)
+    params = init_params(cfg, jax.random.key(0))
+    roll = nx.make_numerics("fp4_rollout", cfg.n_layers, hint_layers="all")
+    toks = jnp.ones((2, 4), jnp.int32)
+    _, aux, _ = M.forward(M.pack_params(params, roll), toks, cfg=cfg, numerics=roll,
+                          capture_hints=True)
+    assert any(k.endswith("moe/expert_hidden") for k in aux.hints)
+    with pytest.raises(ValueError, match="expert_hidden hints need hint_experts"):
+        M.forward(params, toks, cfg=cfg, numerics=roll.with_mode("fp4_qat"), hints=aux.hints)
+    M.forward(params, toks, cfg=cfg, numerics=roll.with_mode("fp4_qat"), hints=aux.hints,
+              hint_experts_LxBxTxK=aux.experts)

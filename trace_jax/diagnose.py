@@ -85,15 +85,16 @@ def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True,
     # BF16 rollout vs BF16 trainer
     bf = exp.rollout_numerics.with_mode("bf16")
     kl = X.rollout_kernel_layout(config)  # the weights run.py's rollout gets
-    ro = R.generate(R.sync_weights(params, bf, kernel_layout=kl), prompts, lens, key,
-                    cfg=exp.cfg, numerics=bf, sampling=exp.sampling, capture_hints=False)
+    ro = R.generate(R.sync_weights(params, bf, dtype=exp.cfg.dtype, kernel_layout=kl), prompts,
+                    lens, key, cfg=exp.cfg, numerics=bf, sampling=exp.sampling,
+                    capture_hints=False)
     lp, codes, ex = trainer_pass(params, ro, exp, bf, hints=False, replay=False,
                                  attention_p=trainer_attention_p)
     report("bf16", ro, lp, codes, ex, frozenset())
 
     # One FP4 rollout, recording exact codes everywhere, shared by the FP4 variants.
     fp4 = exp.rollout_numerics
-    rp = R.sync_weights(params, fp4, kernel_layout=kl)
+    rp = R.sync_weights(params, fp4, dtype=exp.cfg.dtype, kernel_layout=kl)
     rec = fp4.recording_all_codes()
     ro = R.generate(rp, prompts, lens, key, cfg=exp.cfg, numerics=rec, sampling=exp.sampling)
     trace_num = exp.train_numerics

@@ -318,6 +318,9 @@ def forward(
         if arr is not None and arr.shape != (cfg.n_layers, B, T, cfg.top_k):
             raise ValueError(f"{name} shape {arr.shape} != (L, B, T, k) = "
                              f"{(cfg.n_layers, B, T, cfg.top_k)}")
+    if hint_experts_LxBxTxK is None and any(k.endswith("/moe/expert_hidden") for k in hints or {}):
+        raise ValueError("expert_hidden hints need hint_experts_LxBxTxK (the rollout's experts): "
+                         "their rows belong to the rollout's (token, expert) slots")
     sio = nx.SiteIO(numerics, hints, capture_hints, capture_codes, hint_valid_BxT)
 
     x = SH.constrain_batch(params["embed"][tokens_BxT].astype(dt))

@@ -138,13 +138,24 @@ def sample(logits_BxV, key, s: SamplingConfig):
 # Generation
 
 
-def _alloc_like(a, B, T):
-    """A [B, T, ...] buffer of zero bytes for a per-row leaf [B, t, ...]; leaves without a batch
-    axis (MXFP4's constant global scale) are kept as they are."""
-    if a.ndim >= 2 and a.shape[0] == B and a.shape[1] > 1:
+def _alloc_like(a, B, P, T):
+    """A [B, T, ...] buffer of zero bytes for a per-row prefill leaf [B, P, ...]; other leaves
+    (a per-tensor global scale) are kept as they are."""
+    if a.ndim >= 2 and a.shape[:2] == (B, P):
         zeros = jnp.zeros((B, T) + a.shape[2:], jnp.uint8 if a.dtype.itemsize == 1 else a.dtype)
         return jax.lax.bitcast_convert_type(zeros, a.dtype) if a.dtype.itemsize == 1 else zeros
     return a
+
+
+def _alloc_hint(h: Q.Hint, B, P, T) -> Q.Hint:
+    """Per-row [B, T, ...] buffers for a prefill hint's bits, scales and (formats with one)
+    global scale; MXFP4's constant global scale stays as it is (also when B = P = 1, where its
+    shape alone cannot tell)."""
+    g = h.global_scale
+    if Q.get_format(h.fmt).has_global_scale:
+        g = _alloc_like(g, B, P, T)
+    return dataclasses.replace(h, bits=_alloc_like(h.bits, B, P, T),
+                               scales=_alloc_like(h.scales, B, P, T), global_scale=g)
 
 
 def _put_rows(buf, new, pos_B, write_B):
@@ -182,6 +193,15 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
     if T > cfg.max_seq_len:
         raise ValueError(f"prompt width {P} + max_new_tokens {sampling.max_new_tokens} = {T} exceeds "
                          f"model.max_seq_len={cfg.max_seq_len}")
+    V = cfg.vocab_size  # (an embedding lookup would clamp an id outside it without a word)
+    if not 0 <= sampling.pad_id < V or not (sampling.eos_id == -1 or 0 <= sampling.eos_id < V):
+        raise ValueError(f"sampling pad_id={sampling.pad_id} / eos_id={sampling.eos_id} outside "
+                         f"the model's vocabulary [0, {V}) (eos_id=-1: no EOS)")
+    if not isinstance(prompts_BxP, jax.core.Tracer):
+        ids = D.to_host(prompts_BxP)
+        if ids.size and (ids.min() < 0 or ids.max() >= V):
+            raise ValueError(f"prompt token ids {ids.min()}..{ids.max()} outside the model's "
+                             f"vocabulary [0, {V})")
     if not isinstance(prompt_lens_B, jax.core.Tracer):
         lens = D.to_host(prompt_lens_B)
         if lens.shape != (B,) or lens.min() < 1 or lens.max() > P:
@@ -208,7 +228,7 @@ def _generate(params, prompts, prompt_lens, key, *, cfg, numerics, sampling, cap
     last = logits[b_idx, prompt_lens - 1]
 
     tokens = jnp.full((B, T), s.pad_id, jnp.int32).at[:, :P].set(prompts)
-    hints = {k: jax.tree.map(lambda a: _alloc_like(a, B, T), h) for k, h in aux.hints.items()}
+    hints = {k: _alloc_hint(h, B, P, T) for k, h in aux.hints.items()}
     hints = {k: jax.tree.map(
         lambda buf, a: buf.at[:, :P].set(a) if buf is not a else a, hints[k], aux.hints[k])
         for k in hints}

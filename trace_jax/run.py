@@ -150,7 +150,7 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
     kl = X.rollout_kernel_layout(config)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
                      SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,
-                                                kernel_layout=kl))
+                                                dtype=exp.cfg.dtype, kernel_layout=kl))
 
 
 def _on_one_device(tree):
@@ -409,7 +409,7 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     source = stale[0] if tc.max_version_diff else ts.params  # async: oldest allowed version
     rparams = jax.block_until_ready(R.sync_weights(
         source, roll_num, shardings=None if placement is None else placement.rollout_params,
-        kernel_layout=X.rollout_kernel_layout(config)))
+        dtype=exp.cfg.dtype, kernel_layout=X.rollout_kernel_layout(config)))
     t1 = time.perf_counter()
 
     examples = exp.train_data.batch(step)
