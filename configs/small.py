@@ -1,4 +1,4 @@
-"""GPU experiment config: a ~150M-parameter MoE (16 experts, top-4) for the reproduction studies."""
+"""GPU experiment config: a ~207M-parameter MoE (16 experts, top-4) for the reproduction studies."""
 
 from configs import common
 
