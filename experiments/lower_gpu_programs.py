@@ -23,6 +23,7 @@ Triton (its registers and spills printed; files under DIR); Mosaic GPU kernels a
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import contextlib
 import dataclasses
@@ -138,15 +139,11 @@ def main(argv=None) -> int:
     config.rollout.kernel_layout = True  # as the GPU runs use it (a --set may turn it off)
     for s in a.set:
         field, value = s.split("=", 1)
-        node, *path = field.split(".")
-        target = config[node]
-        for part in path[:-1]:
-            target = target[part]
         try:
-            value = eval(value, {})  # noqa: S307 (a developer's command line)
-        except Exception:  # noqa: BLE001 - a bare word is a string
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):  # a bare word is a string
             pass
-        target[path[-1]] = value
+        config.update_from_flattened_dict({field: value})
     ok = True
     print("| variant | program | lower s | Pallas kernels |\n|---|---|---|---|")
     with as_gpu():
