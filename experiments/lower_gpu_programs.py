@@ -143,6 +143,12 @@ def main(argv=None) -> int:
             value = ast.literal_eval(value)
         except (ValueError, SyntaxError):  # a bare word is a string
             pass
+        *parents, leaf = field.split(".")
+        node = config
+        for part in parents:
+            node = node.get(part) if hasattr(node, "get") else None
+        if node is None or not hasattr(node, "get") or leaf not in node:
+            ap.error(f"--set {field}: no such config field")
         config.update_from_flattened_dict({field: value})
     ok = True
     print("| variant | program | lower s | Pallas kernels |\n|---|---|---|---|")
