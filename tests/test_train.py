@@ -70,9 +70,19 @@ def test_nonfinite_update_is_skipped():
     new, finite = TR._apply_if_finite(opt, st, jnp.float32(jnp.nan), {"w": jnp.ones(3)})
     assert not bool(finite)
     np.testing.assert_array_equal(np.asarray(new.params["w"]), 1.0)
-    for _ in range(2):  # the schedule warms up from 0 at step 0
-        st, finite = TR._apply_if_finite(opt, st, jnp.float32(1.0), {"w": jnp.ones(3)})
-    assert bool(finite) and float(st.params["w"][0]) < 1.0
+    st, finite = TR._apply_if_finite(opt, st, jnp.float32(1.0), {"w": jnp.ones(3)})
+    assert bool(finite) and float(st.params["w"][0]) < 1.0  # the first update moves the params
+
+
+def test_learning_rate_schedule_warms_up_from_the_first_update():
+    lr, warmup, steps = 1e-3, 4, 20
+    sched = TR.learning_rate_schedule(lr, warmup, steps)
+    got = [float(sched(i)) for i in range(steps)]
+    np.testing.assert_allclose(got[:warmup], [lr * (i + 1) / warmup for i in range(warmup)],
+                               rtol=1e-6)
+    assert all(a >= b for a, b in zip(got[warmup - 1:], got[warmup:]))  # then decays
+    np.testing.assert_allclose(got[-1], lr / 10, rtol=1e-5)
+    np.testing.assert_allclose(float(TR.learning_rate_schedule(lr, 0, steps)(0)), lr, rtol=1e-6)
 
 
 # ------------------------------------------------------------------------- the loop

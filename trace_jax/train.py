@@ -43,13 +43,21 @@ class TrainConfig:
     grpo: grpo.GRPOConfig = grpo.GRPOConfig()
 
 
+def learning_rate_schedule(lr: float, warmup: int, steps: int):
+    """The learning rate of update i (0-based): linear warmup lr * (i + 1) / warmup over the first
+    `warmup` updates (so the first update is not a no-op, and update warmup - 1 takes lr), then
+    cosine decay to lr / 10 at update steps - 1."""
+    base = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(steps, warmup + 1),
+                                              end_value=lr * 0.1)
+    return lambda count: base(count + 1)
+
+
 @functools.lru_cache(maxsize=64)
 def make_optimizer(lr: float, warmup: int, steps: int, weight_decay: float, grad_clip: float):
     """AdamW with warmup-cosine decay and global-norm clipping. Cached: equal settings give the
     same (stateless) object, so jitted steps taking it as a static argument are not recompiled
     for every run of a process."""
-    sched = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(steps, warmup + 1),
-                                               end_value=lr * 0.1)
+    sched = learning_rate_schedule(lr, warmup, steps)
     return optax.chain(optax.clip_by_global_norm(grad_clip),
                        optax.adamw(sched, b1=0.9, b2=0.95, weight_decay=weight_decay))
 
