@@ -21,7 +21,9 @@ unfinished ones resume from their newest checkpoint (run.run does that). A workd
 
 Aggregation writes ``RESULTS_<tag>_<study>.{md,json,png}`` (``--results`` defaults to ``--out``;
 ``<tag>`` is the config file's stem, e.g. ``tiny``): a table of mean +- sample std (ddof=1) over
-seeds of per-run summaries, where per run
+the seeds whose runs finished (metrics of every configured RL step; a run that stopped earlier
+is named under the table and kept apart in the JSON, never averaged) of per-run summaries, where
+per run
 
 * final accuracy / reward = mean over the last 10% of RL steps (at least one step);
 * log-prob gap max = the largest per-step ``logprob_gap_max`` of the run; gap mean, k3 KL, code
@@ -293,7 +295,7 @@ def summarize_run(rows: list[dict]) -> dict:
               for r in rows]
     gmax = [x for x in col("logprob_gap_max") if x is not None and np.isfinite(x)]
     return {
-        "n_steps": n,
+        "n_steps": n,  # RL steps logged
         "final_accuracy": _nanmean(col("accuracy", last)),
         "final_reward": _nanmean(col("reward_mean", last)),
         "logprob_gap_max": float(max(gmax)) if gmax else float("nan"),
@@ -336,32 +338,56 @@ _DIGITS = {"final_accuracy": 3, "final_reward": 3, "logprob_gap_max": 3, "logpro
            "routing_agreement": 4, "hint_bytes_per_token": 0, "step_time_s": 3}
 
 
-def aggregate_runs(runs: list[RunSpec]) -> dict:
-    """{variant: {"seeds": [...], "per_seed": {seed: summary}, "mean": {...}, "std": {...},
-    "curves": {metric: [seed-mean per step]}}} for the runs that have metrics."""
+def configured_rl_steps(base, spec: RunSpec) -> int:
+    """The RL steps ``spec``'s run was configured for: its recorded ``config.json``, else the
+    planned config (``base`` with the spec's overrides)."""
+    config = run_config(spec.workdir)
+    return int((config if config is not None else make_config(base, spec)).train.steps)
+
+
+def seed_stats(per_seed: dict) -> dict:
+    """{"mean", "std", "n"} over seeds of every SUMMARY_KEYS entry of ``per_seed``'s summaries."""
+    ms = {k: mean_std([p[k] for p in per_seed.values()]) for k in SUMMARY_KEYS}
+    return {stat: {k: ms[k][i] for k in SUMMARY_KEYS}
+            for i, stat in enumerate(("mean", "std", "n"))}
+
+
+def aggregate_runs(runs: list[RunSpec], base) -> dict:
+    """{variant: {"seeds": [...], "per_seed": {seed: summary}, "unfinished": {seed: summary},
+    "mean": {...}, "std": {...}, "n": {...}, "curves": {metric: [seed-mean per step]},
+    "curve_seeds": [...]}} for the runs that have metrics.
+
+    A run is finished when its metrics hold each of its configured RL steps
+    (:func:`configured_rl_steps`; a missing final checkpoint does not matter here). Only finished
+    runs are in "seeds", "per_seed", the means and the stds; a run whose metrics stop earlier
+    (killed by a time limit, still running) goes to "unfinished" with its summary over the steps it
+    logged, so the table names it instead of averaging numbers from earlier in training. The
+    curves average the finished runs (the unfinished ones where none finished), up to the
+    shortest; "curve_seeds" lists them. Every summary has "n_steps" (logged) and "rl_steps"
+    (configured)."""
     by_var: dict[str, dict] = {}
     for spec in runs:
         rows = read_metrics(spec.workdir)
         if not rows:
             continue
-        v = by_var.setdefault(spec.variant, {"seeds": [], "per_seed": {}, "rows": {}})
-        v["seeds"].append(spec.seed)
-        v["per_seed"][str(spec.seed)] = summarize_run(rows)
-        v["rows"][spec.seed] = sorted(rows, key=lambda r: r["step"])
+        rows = sorted(rows, key=lambda r: r["step"])
+        n_rl = configured_rl_steps(base, spec)
+        summary = dict(summarize_run(rows), rl_steps=n_rl)
+        finished = set(range(n_rl)) <= {r["step"] for r in rows}
+        v = by_var.setdefault(spec.variant, {"done": {}, "unfinished": {}, "rows": {}})
+        v["done" if finished else "unfinished"][spec.seed] = summary
+        v["rows"][spec.seed] = rows
     out = {}
     for name, v in by_var.items():
-        per = list(v["per_seed"].values())
-        ms = {k: mean_std([p[k] for p in per]) for k in SUMMARY_KEYS}
-        curves = {}
-        for key in ("reward_mean", "accuracy", "logprob_gap_max", "logprob_gap_mean"):
-            n = min(len(r) for r in v["rows"].values())
-            curves[key] = [_nanmean([v["rows"][s][i].get(key) for s in v["rows"]])
-                           for i in range(n)]
-        out[name] = {"seeds": v["seeds"], "per_seed": v["per_seed"],
-                     "mean": {k: ms[k][0] for k in SUMMARY_KEYS},
-                     "std": {k: ms[k][1] for k in SUMMARY_KEYS},
-                     "n": {k: ms[k][2] for k in SUMMARY_KEYS},
-                     "curves": curves}
+        per = {str(s): p for s, p in v["done"].items()}
+        curve_seeds = list(v["done"] or v["unfinished"])
+        n = min(len(v["rows"][s]) for s in curve_seeds)
+        curves = {key: [_nanmean([v["rows"][s][i].get(key) for s in curve_seeds])
+                        for i in range(n)]
+                  for key in ("reward_mean", "accuracy", "logprob_gap_max", "logprob_gap_mean")}
+        out[name] = {"seeds": list(v["done"]), "per_seed": per,
+                     "unfinished": {str(s): p for s, p in v["unfinished"].items()},
+                     **seed_stats(per), "curves": curves, "curve_seeds": curve_seeds}
     return out
 
 
@@ -369,8 +395,16 @@ LEGEND = ("Per run: final acc / reward = mean over the last 10% of RL steps (tra
           "temperature 1); gap max = the run's largest per-step max |log pi_train - log "
           "pi_rollout|; gap mean, k3 KL, code agreement (trainer vs rollout FP4 codes at hinted / "
           "unhinted sites), routing agreement and hint bytes per token = means over steps; step s = "
-          "median rollout + train + sync seconds. Then mean ± sample std over seeds; – = not "
-          "applicable (no FP4 codes / no hinted sites).")
+          "median rollout + train + sync seconds. Then mean ± sample std over the seeds whose runs "
+          "logged every configured RL step; – = not applicable (no FP4 codes / no hinted sites) "
+          "or no finished run.")
+
+
+def seeds_cell(a: dict) -> str:
+    """The table's seeds cell: how many runs the row averages, and of how many when some did not
+    finish."""
+    n_done, n_unf = len(a["seeds"]), len(a.get("unfinished", {}))
+    return f"{n_done} of {n_done + n_unf} finished" if n_unf else str(n_done)
 
 
 def markdown_table(agg: dict, order=None) -> str:
@@ -380,8 +414,20 @@ def markdown_table(agg: dict, order=None) -> str:
     for n in names:
         a = agg[n]
         cells = [fmt_ms(a["mean"][k], a["std"][k], _DIGITS[k]) for k in SUMMARY_KEYS]
-        lines.append(f"| {n} | {len(a['seeds'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {n} | {seeds_cell(a)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def unfinished_note(agg: dict, order=None) -> str | None:
+    """A line naming the runs left out of the means for stopping early, or None if none did."""
+    names = [n for n in (order or agg) if n in agg]
+    unf = [f"{n} seed {s} ({p['n_steps']} of {p['rl_steps']} RL steps)"
+           for n in names for s, p in sorted(agg[n].get("unfinished", {}).items(),
+                                              key=lambda sp: int(sp[0]))]
+    if not unf:
+        return None
+    return ("Unfinished runs, left out of the means and stds (their metrics stop before the "
+            "configured RL steps): " + ", ".join(unf) + ".")
 
 
 def plot(agg: dict, diag: dict | None, path: str, title: str) -> bool:
@@ -396,8 +442,9 @@ def plot(agg: dict, diag: dict | None, path: str, title: str) -> bool:
     fig, axes = plt.subplots(1, n_panels, figsize=(5.2 * n_panels, 4))
     for name, a in agg.items():
         c = a["curves"]
-        axes[0].plot(c["reward_mean"], label=name)
-        axes[1].plot(c["logprob_gap_max"], label=name)
+        label = name if a["seeds"] else f"{name} (unfinished)"
+        axes[0].plot(c["reward_mean"], label=label)
+        axes[1].plot(c["logprob_gap_max"], label=label)
     axes[0].set(title="reward (mean over seeds)", xlabel="RL step", ylabel="reward")
     axes[1].set(title="max |log-prob gap| (mean over seeds)", xlabel="RL step", yscale="log")
     axes[0].legend(fontsize=7)
@@ -510,7 +557,7 @@ def post_evaluate(base, runs: list[RunSpec], what, n_eval_batches: int) -> None:
 
 def write_results(base, study: str, runs: list[RunSpec], prefix: str, header: str,
                   n_eval_batches: int, skip_diag: bool) -> dict:
-    agg = aggregate_runs(runs)
+    agg = aggregate_runs(runs, base)
     order = [n for n, _ in study_variants(study)]
     diag_hist = None
     diag_res = None
@@ -526,6 +573,9 @@ def write_results(base, study: str, runs: list[RunSpec], prefix: str, header: st
                          if k in diag_res and "code_distance_hist" in diag_res[k]}
             diag_res["_checkpoint"] = spec.workdir
     md = [header, "", markdown_table(agg, order), "", LEGEND]
+    note = unfinished_note(agg, order)
+    if note:
+        md += ["", note]
     result = {"study": study, "header": header, "variants": agg, "diagnose": diag_res}
     if study == "deployment":
         dep = deployment_eval(base, runs, n_eval_batches)

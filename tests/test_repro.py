@@ -219,3 +219,37 @@ def test_post_eval_jobs_and_dispatch(tmp_path, monkeypatch):
     out = subprocess.run([sys.executable, SCRIPT, "--config=configs/tiny.py", "--post_eval=deplyo",
                           "--dry_run"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode != 0 and "deplyo" in out.stderr
+
+
+def test_aggregate_leaves_unfinished_runs_out_of_the_means(tmp_path):
+    """A run whose metrics stop before its configured RL steps (e.g. killed by a time limit) is
+    named in the table, not averaged: its last-10% numbers would come from earlier in training."""
+    out = str(tmp_path / "runs")
+    full = lambda a: [0.1] * (N_STEPS - 2) + [a, a]  # noqa: E731
+    _fake_run(os.path.join(out, "headline", "bf16", "seed0"), full(0.6), [0.5] * N_STEPS)
+    _fake_run(os.path.join(out, "headline", "bf16", "seed1"), [0.9] * 12, [0.5] * 12,
+              finished=False)  # killed after 12 of 20 steps
+    _fake_run(os.path.join(out, "headline", "bf16", "seed2"), full(0.2), [0.5] * N_STEPS,
+              finished=False)  # every step logged, final checkpoint missing: its metrics count
+    _fake_run(os.path.join(out, "headline", "fp4_naive", "seed0"), [0.9] * 5, [1.0] * 5,
+              finished=False)
+    res_prefix = str(tmp_path / "res")
+    _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1,2", f"--out={out}",
+           f"--results={res_prefix}", f"--steps={N_STEPS}", "--aggregate_only", "--skip_diagnose")
+    with open(res_prefix + "_tiny_headline.json") as f:
+        res = json.load(f)
+    bf = res["variants"]["bf16"]
+    assert sorted(bf["seeds"]) == [0, 2] and set(bf["per_seed"]) == {"0", "2"}
+    assert bf["unfinished"]["1"]["n_steps"] == 12 and bf["unfinished"]["1"]["rl_steps"] == N_STEPS
+    acc = [k for k in bf["mean"] if "acc" in k][0]
+    assert math.isclose(bf["mean"][acc], 0.4) and bf["n"][acc] == 2
+    naive = res["variants"]["fp4_naive"]
+    assert naive["seeds"] == [] and naive["unfinished"]["0"]["n_steps"] == 5
+    assert naive["mean"][acc] != naive["mean"][acc]  # NaN: no finished run
+    md = open(res_prefix + "_tiny_headline.md").read().splitlines()
+    row = lambda v: [l for l in md if l.startswith(f"| {v} |")][0]  # noqa: E731
+    assert row("bf16").startswith("| bf16 | 2 of 3 finished | 0.400 ± 0.283 |")
+    assert row("fp4_naive").startswith("| fp4_naive | 0 of 1 finished | – |")
+    note = [l for l in md if l.startswith("Unfinished runs")][0]
+    assert f"bf16 seed 1 (12 of {N_STEPS} RL steps)" in note
+    assert f"fp4_naive seed 0 (5 of {N_STEPS} RL steps)" in note
