@@ -2,6 +2,7 @@
 
     python experiments/repro.py --config=configs/small.py --study=headline --seeds=0,1,2 \
         --out=experiments/results/repro [--steps N] [--dry_run] [--aggregate_only]
+    python experiments/repro.py --render_only=experiments/results/repro_small_headline.json
 
 Studies (METHOD.md section 7):
 
@@ -21,9 +22,14 @@ unfinished ones resume from their newest checkpoint (run.run does that). A workd
 
 Aggregation writes ``RESULTS_<tag>_<study>.{md,json,png}`` (``--results`` defaults to ``--out``;
 ``<tag>`` is the config file's stem, e.g. ``tiny``): a table of mean +- sample std (ddof=1) over
-seeds of per-run summaries, where per run
+the seeds whose runs finished (metrics of every configured RL step; a run that stopped earlier
+is named under the table and kept apart in the JSON, never averaged) of per-run summaries, where
+per run
 
-* final accuracy / reward = mean over the last 10% of RL steps (at least one step);
+* train-rollout accuracy / reward = mean over the last 10% of RL steps (at least one step) of the
+  accuracy / reward of that step's own training rollouts, sampled at temperature 1 on the prompts
+  the step trains on: a training signal, not a held-out evaluation (the deployment study's greedy
+  held-out accuracy is one);
 * log-prob gap max = the largest per-step ``logprob_gap_max`` of the run; gap mean, k3 KL, code
   and routing agreement, hint bytes per token = means over steps (NaN-free steps);
 * step time = median over steps of rollout + train + sync seconds (the median drops the compile
@@ -31,6 +37,14 @@ seeds of per-run summaries, where per run
 
 plus reward and log-prob gap curves (seed means) per variant and the code-distance histogram of
 ``diagnose`` on the final trace checkpoint (seed 0).
+
+``--render_only=RESULTS.json`` rewrites ``RESULTS.json`` in the current schema and the generated
+parts of ``RESULTS.md`` (variant table, legend, unfinished-runs line, curves link) from that JSON
+alone: no run directories, no config, no plot (the PNG beside it is linked as it is); every other
+line of the .md, e.g. notes added after the run, stays. A JSON written before the unfinished-run
+split and the train-rollout rename (keys ``final_accuracy`` / ``final_reward``) is read too: its
+keys are renamed and its runs are split by their logged steps against ``--steps``, else the RL
+steps of the header's recorded run config.
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -71,6 +86,10 @@ _EVAL_BATCHES = flags.DEFINE_integer("eval_batches", 8, "Held-out batches for de
 _DRY = flags.DEFINE_bool("dry_run", False, "Print the planned runs and exit.", flag_values=FV)
 _AGG_ONLY = flags.DEFINE_bool("aggregate_only", False, "Only rebuild tables from existing runs.",
                               flag_values=FV)
+_RENDER = flags.DEFINE_string(
+    "render_only", None, "Path of a results JSON: rewrite it and its .md from it alone (old "
+    "schemas upgraded; --steps = the runs' configured RL steps where it does not record them).",
+    flag_values=FV)
 _NOTE = flags.DEFINE_string("note", "", "Markdown paragraph placed under the table header "
                             "(scale caveats, what is missing).", flag_values=FV)
 _DEVICE = flags.DEFINE_string("device", "", "Device named in the table header (default: this "
@@ -293,9 +312,9 @@ def summarize_run(rows: list[dict]) -> dict:
               for r in rows]
     gmax = [x for x in col("logprob_gap_max") if x is not None and np.isfinite(x)]
     return {
-        "n_steps": n,
-        "final_accuracy": _nanmean(col("accuracy", last)),
-        "final_reward": _nanmean(col("reward_mean", last)),
+        "n_steps": n,  # RL steps logged
+        "train_rollout_accuracy": _nanmean(col("accuracy", last)),
+        "train_rollout_reward": _nanmean(col("reward_mean", last)),
         "logprob_gap_max": float(max(gmax)) if gmax else float("nan"),
         "logprob_gap_mean": _nanmean(col("logprob_gap_mean")),
         "kl_k3": _nanmean(col("kl_k3")),
@@ -307,11 +326,15 @@ def summarize_run(rows: list[dict]) -> dict:
     }
 
 
-SUMMARY_KEYS = ("final_accuracy", "final_reward", "logprob_gap_max", "logprob_gap_mean", "kl_k3",
-                "code_agreement_hinted", "code_agreement_unhinted", "routing_agreement",
-                "hint_bytes_per_token", "step_time_s")
-HEADERS = ("final acc", "final reward", "gap max", "gap mean", "k3 KL", "codes hinted",
-           "codes unhinted", "routing agr", "hint B/tok", "step s")
+SUMMARY_KEYS = ("train_rollout_accuracy", "train_rollout_reward", "logprob_gap_max",
+                "logprob_gap_mean", "kl_k3", "code_agreement_hinted", "code_agreement_unhinted",
+                "routing_agreement", "hint_bytes_per_token", "step_time_s")
+# "{last}": the window of the train-rollout means, e.g. "last 10 steps" (see last_window)
+HEADERS = ("train-rollout acc (T=1, {last})", "train-rollout reward (T=1, {last})", "gap max",
+           "gap mean", "k3 KL", "codes hinted", "codes unhinted", "routing agr", "hint B/tok",
+           "step s")
+# keys of results JSONs written before the rename (read by --render_only)
+LEGACY_KEYS = {"final_accuracy": "train_rollout_accuracy", "final_reward": "train_rollout_reward"}
 
 
 def mean_std(xs) -> tuple[float, float, int]:
@@ -331,57 +354,115 @@ def fmt_ms(m: float, s: float, digits: int) -> str:
     return f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
-_DIGITS = {"final_accuracy": 3, "final_reward": 3, "logprob_gap_max": 3, "logprob_gap_mean": 4,
-           "kl_k3": 5, "code_agreement_hinted": 4, "code_agreement_unhinted": 4,
-           "routing_agreement": 4, "hint_bytes_per_token": 0, "step_time_s": 3}
+_DIGITS = {"train_rollout_accuracy": 3, "train_rollout_reward": 3, "logprob_gap_max": 3,
+           "logprob_gap_mean": 4, "kl_k3": 5, "code_agreement_hinted": 4,
+           "code_agreement_unhinted": 4, "routing_agreement": 4, "hint_bytes_per_token": 0,
+           "step_time_s": 3}
 
 
-def aggregate_runs(runs: list[RunSpec]) -> dict:
-    """{variant: {"seeds": [...], "per_seed": {seed: summary}, "mean": {...}, "std": {...},
-    "curves": {metric: [seed-mean per step]}}} for the runs that have metrics."""
+def configured_rl_steps(base, spec: RunSpec) -> int:
+    """The RL steps ``spec``'s run was configured for: its recorded ``config.json``, else the
+    planned config (``base`` with the spec's overrides)."""
+    config = run_config(spec.workdir)
+    return int((config if config is not None else make_config(base, spec)).train.steps)
+
+
+def seed_stats(per_seed: dict) -> dict:
+    """{"mean", "std", "n"} over seeds of every SUMMARY_KEYS entry of ``per_seed``'s summaries."""
+    ms = {k: mean_std([p[k] for p in per_seed.values()]) for k in SUMMARY_KEYS}
+    return {stat: {k: ms[k][i] for k in SUMMARY_KEYS}
+            for i, stat in enumerate(("mean", "std", "n"))}
+
+
+def aggregate_runs(runs: list[RunSpec], base) -> dict:
+    """{variant: {"seeds": [...], "per_seed": {seed: summary}, "unfinished": {seed: summary},
+    "mean": {...}, "std": {...}, "n": {...}, "curves": {metric: [seed-mean per step]},
+    "curve_seeds": [...]}} for the runs that have metrics.
+
+    A run is finished when its metrics hold each of its configured RL steps
+    (:func:`configured_rl_steps`; a missing final checkpoint does not matter here). Only finished
+    runs are in "seeds", "per_seed", the means and the stds; a run whose metrics stop earlier
+    (killed by a time limit, still running) goes to "unfinished" with its summary over the steps it
+    logged, so the table names it instead of averaging numbers from earlier in training. The
+    curves average the finished runs (the unfinished ones where none finished), up to the
+    shortest; "curve_seeds" lists them. Every summary has "n_steps" (logged) and "rl_steps"
+    (configured)."""
     by_var: dict[str, dict] = {}
     for spec in runs:
         rows = read_metrics(spec.workdir)
         if not rows:
             continue
-        v = by_var.setdefault(spec.variant, {"seeds": [], "per_seed": {}, "rows": {}})
-        v["seeds"].append(spec.seed)
-        v["per_seed"][str(spec.seed)] = summarize_run(rows)
-        v["rows"][spec.seed] = sorted(rows, key=lambda r: r["step"])
+        rows = sorted(rows, key=lambda r: r["step"])
+        n_rl = configured_rl_steps(base, spec)
+        summary = dict(summarize_run(rows), rl_steps=n_rl)
+        finished = set(range(n_rl)) <= {r["step"] for r in rows}
+        v = by_var.setdefault(spec.variant, {"done": {}, "unfinished": {}, "rows": {}})
+        v["done" if finished else "unfinished"][spec.seed] = summary
+        v["rows"][spec.seed] = rows
     out = {}
     for name, v in by_var.items():
-        per = list(v["per_seed"].values())
-        ms = {k: mean_std([p[k] for p in per]) for k in SUMMARY_KEYS}
-        curves = {}
-        for key in ("reward_mean", "accuracy", "logprob_gap_max", "logprob_gap_mean"):
-            n = min(len(r) for r in v["rows"].values())
-            curves[key] = [_nanmean([v["rows"][s][i].get(key) for s in v["rows"]])
-                           for i in range(n)]
-        out[name] = {"seeds": v["seeds"], "per_seed": v["per_seed"],
-                     "mean": {k: ms[k][0] for k in SUMMARY_KEYS},
-                     "std": {k: ms[k][1] for k in SUMMARY_KEYS},
-                     "n": {k: ms[k][2] for k in SUMMARY_KEYS},
-                     "curves": curves}
+        per = {str(s): p for s, p in v["done"].items()}
+        curve_seeds = list(v["done"] or v["unfinished"])
+        n = min(len(v["rows"][s]) for s in curve_seeds)
+        curves = {key: [_nanmean([v["rows"][s][i].get(key) for s in curve_seeds])
+                        for i in range(n)]
+                  for key in ("reward_mean", "accuracy", "logprob_gap_max", "logprob_gap_mean")}
+        out[name] = {"seeds": list(v["done"]), "per_seed": per,
+                     "unfinished": {str(s): p for s, p in v["unfinished"].items()},
+                     **seed_stats(per), "curves": curves, "curve_seeds": curve_seeds}
     return out
 
 
-LEGEND = ("Per run: final acc / reward = mean over the last 10% of RL steps (training rollouts, "
-          "temperature 1); gap max = the run's largest per-step max |log pi_train - log "
-          "pi_rollout|; gap mean, k3 KL, code agreement (trainer vs rollout FP4 codes at hinted / "
-          "unhinted sites), routing agreement and hint bytes per token = means over steps; step s = "
-          "median rollout + train + sync seconds. Then mean ± sample std over seeds; – = not "
-          "applicable (no FP4 codes / no hinted sites).")
+LEGEND = ("Per run: train-rollout acc / reward = mean over the last 10% of RL steps of the "
+          "accuracy / reward of each step's own training rollouts (sampled at temperature 1 on the "
+          "prompts the step trains on; not a held-out evaluation); gap max = the run's largest "
+          "per-step max |log pi_train - log pi_rollout|; gap mean, k3 KL, code agreement "
+          "(trainer vs rollout FP4 codes at hinted / unhinted sites), routing agreement and hint "
+          "bytes per token = means over steps; step s = median rollout + train + sync seconds. "
+          "Then mean ± sample std over the seeds whose runs logged every configured RL step; – = "
+          "not applicable (no FP4 codes / no hinted sites) or no finished run.")
+
+
+def seeds_cell(a: dict) -> str:
+    """The table's seeds cell: how many runs the row averages, and of how many when some did not
+    finish."""
+    n_done, n_unf = len(a["seeds"]), len(a.get("unfinished", {}))
+    return f"{n_done} of {n_done + n_unf} finished" if n_unf else str(n_done)
+
+
+def last_window(agg: dict) -> str:
+    """The train-rollout window in words: "last k steps" when every finished run of ``agg`` has the
+    same configured RL steps (k = 10% of them, rounded up), else "last 10% of steps"."""
+    ks = {max(1, math.ceil(0.1 * p["rl_steps"])) for a in agg.values()
+          for p in a["per_seed"].values()}
+    if len(ks) == 1:
+        k = ks.pop()
+        return f"last {k} step" + ("s" if k > 1 else "")
+    return "last 10% of steps"
 
 
 def markdown_table(agg: dict, order=None) -> str:
     names = [n for n in (order or agg) if n in agg]
-    lines = ["| variant | seeds | " + " | ".join(HEADERS) + " |",
+    headers = [h.format(last=last_window(agg)) for h in HEADERS]
+    lines = ["| variant | seeds | " + " | ".join(headers) + " |",
              "|---" * (len(HEADERS) + 2) + "|"]
     for n in names:
         a = agg[n]
         cells = [fmt_ms(a["mean"][k], a["std"][k], _DIGITS[k]) for k in SUMMARY_KEYS]
-        lines.append(f"| {n} | {len(a['seeds'])} | " + " | ".join(cells) + " |")
+        lines.append(f"| {n} | {seeds_cell(a)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def unfinished_note(agg: dict, order=None) -> str | None:
+    """A line naming the runs left out of the means for stopping early, or None if none did."""
+    names = [n for n in (order or agg) if n in agg]
+    unf = [f"{n} seed {s} ({p['n_steps']} of {p['rl_steps']} RL steps)"
+           for n in names for s, p in sorted(agg[n].get("unfinished", {}).items(),
+                                              key=lambda sp: int(sp[0]))]
+    if not unf:
+        return None
+    return ("Unfinished runs, left out of the means and stds (their metrics stop before the "
+            "configured RL steps): " + ", ".join(unf) + ".")
 
 
 def plot(agg: dict, diag: dict | None, path: str, title: str) -> bool:
@@ -396,8 +477,9 @@ def plot(agg: dict, diag: dict | None, path: str, title: str) -> bool:
     fig, axes = plt.subplots(1, n_panels, figsize=(5.2 * n_panels, 4))
     for name, a in agg.items():
         c = a["curves"]
-        axes[0].plot(c["reward_mean"], label=name)
-        axes[1].plot(c["logprob_gap_max"], label=name)
+        label = name if a["seeds"] else f"{name} (unfinished)"
+        axes[0].plot(c["reward_mean"], label=label)
+        axes[1].plot(c["logprob_gap_max"], label=label)
     axes[0].set(title="reward (mean over seeds)", xlabel="RL step", ylabel="reward")
     axes[1].set(title="max |log-prob gap| (mean over seeds)", xlabel="RL step", yscale="log")
     axes[0].legend(fontsize=7)
@@ -508,11 +590,75 @@ def post_evaluate(base, runs: list[RunSpec], what, n_eval_batches: int) -> None:
                 traceback.print_exc()
 
 
+def table_block(result: dict) -> list[str]:
+    """The .md lines of the variant table, its legend and the unfinished-runs line."""
+    agg = result["variants"]
+    order = [n for n, _ in study_variants(result["study"])]
+    lines = [*markdown_table(agg, order).splitlines(), "", LEGEND]
+    note = unfinished_note(agg, order)
+    return lines + (["", note] if note else [])
+
+
+def refresh_markdown(old: str, result: dict, png: str | None) -> str:
+    """``old`` (a results .md) with its generated variant table, legend, unfinished-runs line and
+    (``png`` given) curves link rendered anew from ``result``; every other line stays (headers and
+    notes edited by hand after the run). ``old`` without a variant table: the whole .md anew."""
+    lines = old.splitlines()
+    starts = [i for i, l in enumerate(lines) if l.startswith("| variant | seeds |")]
+    if not starts:
+        return render_markdown(result, png)
+    i = j = starts[0]
+    while j < len(lines) and lines[j].startswith("|"):
+        j += 1
+    while (j + 1 < len(lines) and not lines[j]
+           and lines[j + 1].startswith(("Per run:", "Unfinished runs"))):
+        j += 2
+    lines[i:j] = table_block(result)
+    if png:
+        lines = [f"![curves]({png})" if l.startswith("![curves](") else l for l in lines]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(result: dict, png: str | None) -> str:
+    """The .md of a results dict (what write_results stores as JSON); ``png``: the plot's file name
+    to link, or None."""
+    md = [result["header"], "", *table_block(result)]
+    if "deployment" in result:
+        md += ["", f"Held-out greedy accuracy ({result['eval_batches']} eval batches), FP4 rollout "
+                   "engine:", "", "| policy / engine | seeds | accuracy |", "|---|---|---|"]
+        for row, d in result["deployment"].items():
+            md.append(f"| {row} | {len(d['per_seed'])} | {fmt_ms(d['mean'], d['std'], 3)} |")
+    diag_res = result.get("diagnose")
+    if diag_res:
+        md += ["", f"Code-distance histogram (diagnose on `{diag_res['_checkpoint']}` final "
+                   "checkpoint, one held-out batch; counts at distance 0..6):", ""]
+        for k, h in diagnose_hists(diag_res).items():
+            h = [int(x) for x in h]
+            mism = sum(h[1:])
+            one = h[1] / mism if mism else float("nan")
+            md.append(f"- {k}: {h[:7]}; mismatches one step apart: {one:.4f}")
+    if png:
+        md += ["", f"![curves]({png})"]
+    return "\n".join(md) + "\n"
+
+
+def diagnose_hists(diag_res: dict | None) -> dict:
+    """{row: code-distance histogram} of a diagnose() result, for the rows the table shows."""
+    return {k: diag_res[k]["code_distance_hist"] for k in ("fp4_qat_rtn", "trace", "trace+r3")
+            if k in (diag_res or {}) and "code_distance_hist" in diag_res[k]}
+
+
+def _write(prefix: str, result: dict, md: str) -> None:
+    with open(prefix + ".md", "w") as f:
+        f.write(md)
+    with open(prefix + ".json", "w") as f:
+        json.dump(result, f, indent=1, default=float)
+    print(md, end="", flush=True)
+
+
 def write_results(base, study: str, runs: list[RunSpec], prefix: str, header: str,
                   n_eval_batches: int, skip_diag: bool) -> dict:
-    agg = aggregate_runs(runs)
-    order = [n for n, _ in study_variants(study)]
-    diag_hist = None
+    agg = aggregate_runs(runs, base)
     diag_res = None
     spec = diagnose_spec(runs)
     if not skip_diag and spec is not None:
@@ -521,35 +667,62 @@ def write_results(base, study: str, runs: list[RunSpec], prefix: str, header: st
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         if diag_res:
-            diag_hist = {k: diag_res[k]["code_distance_hist"] for k in
-                         ("fp4_qat_rtn", "trace", "trace+r3")
-                         if k in diag_res and "code_distance_hist" in diag_res[k]}
             diag_res["_checkpoint"] = spec.workdir
-    md = [header, "", markdown_table(agg, order), "", LEGEND]
     result = {"study": study, "header": header, "variants": agg, "diagnose": diag_res}
     if study == "deployment":
-        dep = deployment_eval(base, runs, n_eval_batches)
-        result["deployment"] = dep
-        md += ["", f"Held-out greedy accuracy ({n_eval_batches} eval batches), FP4 rollout engine:",
-               "", "| policy / engine | seeds | accuracy |", "|---|---|---|"]
-        for row, d in dep.items():
-            md.append(f"| {row} | {len(d['per_seed'])} | {fmt_ms(d['mean'], d['std'], 3)} |")
-    if diag_res:
-        md += ["", f"Code-distance histogram (diagnose on `{diag_res['_checkpoint']}` final "
-                   "checkpoint, one held-out batch; counts at distance 0..6):", ""]
-        for k, h in (diag_hist or {}).items():
-            h = [int(x) for x in h]
-            mism = sum(h[1:])
-            one = h[1] / mism if mism else float("nan")
-            md.append(f"- {k}: {h[:7]}; mismatches one step apart: {one:.4f}")
+        result["deployment"] = deployment_eval(base, runs, n_eval_batches)
+        result["eval_batches"] = n_eval_batches
     png = prefix + ".png"
-    if agg and plot(agg, diag_hist, png, header.splitlines()[0].lstrip("# ")):
-        md += ["", f"![curves]({os.path.basename(png)})"]
-    with open(prefix + ".md", "w") as f:
-        f.write("\n".join(md) + "\n")
-    with open(prefix + ".json", "w") as f:
-        json.dump(result, f, indent=1, default=float)
-    print("\n".join(md), flush=True)
+    linked = bool(agg) and plot(agg, diagnose_hists(diag_res) or None, png,
+                                header.splitlines()[0].lstrip("# "))
+    _write(prefix, result, render_markdown(result, os.path.basename(png) if linked else None))
+    return result
+
+
+def upgrade_result(result: dict, rl_steps: int | None, eval_batches: int) -> dict:
+    """A results JSON of any earlier schema in the current one (a current one comes back equal).
+
+    Old summaries' "final_accuracy" / "final_reward" become "train_rollout_accuracy" /
+    "train_rollout_reward". Where the JSON predates the unfinished-run split, each run's configured
+    RL steps are ``rl_steps``, else the ``+ RL <n> steps`` of the header's recorded run config; runs
+    that logged fewer move to "unfinished", and the means and stds are recomputed over the rest.
+    The old curves stay as they were, over every seed with metrics ("curve_seeds" says so)."""
+    result = json.loads(json.dumps(result))
+    recorded = re.search(r"\+ RL (\d+) steps", result.get("header", ""))
+    for a in result["variants"].values():
+        per = {s: {LEGACY_KEYS.get(k, k): x for k, x in p.items()}
+               for s, p in a["per_seed"].items()}
+        unfinished = {s: {LEGACY_KEYS.get(k, k): x for k, x in p.items()}
+                      for s, p in a.get("unfinished", {}).items()}
+        a.setdefault("curve_seeds", [int(s) for s in per])
+        for s, p in list(per.items()):
+            if "rl_steps" not in p:
+                n_rl = rl_steps if rl_steps is not None else (
+                    int(recorded.group(1)) if recorded else None)
+                if n_rl is None:
+                    raise ValueError("the results JSON records no configured RL steps; "
+                                     "pass --steps")
+                p["rl_steps"] = n_rl
+            if p["n_steps"] < p["rl_steps"]:
+                unfinished[s] = per.pop(s)
+        a["seeds"] = [int(s) for s in per]
+        a["per_seed"], a["unfinished"] = per, unfinished
+        a.update(seed_stats(per))
+    if "deployment" in result:
+        result.setdefault("eval_batches", eval_batches)
+    return result
+
+
+def render_only(path: str, rl_steps: int | None, eval_batches: int) -> dict:
+    """--render_only: rewrite ``path`` (a results JSON, upgraded to the current schema) and the
+    generated parts of the .md beside it (:func:`refresh_markdown`; the whole .md if there is none)
+    from the JSON alone, linking the PNG beside it if there is one (it is not redrawn)."""
+    with open(path) as f:
+        result = upgrade_result(json.load(f), rl_steps, eval_batches)
+    prefix = path[:-len(".json")] if path.endswith(".json") else path
+    png = os.path.basename(prefix + ".png") if os.path.exists(prefix + ".png") else None
+    old = open(prefix + ".md").read() if os.path.exists(prefix + ".md") else ""
+    _write(prefix, result, refresh_markdown(old, result, png))
     return result
 
 
@@ -557,6 +730,9 @@ def main(argv):
     del argv
     from absl import logging
     logging.set_verbosity(logging.WARNING)  # orbax/jax INFO chatter
+    if _RENDER.value:
+        render_only(_RENDER.value, _STEPS.value, _EVAL_BATCHES.value)
+        return
     base = _CONFIG.value
     if base is None:
         raise app.UsageError("--config is required")

@@ -72,11 +72,12 @@ def test_dry_run_and_aggregate(tmp_path):
     bf = res["variants"]["bf16"]
     assert sorted(bf["seeds"]) == [0, 1]
     assert set(res["variants"]) == {"bf16"}  # runs without metrics are left out
-    # by hand: final accuracy per seed 0.6 and 0.3 -> mean 0.45, sample std sqrt(2 * 0.15^2 / 1)
-    assert math.isclose(bf["per_seed"]["0"]["final_accuracy"], 0.6)
-    assert math.isclose(bf["per_seed"]["1"]["final_accuracy"], 0.3)
-    assert math.isclose(bf["mean"]["final_accuracy"], 0.45)
-    assert math.isclose(bf["std"]["final_accuracy"], math.sqrt(2 * 0.15 ** 2))
+    # by hand: train-rollout accuracy per seed 0.6 and 0.3 -> mean 0.45, sample std
+    # sqrt(2 * 0.15^2 / 1)
+    assert math.isclose(bf["per_seed"]["0"]["train_rollout_accuracy"], 0.6)
+    assert math.isclose(bf["per_seed"]["1"]["train_rollout_accuracy"], 0.3)
+    assert math.isclose(bf["mean"]["train_rollout_accuracy"], 0.45)
+    assert math.isclose(bf["std"]["train_rollout_accuracy"], math.sqrt(2 * 0.15 ** 2))
     # gap max = the run's peak step: 2.0 and 1.0 -> 1.5 +- sqrt(0.5)
     assert math.isclose(bf["mean"]["logprob_gap_max"], 1.5)
     assert math.isclose(bf["std"]["logprob_gap_max"], math.sqrt(0.5))
@@ -89,6 +90,12 @@ def test_dry_run_and_aggregate(tmp_path):
     md = open(res_prefix + "_tiny_headline.md").read()
     row = [l for l in md.splitlines() if l.startswith("| bf16 |")][0]
     assert "| 2 | 0.450 ± 0.212 |" in row
+    # the accuracy is the training rollouts' (temperature 1), not a held-out evaluation
+    assert md.splitlines()[[i for i, l in enumerate(md.splitlines()) if l.startswith(
+        "| bf16 |")][0] - 2].startswith(
+        "| variant | seeds | train-rollout acc (T=1, last 2 steps) | "
+        "train-rollout reward (T=1, last 2 steps) |")
+    assert "final acc" not in md
     assert "1.500 ± 0.707" in row and "–" in row
 
 
@@ -219,3 +226,106 @@ def test_post_eval_jobs_and_dispatch(tmp_path, monkeypatch):
     out = subprocess.run([sys.executable, SCRIPT, "--config=configs/tiny.py", "--post_eval=deplyo",
                           "--dry_run"], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode != 0 and "deplyo" in out.stderr
+
+
+def test_aggregate_leaves_unfinished_runs_out_of_the_means(tmp_path):
+    """A run whose metrics stop before its configured RL steps (e.g. killed by a time limit) is
+    named in the table, not averaged: its last-10% numbers would come from earlier in training."""
+    out = str(tmp_path / "runs")
+    full = lambda a: [0.1] * (N_STEPS - 2) + [a, a]  # noqa: E731
+    _fake_run(os.path.join(out, "headline", "bf16", "seed0"), full(0.6), [0.5] * N_STEPS)
+    _fake_run(os.path.join(out, "headline", "bf16", "seed1"), [0.9] * 12, [0.5] * 12,
+              finished=False)  # killed after 12 of 20 steps
+    _fake_run(os.path.join(out, "headline", "bf16", "seed2"), full(0.2), [0.5] * N_STEPS,
+              finished=False)  # every step logged, final checkpoint missing: its metrics count
+    _fake_run(os.path.join(out, "headline", "fp4_naive", "seed0"), [0.9] * 5, [1.0] * 5,
+              finished=False)
+    res_prefix = str(tmp_path / "res")
+    _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1,2", f"--out={out}",
+           f"--results={res_prefix}", f"--steps={N_STEPS}", "--aggregate_only", "--skip_diagnose")
+    with open(res_prefix + "_tiny_headline.json") as f:
+        res = json.load(f)
+    bf = res["variants"]["bf16"]
+    assert sorted(bf["seeds"]) == [0, 2] and set(bf["per_seed"]) == {"0", "2"}
+    assert bf["unfinished"]["1"]["n_steps"] == 12 and bf["unfinished"]["1"]["rl_steps"] == N_STEPS
+    acc = [k for k in bf["mean"] if "acc" in k][0]
+    assert math.isclose(bf["mean"][acc], 0.4) and bf["n"][acc] == 2
+    naive = res["variants"]["fp4_naive"]
+    assert naive["seeds"] == [] and naive["unfinished"]["0"]["n_steps"] == 5
+    assert naive["mean"][acc] != naive["mean"][acc]  # NaN: no finished run
+    md = open(res_prefix + "_tiny_headline.md").read().splitlines()
+    row = lambda v: [l for l in md if l.startswith(f"| {v} |")][0]  # noqa: E731
+    assert row("bf16").startswith("| bf16 | 2 of 3 finished | 0.400 ± 0.283 |")
+    assert row("fp4_naive").startswith("| fp4_naive | 0 of 1 finished | – |")
+    note = [l for l in md if l.startswith("Unfinished runs")][0]
+    assert f"bf16 seed 1 (12 of {N_STEPS} RL steps)" in note
+    assert f"fp4_naive seed 0 (5 of {N_STEPS} RL steps)" in note
+
+
+def _legacy_result(header):
+    """A results JSON as repro.py wrote it before the train-rollout rename and the unfinished-run
+    split: "final_accuracy" / "final_reward" keys, every run with metrics in the means."""
+    def summary(acc, n_steps):
+        return {"n_steps": n_steps, "final_accuracy": acc, "final_reward": acc,
+                "logprob_gap_max": 1.0, "logprob_gap_mean": 0.1, "kl_k3": 1e-3,
+                "code_agreement_hinted": float("nan"), "code_agreement_unhinted": 0.95,
+                "routing_agreement": 1.0, "hint_bytes_per_token": 0.0, "step_time_s": 0.3}
+
+    def variant(per):
+        keys = list(next(iter(per.values())))[1:]
+        mean = {k: sum(p[k] for p in per.values()) / len(per) for k in keys}
+        return {"seeds": [int(s) for s in per], "per_seed": per, "mean": mean,
+                "std": {k: float("nan") for k in keys}, "n": {k: len(per) for k in keys},
+                "curves": {"reward_mean": [0.1, 0.2], "accuracy": [0.1, 0.2],
+                           "logprob_gap_max": [1.0, 1.0], "logprob_gap_mean": [0.1, 0.1]}}
+
+    return {"study": "headline", "header": header, "diagnose": None, "variants": {
+        "bf16": variant({"0": summary(0.6, N_STEPS), "1": summary(0.9, 7)}),
+        "trace": variant({"0": summary(0.5, N_STEPS)})}}
+
+
+def test_render_only_rebuilds_tables_from_a_legacy_json(tmp_path):
+    """--render_only rewrites the .md's tables (and the JSON in the current schema) from a results
+    JSON without the run directories: old "final_*" keys become train-rollout keys, and runs that
+    logged fewer than the configured RL steps (from --steps, else the header's recorded run
+    config) leave the means; lines of the .md written by hand stay."""
+    header = ("# Reproduction study `headline` on `tiny` config\n\nRecorded run config "
+              f"(`config.json` of the runs): task addition, SFT 120 + RL {N_STEPS} steps.")
+    prefix = str(tmp_path / "repro_tiny_headline")
+    with open(prefix + ".json", "w") as f:
+        json.dump(_legacy_result(header), f)
+    _repro(f"--render_only={prefix}.json")
+    with open(prefix + ".json") as f:
+        res = json.load(f)
+    bf = res["variants"]["bf16"]
+    assert bf["seeds"] == [0] and set(bf["per_seed"]) == {"0"}
+    assert bf["unfinished"]["1"]["n_steps"] == 7 and bf["unfinished"]["1"]["rl_steps"] == N_STEPS
+    assert bf["mean"]["train_rollout_accuracy"] == 0.6 and "final_accuracy" not in bf["mean"]
+    assert "final_reward" not in bf["per_seed"]["0"]
+    md = open(prefix + ".md").read()
+    assert md.startswith(header + "\n")
+    assert "| variant | seeds | train-rollout acc (T=1, last 2 steps) |" in md
+    assert "| bf16 | 1 of 2 finished | 0.600 |" in md and "| trace | 1 | 0.500 |" in md
+    assert f"bf16 seed 1 (7 of {N_STEPS} RL steps)" in md
+    assert "final acc" not in md and "![curves]" not in md  # no PNG beside it: no link
+    # the rewritten JSON renders to the same table; --steps overrides the header's steps
+    _repro(f"--render_only={prefix}.json")
+    assert open(prefix + ".md").read() == md
+    with open(prefix + ".json", "w") as f:
+        json.dump(_legacy_result(header), f)
+    _repro(f"--render_only={prefix}.json", "--steps=7")
+    assert "| bf16 | 2 | 0.750 ± 0.212 |" in open(prefix + ".md").read()
+    # an existing .md keeps what was written by hand; its table, legend and link are redone
+    with open(prefix + ".json", "w") as f:
+        json.dump(_legacy_result(header), f)
+    with open(prefix + ".md", "w") as f:
+        f.write(f"{header}\n\nA note added by hand.\n\n| variant | seeds | final acc |\n"
+                "|---|---|---|\n| bf16 | 2 | 0.750 |\n\nPer run: final acc / reward = ...\n\n"
+                "![curves](old.png)\n\nA note added after the run.\n")
+    open(prefix + ".png", "w").close()
+    _repro(f"--render_only={prefix}.json")
+    md = open(prefix + ".md").read()
+    assert md.startswith(f"{header}\n\nA note added by hand.\n\n| variant | seeds | train-rollout")
+    assert "| bf16 | 1 of 2 finished | 0.600 |" in md and "final acc" not in md
+    assert md.endswith("RL steps).\n\n![curves](repro_tiny_headline.png)\n\n"
+                       "A note added after the run.\n")
