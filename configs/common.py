@@ -89,6 +89,7 @@ def base_config():
         adv_std_norm=True,  # False = Dr.GRPO
         loss_agg="token_mean",  # token_mean | seq_mean | dr_grpo
         kl_coef=0.0,
+        truncated="score",  # responses without EOS: score | fail (reward 0) | mask (no gradient)
     ))
     c.checkpoint = ml_collections.ConfigDict(dict(every=10, keep=3))
 

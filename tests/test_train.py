@@ -63,6 +63,36 @@ def test_group_advantages():
         grpo.group_advantages(r, 4)
 
 
+@pytest.mark.parametrize("how", grpo.TRUNCATED)
+def test_truncated_responses(how):
+    """Group of 3 with one truncated response scored 1: ``score`` keeps its reward, ``fail``
+    makes it 0 (the baseline then sees one success), ``mask`` keeps the baseline and zeroes only
+    its advantage."""
+    r = np.array([1.0, 0.0, 1.0])
+    fin = np.array([True, True, False])
+    cfg = grpo.GRPOConfig(truncated=how)
+    rew, adv = map(np.asarray, grpo.rewards_and_advantages(r, fin, 3, cfg))
+    full = np.asarray(grpo.group_advantages(jnp.asarray(r), 3))
+    if how == "score":
+        np.testing.assert_array_equal(rew, r)
+        np.testing.assert_allclose(adv, full)
+    elif how == "fail":
+        np.testing.assert_array_equal(rew, [1.0, 0.0, 0.0])
+        np.testing.assert_allclose(adv, np.asarray(grpo.group_advantages(jnp.asarray(rew), 3)))
+        assert adv[0] > 0 > adv[2]
+    else:
+        np.testing.assert_array_equal(rew, r)
+        np.testing.assert_allclose(adv, [full[0], full[1], 0.0])
+        assert full[2] != 0
+
+
+def test_truncated_mode_is_validated():
+    with pytest.raises(ValueError, match="train.truncated"):
+        grpo.GRPOConfig(truncated="drop")
+    with pytest.raises(ValueError, match="does not match"):
+        grpo.rewards_and_advantages(np.zeros(4), np.ones(2, bool), 2, grpo.GRPOConfig())
+
+
 def test_nonfinite_update_is_skipped():
     opt = TR.make_optimizer(1e-2, 1, 10, 0.0, 1.0)
     p = {"w": jnp.ones(3)}

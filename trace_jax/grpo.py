@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 IS_MODES = ("token_tis", "seq_mask", "none")
 LOSS_AGGS = ("token_mean", "seq_mean", "dr_grpo")
+TRUNCATED = ("score", "fail", "mask")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,12 +25,17 @@ class GRPOConfig:
     adv_std_norm: bool = True  # False = Dr.GRPO-style (no std normalisation)
     loss_agg: str = "token_mean"  # token_mean | seq_mean | dr_grpo (sum / (B * max_len))
     kl_coef: float = 0.0  # k3 KL to the reference policy
+    # Responses cut at max_new_tokens (no EOS): score their text like any other (TRL's default),
+    # fail them (reward 0), or mask them (advantage 0: no policy gradient, DAPO's overlong filter).
+    truncated: str = "score"
 
     def __post_init__(self):
         if self.is_mode not in IS_MODES:
             raise ValueError(f"train.is_mode must be one of {IS_MODES}, got {self.is_mode!r}")
         if self.loss_agg not in LOSS_AGGS:
             raise ValueError(f"train.loss_agg must be one of {LOSS_AGGS}, got {self.loss_agg!r}")
+        if self.truncated not in TRUNCATED:
+            raise ValueError(f"train.truncated must be one of {TRUNCATED}, got {self.truncated!r}")
         if self.is_cap <= 1:
             raise ValueError(f"train.is_cap must be > 1, got {self.is_cap}")
         if self.clip_eps_low < 0 or self.clip_eps_high < 0:
@@ -47,6 +53,22 @@ def group_advantages(rewards_B, group_size: int, std_norm: bool = True, eps: flo
     if std_norm:
         a = a / (jnp.std(r, axis=1, keepdims=True) + eps)
     return a.reshape(B)
+
+
+def rewards_and_advantages(rewards_B, finished_B, group_size: int, cfg: GRPOConfig):
+    """(rewards, advantages) [B] after ``cfg.truncated``: ``fail`` sets an unfinished response's
+    reward to 0 before the group baseline; ``mask`` keeps its reward in the baseline but gives it
+    advantage 0, so it adds no policy gradient; ``score`` changes nothing."""
+    rewards = jnp.asarray(rewards_B, jnp.float32)
+    finished = jnp.asarray(finished_B, bool)
+    if finished.shape != rewards.shape:
+        raise ValueError(f"finished {finished.shape} does not match rewards {rewards.shape}")
+    if cfg.truncated == "fail":
+        rewards = jnp.where(finished, rewards, 0.0)
+    adv = group_advantages(rewards, group_size, cfg.adv_std_norm)
+    if cfg.truncated == "mask":
+        adv = jnp.where(finished, adv, 0.0)
+    return rewards, adv
 
 
 def is_weights(old_lp_BxT, rollout_lp_BxT, mask_BxT, cfg: GRPOConfig):

@@ -423,10 +423,12 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
 
     reps = [e for e in examples for _ in range(exp.group_size)]
     comps = X.completions(exp, ro)
-    rewards = exp.task.rewards(reps, comps)
     correct = np.asarray([exp.task.is_correct(e, tasks.extract_answer(c))
                           for e, c in zip(reps, comps)], np.float32)
-    adv = grpo.group_advantages(jnp.asarray(rewards), exp.group_size, tc.grpo.adv_std_norm)
+    finished = D.to_host(ro.finished)
+    rewards, adv = grpo.rewards_and_advantages(exp.task.rewards(reps, comps), finished,
+                                               exp.group_size, tc.grpo)
+    rewards = np.asarray(rewards)
     if placement is not None:  # every process computed all rewards; keep only its shards
         adv = placement.put_batch(adv, adv.shape[0])
     batch = TR.make_batch(ro, adv, exp.train_numerics, rec_codes)
@@ -460,7 +462,7 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
         "grad_norm": float(m["grad_norm"]),
         "prob_gap_max": float(m["prob_gap_max"]),
         "mismatch_one_step_frac": float(m.get("mismatch_one_step_frac", nan)),
-        "finished_frac": float(np.mean(D.to_host(ro.finished))),
+        "finished_frac": float(np.mean(finished)),
     }
     out["_state"], out["_finite"] = new_ts, bool(finite)
     return out
