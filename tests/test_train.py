@@ -291,6 +291,53 @@ def test_repeated_nonfinite_steps_stop_with_message(tmp_path, monkeypatch):
         RUN.run(small(tmp_path, **{"train.steps": 4}))
 
 
+def test_nonfinite_streak_survives_a_resume(tmp_path, monkeypatch, capsys):
+    """The count of consecutive non-finite steps is checkpointed: RL steps 0 and 1 are
+    non-finite, the checkpoint after step 1 holds the count 2, the run crashes at step 2; the
+    resumed run's step 2 is the streak's third and stops it (train.max_nonfinite_steps=3), as in
+    an uninterrupted run."""
+    real = RUN.rl_iteration
+    crash = [True]
+
+    def nonfinite(exp, tc, ts, stale, ref, step, *a, **k):
+        if step == 2 and crash[0]:
+            raise KeyboardInterrupt("simulated crash")
+        m = real(exp, tc, ts, stale, ref, step, *a, **k)
+        m["_finite"] = False
+        return m
+
+    monkeypatch.setattr(RUN, "rl_iteration", nonfinite)
+    c = small(tmp_path, **{"sft.steps": 0, "train.steps": 4})
+    with pytest.raises(KeyboardInterrupt):
+        RUN.run(c)
+    crash[0] = False
+    with pytest.raises(FloatingPointError, match="3 consecutive non-finite steps"):
+        RUN.run(c)
+    assert "resumed from checkpoint step 2" in capsys.readouterr().out
+
+
+def test_checkpoints_without_the_nonfinite_count_still_restore(finished_run, tmp_path, capsys):
+    """A checkpoint written before the non-finite count was saved restores with a count of 0."""
+    from trace_jax import checkpoint
+
+    c = small(tmp_path)
+    exp, tc = RUN.X.build(c), RUN.train_config(c)
+    abstract = jax.eval_shape(lambda: RUN.initial_state(exp, c, tc))
+    shutil.copytree(finished_run / "checkpoints", tmp_path / "new")
+    new = checkpoint.Checkpointer(str(tmp_path / "new"))
+    step, state = new.restore_latest(abstract, defaults=RUN.STATE_DEFAULTS)
+    new.close()
+    assert step == 6 and int(state["nonfinite"]) == 0
+    old = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+    old.save(6, {k: v for k, v in state.items() if k != "nonfinite"})
+    step, state = old.restore_latest(abstract, defaults=RUN.STATE_DEFAULTS)
+    old.close()
+    assert step == 6 and int(state["nonfinite"]) == 0
+    RUN.run(c)  # (6 = the last step: restores, runs nothing)
+    assert "resumed from checkpoint step 6" in capsys.readouterr().out
+    checkpoint.load_params(str(tmp_path), c)
+
+
 def test_config_errors_before_compute(tmp_path):
     with pytest.raises(ValueError, match="unknown train config fields"):
         c = small(tmp_path)

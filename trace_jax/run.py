@@ -33,6 +33,8 @@ METRIC_KEYS = ("step", "reward_mean", "accuracy", "response_len_mean", "entropy"
                "logprob_gap_max", "logprob_gap_mean", "kl_k3", "is_clip_frac",
                "code_agreement_hinted", "code_agreement_unhinted", "routing_agreement",
                "hint_bytes_per_token", "time_rollout_s", "time_train_s", "time_sync_s")
+# run-state entries that older checkpoints lack, with the value such a checkpoint restores with
+STATE_DEFAULTS = {"nonfinite": 0}
 
 
 def train_config(config) -> TR.TrainConfig:
@@ -199,7 +201,8 @@ def workdir_of(config) -> str:
 
 def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement | None = None,
                   params=None):
-    """A fresh run state: ``params`` (a warm start) or a random init, a fresh RL optimizer."""
+    """A fresh run state: ``params`` (a warm start) or a random init, a fresh RL optimizer;
+    ``nonfinite`` counts the consecutive non-finite steps up to ``step``."""
     if params is None:
         key = jax.random.key(config.seed)
         # jitted on one device and on a mesh alike (identical values; eager init rounds
@@ -209,6 +212,7 @@ def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement |
     opt = rl_optimizer(tc)
     # own buffers for the stale versions and the KL reference: the train step donates params
     state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0),
+             "nonfinite": jnp.int32(0),
              "stale": [_copy(params) for _ in range(tc.max_version_diff)]}
     if tc.grpo.kl_coef:
         state["ref"] = _copy(params)
@@ -297,7 +301,7 @@ def run(config) -> dict:
     placement = make_placement(config, exp)
     fresh = place_state(initial_state(exp, config, tc, placement), placement, rl_optimizer(tc))
     # restoring into the fresh state's shardings also reshards a checkpoint from another mesh
-    step0, state = ckpt.restore_latest(C.abstract_like(fresh))
+    step0, state = ckpt.restore_latest(C.abstract_like(fresh), defaults=STATE_DEFAULTS)
     if state is None:
         state, step0 = fresh, 0
         if config.get("init_from", ""):
@@ -320,7 +324,7 @@ def run(config) -> dict:
     bar = tqdm(total=total, initial=step0, desc=config.variant, unit="step", dynamic_ncols=True,
                disable=not main)
     base_key = jax.random.key(config.seed + 1)
-    nonfinite = 0
+    nonfinite = int(state["nonfinite"])  # a streak a resumed run continues
     last = {}
     ts = TR.TrainState(state["params"], state["opt_state"])
     stale = list(state["stale"])
@@ -381,7 +385,7 @@ def run(config) -> dict:
             done = g_step + 1
             if done % config.checkpoint.every == 0 or done == total:
                 st = {"params": ts.params, "opt_state": ts.opt_state, "step": jnp.int32(done),
-                      "stale": stale}
+                      "nonfinite": jnp.int32(nonfinite), "stale": stale}
                 if tc.grpo.kl_coef:
                     st["ref"] = ref if ref is not None else ts.params
                 ckpt.save(done, st)
