@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import struct
 import time
 
 import jax
@@ -258,23 +259,31 @@ class NullLogger:
 
 
 class Logger:
-    """metrics.jsonl + TensorBoard; on resume, drops lines past the restored step."""
+    """metrics.jsonl (RL steps) and TensorBoard (``sft/*`` by global step, ``rl/*`` by RL step).
+    ``resume_at`` maps each prefix to the first step this run writes: the lines and TensorBoard
+    points a crashed run wrote at or past it (after its last checkpoint) are dropped first, so
+    every step is there once."""
 
-    def __init__(self, workdir: str, resume_step: int):
+    def __init__(self, workdir: str, resume_at: dict[str, int]):
         self.path = os.path.join(workdir, "metrics.jsonl")
         if os.path.exists(self.path):
             keep = []
             with open(self.path) as f:
                 for line in f:
                     try:
-                        if json.loads(line)["step"] < resume_step:
+                        if json.loads(line)["step"] < resume_at["rl"]:
                             keep.append(line)
                     except (json.JSONDecodeError, KeyError):
                         break  # a torn last line from a crash
             with open(self.path, "w") as f:
                 f.writelines(keep)
+        tb = os.path.join(workdir, "tb")
+        if os.path.isdir(tb):
+            drop_tensorboard_points(tb, resume_at)
         from tensorboardX import SummaryWriter
-        self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+        # (tensorboardX names its file by the second and overwrites a file of that name: a run
+        # resumed within the second of the last one would erase its points without the suffix)
+        self.tb = SummaryWriter(tb, filename_suffix=f".{time.time_ns()}")
 
     def write(self, m: dict, prefix="rl"):
         if prefix == "rl":
@@ -287,6 +296,48 @@ class Logger:
 
     def close(self):
         self.tb.close()
+
+
+def _event_records(path: str) -> list[tuple[bytes, bytes]]:
+    """(record, Event bytes) of each complete TFRecord of an event file, up to the first one a
+    crash left torn or unwritten (short, or failing its length's or data's CRC)."""
+    from tensorboardX.record_writer import masked_crc32c
+
+    with open(path, "rb") as f:
+        data = f.read()
+    out, i = [], 0
+    while i + 12 <= len(data):
+        header, (crc,) = data[i: i + 8], struct.unpack("<I", data[i + 8: i + 12])
+        (n,) = struct.unpack("<Q", header)
+        if crc != masked_crc32c(header) or i + 16 + n > len(data):
+            break
+        body, (crc,) = data[i + 12: i + 12 + n], struct.unpack("<I", data[i + 12 + n: i + 16 + n])
+        if crc != masked_crc32c(body):
+            break
+        out.append((data[i: i + 16 + n], body))
+        i += 16 + n
+    return out
+
+
+def drop_tensorboard_points(tb_dir: str, resume_at: dict[str, int]) -> None:
+    """Rewrite each event file in ``tb_dir`` (atomically) without the scalar points of tags
+    ``prefix/...`` at steps >= ``resume_at[prefix]`` and without a record torn by a crash."""
+    from tensorboardX.proto import event_pb2
+
+    for name in os.listdir(tb_dir):
+        path = os.path.join(tb_dir, name)
+        if "tfevents" not in name or not os.path.isfile(path):
+            continue
+        keep = []
+        for record, body in _event_records(path):
+            ev = event_pb2.Event.FromString(body)
+            if all(ev.step < resume_at.get(v.tag.split("/")[0], ev.step + 1)
+                   for v in ev.summary.value):
+                keep.append(record)
+        tmp = os.path.join(tb_dir, ".rewrite.tmp")  # (TensorBoard reads any "*tfevents*" file)
+        with open(tmp, "wb") as f:
+            f.write(b"".join(keep))
+        os.replace(tmp, path)
 
 
 def run(config) -> dict:
@@ -318,7 +369,8 @@ def run(config) -> dict:
     if main:  # (after the restore: a run that cannot resume leaves config.json as it was)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=1))
-    logger = Logger(workdir, resume_step=step0 - config.sft.steps) if main else NullLogger()
+    logger = (Logger(workdir, {"sft": step0, "rl": step0 - config.sft.steps}) if main
+              else NullLogger())
     total = config.sft.steps + tc.steps
     from tqdm import tqdm
     bar = tqdm(total=total, initial=step0, desc=config.variant, unit="step", dynamic_ncols=True,
