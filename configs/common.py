@@ -93,7 +93,8 @@ def base_config():
     ))
     c.checkpoint = ml_collections.ConfigDict(dict(every=10, keep=3))
 
-    # Device mesh (trace_jax.sharding): axis names and sizes, -1 = the rest; rule overrides.
+    # Device mesh (trace_jax.sharding): axis names and sizes, -1 = the rest (axes left out
+    # have size 1: axes=("data", "fsdp"), shape=(1, -1) is FSDP alone); rule overrides.
     # Default: one device. All devices, data-parallel rollout + FSDP training:
     # --config.mesh.shape="(1,-1,1,1)"; trajectories split over data x fsdp.
     c.mesh = ml_collections.ConfigDict(dict(

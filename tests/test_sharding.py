@@ -259,6 +259,39 @@ def test_placement_and_sync_weights_agree_with_kernel_layout(variant):
                  rp, placement.rollout_params)
 
 
+def test_mesh_axes_left_out_have_size_one():
+    """A config mesh that names only some of data/fsdp/expert/tensor places the run as the
+    four-axis mesh with the others of size 1; an axis no rule uses, or a shape of another
+    length than the axes, is refused by name."""
+    from configs import tiny
+    from trace_jax import experiment as X
+    from trace_jax import run as RUN
+
+    c = tiny.get_config()
+    c.model.n_layers = 2
+    c.rollout.update(batch_prompts=8)
+    c.sft.batch_size = 8
+    exp = X.build(c)
+    c.mesh.update(axes=("data", "fsdp"), shape=(2, -1))
+    two = RUN.make_placement(c, exp)
+    assert dict(two.mesh.shape) == dict(data=2, fsdp=4, expert=1, tensor=1)
+    c.mesh.update(axes=("data", "fsdp", "expert", "tensor"), shape=(2, 4, 1, 1))
+    four = RUN.make_placement(c, exp)
+    spec = lambda sh: jax.tree.map(lambda s: s.spec, sh)  # noqa: E731
+    assert spec(two.params) == spec(four.params)
+    assert spec(two.rollout_params) == spec(four.rollout_params)
+    with pytest.raises(ValueError, match=r"mesh axis 'fdsp' \(size 4\) is none of "
+                                         r"\('data', 'fsdp', 'expert', 'tensor'\)"):
+        S.make_mesh(dict(axes=("data", "fdsp"), shape=(2, 4)))
+    # an axis of another name is fine where a rule override names it, or where it has size 1
+    m = S.make_mesh(dict(axes=("data", "model"), shape=(2, 4), rules={"vocab": "model"}))
+    assert dict(m.shape) == dict(data=2, model=4, fsdp=1, expert=1, tensor=1)
+    assert dict(S.make_mesh(dict(axes=("data", "spare"), shape=(-1, 1))).shape)["data"] == 8
+    with pytest.raises(ValueError, match=r"mesh.axes \('data', 'fsdp', 'expert', 'tensor'\) "
+                                         r"and mesh.shape \(1, -1\) have different lengths"):
+        S.make_mesh(dict(axes=S.DEFAULT_AXES, shape=(1, -1)))
+
+
 def test_placement_checks_batches_by_field_and_skips_sft_without_sft():
     """A batch that does not split over the mesh is named by its config field; sft.batch_size
     only matters when there are SFT steps (an init_from run has none)."""

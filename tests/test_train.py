@@ -5,6 +5,7 @@ import collections
 import json
 import os
 import shutil
+import struct
 
 import jax
 import jax.numpy as jnp
@@ -139,6 +140,25 @@ def read_metrics(workdir):
 STABLE = [k for k in RUN.METRIC_KEYS if not k.startswith("time_")]
 
 
+def read_tensorboard(workdir):
+    """(tag, step, value) of every scalar point in the event files of ``workdir/tb``, each
+    file read as TFRecords (length, its CRC, an Event proto, its CRC) to its end."""
+    from tensorboardX.proto import event_pb2
+
+    points = []
+    for name in sorted(os.listdir(os.path.join(workdir, "tb"))):
+        with open(os.path.join(workdir, "tb", name), "rb") as f:
+            data = f.read()
+        i = 0
+        while i < len(data):
+            (n,) = struct.unpack("<Q", data[i: i + 8])
+            ev = event_pb2.Event.FromString(data[i + 12: i + 12 + n])
+            points += [(v.tag, ev.step, v.simple_value) for v in ev.summary.value]
+            i += 16 + n
+        assert i == len(data), name
+    return points
+
+
 FINISHED_RUN_COMPILED = {}
 LOOP_PROGRAMS = ("jit(sft_step)", "jit(rl_step)", "jit(_generate)")
 # programs lowered for compilation, by function: one per jit cache miss, whether XLA then
@@ -221,6 +241,34 @@ def test_resume_after_crash_equals_uninterrupted_run(finished_run, tmp_path, mon
     assert [m["step"] for m in got] == [0, 1, 2, 3]
     for a, b in zip(ref, got):
         assert {k: a[k] for k in STABLE} == {k: b[k] for k in STABLE}
+    # TensorBoard too: RL step 2, logged before the crash and again after the resume, once
+    tb = [(tag, step) for tag, step, _ in read_tensorboard(tmp_path / "b")]
+    assert sorted(tb) == sorted((tag, step) for tag, step, _ in read_tensorboard(finished_run))
+    assert ("rl/reward_mean", 2) in tb and ("sft/sft_loss", 1) in tb
+
+
+def test_logger_on_resume_drops_the_points_it_writes_again(tmp_path):
+    """A resumed run's logger first drops what the crashed run wrote at or past its resume steps
+    (SFT points by global step, RL points and metrics.jsonl lines by RL step), also a
+    TensorBoard record torn by the crash, so that every point is there once."""
+    log = RUN.Logger(str(tmp_path), {"sft": 0, "rl": -2})
+    for s in range(2):
+        log.write({"step": s, "sft_loss": 1.0 + s}, prefix="sft")
+    for s in range(3):
+        log.write({"step": s, "reward_mean": 0.5})
+    log.close()
+    (events,) = os.listdir(tmp_path / "tb")
+    with open(tmp_path / "tb" / events, "ab") as f:
+        f.write(b"\x30\x00\x00")  # a record torn by the crash
+    log = RUN.Logger(str(tmp_path), {"sft": 2, "rl": 1})  # resumed at global step 3 = RL step 1
+    for s in (1, 2):
+        log.write({"step": s, "reward_mean": 0.75})
+    log.close()
+    assert sorted(read_tensorboard(tmp_path)) == [
+        ("rl/reward_mean", 0, 0.5), ("rl/reward_mean", 1, 0.75), ("rl/reward_mean", 2, 0.75),
+        ("sft/sft_loss", 0, 1.0), ("sft/sft_loss", 1, 2.0)]
+    assert [(m["step"], m["reward_mean"]) for m in read_metrics(tmp_path)] == [
+        (0, 0.5), (1, 0.75), (2, 0.75)]
 
 
 def test_corrupted_latest_checkpoint_is_skipped(finished_run, tmp_path, capsys):
@@ -329,6 +377,53 @@ def test_repeated_nonfinite_steps_stop_with_message(tmp_path, monkeypatch):
     monkeypatch.setattr(TR, "rl_step", nan_step)
     with pytest.raises(FloatingPointError, match="max_nonfinite_steps=3"):
         RUN.run(small(tmp_path, **{"train.steps": 4}))
+
+
+def test_nonfinite_streak_survives_a_resume(tmp_path, monkeypatch, capsys):
+    """The count of consecutive non-finite steps is checkpointed: RL steps 0 and 1 are
+    non-finite, the checkpoint after step 1 holds the count 2, the run crashes at step 2; the
+    resumed run's step 2 is the streak's third and stops it (train.max_nonfinite_steps=3), as in
+    an uninterrupted run."""
+    real = RUN.rl_iteration
+    crash = [True]
+
+    def nonfinite(exp, tc, ts, stale, ref, step, *a, **k):
+        if step == 2 and crash[0]:
+            raise KeyboardInterrupt("simulated crash")
+        m = real(exp, tc, ts, stale, ref, step, *a, **k)
+        m["_finite"] = False
+        return m
+
+    monkeypatch.setattr(RUN, "rl_iteration", nonfinite)
+    c = small(tmp_path, **{"sft.steps": 0, "train.steps": 4})
+    with pytest.raises(KeyboardInterrupt):
+        RUN.run(c)
+    crash[0] = False
+    with pytest.raises(FloatingPointError, match="3 consecutive non-finite steps"):
+        RUN.run(c)
+    assert "resumed from checkpoint step 2" in capsys.readouterr().out
+
+
+def test_checkpoints_without_the_nonfinite_count_still_restore(finished_run, tmp_path, capsys):
+    """A checkpoint written before the non-finite count was saved restores with a count of 0."""
+    from trace_jax import checkpoint
+
+    c = small(tmp_path)
+    exp, tc = RUN.X.build(c), RUN.train_config(c)
+    abstract = jax.eval_shape(lambda: RUN.initial_state(exp, c, tc))
+    shutil.copytree(finished_run / "checkpoints", tmp_path / "new")
+    new = checkpoint.Checkpointer(str(tmp_path / "new"))
+    step, state = new.restore_latest(abstract, defaults=RUN.STATE_DEFAULTS)
+    new.close()
+    assert step == 6 and int(state["nonfinite"]) == 0
+    old = checkpoint.Checkpointer(str(tmp_path / "checkpoints"))
+    old.save(6, {k: v for k, v in state.items() if k != "nonfinite"})
+    step, state = old.restore_latest(abstract, defaults=RUN.STATE_DEFAULTS)
+    old.close()
+    assert step == 6 and int(state["nonfinite"]) == 0
+    RUN.run(c)  # (6 = the last step: restores, runs nothing)
+    assert "resumed from checkpoint step 6" in capsys.readouterr().out
+    checkpoint.load_params(str(tmp_path), c)
 
 
 def test_config_errors_before_compute(tmp_path):

@@ -20,7 +20,7 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         os.makedirs(self.directory, exist_ok=True)
         self.mngr = ocp.CheckpointManager(
-            self.directory,
+            self.directory, item_handlers=ocp.StandardCheckpointHandler(),  # (item_metadata)
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                                  enable_async_checkpointing=False))
 
@@ -34,15 +34,21 @@ class Checkpointer:
         self.mngr.save(step, args=ocp.args.StandardSave(state), force=True)
         self.mngr.wait_until_finished()
 
-    def restore_latest(self, abstract_state):
+    def restore_latest(self, abstract_state, defaults: dict | None = None):
         """(step, state) from the newest checkpoint that restores into ``abstract_state``, or
         (None, None) if the directory holds none. Raises :class:`CheckpointMismatchError` when
-        there are checkpoints but none restores."""
+        there are checkpoints but none restores. ``defaults``: top-level entries of the state
+        that older checkpoints may lack, each with the value such a checkpoint restores with."""
         self.mngr.reload()
         failures = []
         for step in sorted(self.mngr.all_steps(), reverse=True):
             try:
-                state = self.mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
+                saved = self.mngr.item_metadata(step) if defaults else {}
+                missing = {k: v for k, v in (defaults or {}).items()
+                           if k in abstract_state and k not in saved}
+                abstract = {k: v for k, v in abstract_state.items() if k not in missing}
+                state = self.mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+                state = {**state, **missing}
             except Exception as e:  # noqa: BLE001 - any read failure means unusable
                 failures.append(f"step {step}: {type(e).__name__}: {str(e)[:300]}")
                 log.warning("checkpoint %s/%d is incomplete or corrupted (%s: %s); skipping it",
@@ -89,7 +95,7 @@ def load_params(path: str, config):
                             jax.eval_shape(lambda: RUN.initial_state(exp, config, tc)))
     ck = Checkpointer(d)
     try:
-        step, state = ck.restore_latest(abstract)
+        step, state = ck.restore_latest(abstract, defaults=RUN.STATE_DEFAULTS)
     finally:
         ck.close()
     if state is None:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import struct
 import time
 
 import jax
@@ -33,6 +34,8 @@ METRIC_KEYS = ("step", "reward_mean", "accuracy", "response_len_mean", "entropy"
                "logprob_gap_max", "logprob_gap_mean", "kl_k3", "is_clip_frac",
                "code_agreement_hinted", "code_agreement_unhinted", "routing_agreement",
                "hint_bytes_per_token", "time_rollout_s", "time_train_s", "time_sync_s")
+# run-state entries that older checkpoints lack, with the value such a checkpoint restores with
+STATE_DEFAULTS = {"nonfinite": 0}
 
 
 def train_config(config) -> TR.TrainConfig:
@@ -199,7 +202,8 @@ def workdir_of(config) -> str:
 
 def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement | None = None,
                   params=None):
-    """A fresh run state: ``params`` (a warm start) or a random init, a fresh RL optimizer."""
+    """A fresh run state: ``params`` (a warm start) or a random init, a fresh RL optimizer;
+    ``nonfinite`` counts the consecutive non-finite steps up to ``step``."""
     if params is None:
         key = jax.random.key(config.seed)
         # jitted on one device and on a mesh alike (identical values; eager init rounds
@@ -209,6 +213,7 @@ def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement |
     opt = rl_optimizer(tc)
     # own buffers for the stale versions and the KL reference: the train step donates params
     state = {"params": params, "opt_state": opt.init(params), "step": jnp.int32(0),
+             "nonfinite": jnp.int32(0),
              "stale": [_copy(params) for _ in range(tc.max_version_diff)]}
     if tc.grpo.kl_coef:
         state["ref"] = _copy(params)
@@ -254,23 +259,31 @@ class NullLogger:
 
 
 class Logger:
-    """metrics.jsonl + TensorBoard; on resume, drops lines past the restored step."""
+    """metrics.jsonl (RL steps) and TensorBoard (``sft/*`` by global step, ``rl/*`` by RL step).
+    ``resume_at`` maps each prefix to the first step this run writes: the lines and TensorBoard
+    points a crashed run wrote at or past it (after its last checkpoint) are dropped first, so
+    every step is there once."""
 
-    def __init__(self, workdir: str, resume_step: int):
+    def __init__(self, workdir: str, resume_at: dict[str, int]):
         self.path = os.path.join(workdir, "metrics.jsonl")
         if os.path.exists(self.path):
             keep = []
             with open(self.path) as f:
                 for line in f:
                     try:
-                        if json.loads(line)["step"] < resume_step:
+                        if json.loads(line)["step"] < resume_at["rl"]:
                             keep.append(line)
                     except (json.JSONDecodeError, KeyError):
                         break  # a torn last line from a crash
             with open(self.path, "w") as f:
                 f.writelines(keep)
+        tb = os.path.join(workdir, "tb")
+        if os.path.isdir(tb):
+            drop_tensorboard_points(tb, resume_at)
         from tensorboardX import SummaryWriter
-        self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+        # (tensorboardX names its file by the second and overwrites a file of that name: a run
+        # resumed within the second of the last one would erase its points without the suffix)
+        self.tb = SummaryWriter(tb, filename_suffix=f".{time.time_ns()}")
 
     def write(self, m: dict, prefix="rl"):
         if prefix == "rl":
@@ -285,6 +298,48 @@ class Logger:
         self.tb.close()
 
 
+def _event_records(path: str) -> list[tuple[bytes, bytes]]:
+    """(record, Event bytes) of each complete TFRecord of an event file, up to the first one a
+    crash left torn or unwritten (short, or failing its length's or data's CRC)."""
+    from tensorboardX.record_writer import masked_crc32c
+
+    with open(path, "rb") as f:
+        data = f.read()
+    out, i = [], 0
+    while i + 12 <= len(data):
+        header, (crc,) = data[i: i + 8], struct.unpack("<I", data[i + 8: i + 12])
+        (n,) = struct.unpack("<Q", header)
+        if crc != masked_crc32c(header) or i + 16 + n > len(data):
+            break
+        body, (crc,) = data[i + 12: i + 12 + n], struct.unpack("<I", data[i + 12 + n: i + 16 + n])
+        if crc != masked_crc32c(body):
+            break
+        out.append((data[i: i + 16 + n], body))
+        i += 16 + n
+    return out
+
+
+def drop_tensorboard_points(tb_dir: str, resume_at: dict[str, int]) -> None:
+    """Rewrite each event file in ``tb_dir`` (atomically) without the scalar points of tags
+    ``prefix/...`` at steps >= ``resume_at[prefix]`` and without a record torn by a crash."""
+    from tensorboardX.proto import event_pb2
+
+    for name in os.listdir(tb_dir):
+        path = os.path.join(tb_dir, name)
+        if "tfevents" not in name or not os.path.isfile(path):
+            continue
+        keep = []
+        for record, body in _event_records(path):
+            ev = event_pb2.Event.FromString(body)
+            if all(ev.step < resume_at.get(v.tag.split("/")[0], ev.step + 1)
+                   for v in ev.summary.value):
+                keep.append(record)
+        tmp = os.path.join(tb_dir, ".rewrite.tmp")  # (TensorBoard reads any "*tfevents*" file)
+        with open(tmp, "wb") as f:
+            f.write(b"".join(keep))
+        os.replace(tmp, path)
+
+
 def run(config) -> dict:
     """Run (or resume) the configured job; returns the last RL metrics."""
     tc = train_config(config)
@@ -297,7 +352,7 @@ def run(config) -> dict:
     placement = make_placement(config, exp)
     fresh = place_state(initial_state(exp, config, tc, placement), placement, rl_optimizer(tc))
     # restoring into the fresh state's shardings also reshards a checkpoint from another mesh
-    step0, state = ckpt.restore_latest(C.abstract_like(fresh))
+    step0, state = ckpt.restore_latest(C.abstract_like(fresh), defaults=STATE_DEFAULTS)
     if state is None:
         state, step0 = fresh, 0
         if config.get("init_from", ""):
@@ -314,13 +369,14 @@ def run(config) -> dict:
     if main:  # (after the restore: a run that cannot resume leaves config.json as it was)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=1))
-    logger = Logger(workdir, resume_step=step0 - config.sft.steps) if main else NullLogger()
+    logger = (Logger(workdir, {"sft": step0, "rl": step0 - config.sft.steps}) if main
+              else NullLogger())
     total = config.sft.steps + tc.steps
     from tqdm import tqdm
     bar = tqdm(total=total, initial=step0, desc=config.variant, unit="step", dynamic_ncols=True,
                disable=not main)
     base_key = jax.random.key(config.seed + 1)
-    nonfinite = 0
+    nonfinite = int(state["nonfinite"])  # a streak a resumed run continues
     last = {}
     ts = TR.TrainState(state["params"], state["opt_state"])
     stale = list(state["stale"])
@@ -381,7 +437,7 @@ def run(config) -> dict:
             done = g_step + 1
             if done % config.checkpoint.every == 0 or done == total:
                 st = {"params": ts.params, "opt_state": ts.opt_state, "step": jnp.int32(done),
-                      "stale": stale}
+                      "nonfinite": jnp.int32(nonfinite), "stale": stale}
                 if tc.grpo.kl_coef:
                     st["ref"] = ref if ref is not None else ts.params
                 ckpt.save(done, st)

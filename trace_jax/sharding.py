@@ -33,7 +33,7 @@ only the batch is split: callers trace under ``with jax.set_mesh(mesh)`` (``run.
 
 Config (``config.mesh``)::
 
-    mesh.axes = ("data", "fsdp", "expert", "tensor")
+    mesh.axes = ("data", "fsdp", "expert", "tensor")   # any left out have size 1
     mesh.shape = (-1, 1, 1, 1)   # one -1 = "the remaining devices"
     mesh.rules = {}              # optional overrides: logical name -> mesh axes (both rule sets)
 """
@@ -103,7 +103,8 @@ def resolve_mesh_shape(axes: Sequence[str], shape: Sequence[int],
     """``shape`` with its (at most one) ``-1`` replaced by the remaining devices."""
     axes, shape = tuple(axes), tuple(int(s) for s in shape)
     if len(axes) != len(shape):
-        raise ValueError(f"mesh.axes {axes} and mesh.shape {shape} have different lengths")
+        raise ValueError(f"mesh.axes {axes} and mesh.shape {shape} have different lengths: give "
+                         f"one size per axis (axes left out of mesh.axes have size 1)")
     if len(set(axes)) != len(axes):
         raise ValueError(f"mesh.axes {axes} repeats an axis name")
     if shape.count(-1) > 1:
@@ -124,16 +125,29 @@ def resolve_mesh_shape(axes: Sequence[str], shape: Sequence[int],
     return shape
 
 
+def _check_axes_used(axes: tuple[str, ...], shape: tuple[int, ...], mesh_cfg) -> None:
+    """Every mesh axis of size > 1 is one of :data:`DEFAULT_AXES` or named by a
+    ``mesh_cfg.rules`` override: nothing would be split over any other (a misspelled name)."""
+    named = {a for v in dict(mesh_cfg.get("rules", None) or {}).values() for a in _as_tuple(v)}
+    for a, n in zip(axes, shape):
+        if n > 1 and a not in DEFAULT_AXES and a not in named:
+            raise ValueError(f"mesh axis {a!r} (size {n}) is none of {DEFAULT_AXES} and no "
+                             f"mesh.rules override names it, so nothing would be split over it")
+
+
 def make_mesh(mesh_cfg, devices=None) -> Mesh:
-    """A mesh from ``mesh_cfg`` (``axes``, ``shape`` with one optional -1); ``devices`` (default:
-    all global devices, in JAX's topology-aware order) lets rollout and trainer use subsets."""
-    axes = tuple(mesh_cfg["axes"])
+    """A mesh from ``mesh_cfg`` (``axes``, ``shape`` with one optional -1, optional ``rules``);
+    each of :data:`DEFAULT_AXES` that ``axes`` leaves out is added with size 1 (the rule table
+    names all four). ``devices`` (default: all global devices, in JAX's topology-aware order)
+    lets rollout and trainer use subsets."""
+    axes, devices = tuple(mesh_cfg["axes"]), None if devices is None else list(devices)
+    shape = resolve_mesh_shape(axes, mesh_cfg["shape"],
+                               jax.device_count() if devices is None else len(devices))
+    _check_axes_used(axes, shape, mesh_cfg)
+    left_out = tuple(a for a in DEFAULT_AXES if a not in axes)
+    axes, shape = axes + left_out, shape + (1,) * len(left_out)
     if devices is None:
-        n = jax.device_count()
-        shape = resolve_mesh_shape(axes, mesh_cfg["shape"], n)
         return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes))
-    devices = list(devices)
-    shape = resolve_mesh_shape(axes, mesh_cfg["shape"], len(devices))
     return Mesh(np.asarray(devices, dtype=object).reshape(shape), axes,
                 axis_types=(AxisType.Auto,) * len(axes))
 
