@@ -19,7 +19,8 @@ def test_diagnose_cli_variants_orderings_and_config_typo():
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(res) == {"bf16", "fp4_naive", "fp4_qat_rtn", "trace", "trace+r3", "hint_cost"}
+    assert set(res) == {"bf16", "fp4_naive", "fp4_qat_rtn", "fp4_qat_rtn+r3", "trace", "trace+r3",
+                        "hint_cost"}
     r3 = res["trace+r3"]
     assert r3["routing_agreement"] == 1.0
     assert r3["code_agreement_hinted"] >= 0.999
@@ -30,14 +31,14 @@ def test_diagnose_cli_variants_orderings_and_config_typo():
     # exact bf16 casts (numerics.COMPILER_OPTIONS): on the CPU the rollout and the trainer run
     # the same arithmetic, so every variant whose trainer replays the rollout's numerics agrees
     # bit for bit (with XLA's excess precision: gaps of 1e-3..7e-3, RTN codes 90% equal)
-    for v in ("bf16", "fp4_qat_rtn", "trace", "trace+r3"):
+    for v in ("bf16", "fp4_qat_rtn", "fp4_qat_rtn+r3", "trace", "trace+r3"):
         assert res[v]["logprob_gap_max"] <= 1e-4, (v, res[v])
     assert res["fp4_qat_rtn"]["code_agreement_hinted"] == 1.0
     hc = res["hint_cost"]
     assert hc["hint_bytes_per_token"] == hc["expected_bytes_per_token"] > 0
     assert sum(r3["code_distance_hist"]) > 0
     table = diagnose.format_table(res)
-    assert "| trace+r3 |" in table and "hint bytes/token" in table
+    assert "| trace+r3 |" in table and "| fp4_qat_rtn+r3 |" in table and "hint bytes/token" in table
 
     bad = subprocess.run(cmd[:3] + ["--config.modle.n_layers=2"], capture_output=True, text=True,
                          timeout=600)

@@ -8,7 +8,8 @@ variant, and reports METHOD.md section 6's metrics:
 * ``bf16``: BF16 rollout vs BF16 trainer (the engine-drift floor);
 * ``fp4_naive``: FP4 rollout vs BF16 trainer;
 * ``fp4_qat_rtn``: FP4 rollout vs round-to-nearest fake-quant trainer;
-* ``trace``: FP4 rollout vs hint-guided trainer; ``trace+r3``: the same with routing replay.
+* ``trace``: FP4 rollout vs hint-guided trainer; ``fp4_qat_rtn+r3`` / ``trace+r3``: the RTN /
+  hint-guided trainer with routing replay (what replay alone buys, and with the hints).
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True,
     rows = [
         ("fp4_naive", fp4.with_mode("bf16"), False, False),
         ("fp4_qat_rtn", dataclasses.replace(trace_num, hinted=frozenset()), False, False),
+        ("fp4_qat_rtn+r3", dataclasses.replace(trace_num, hinted=frozenset()), False, True),
         ("trace", trace_num, True, False),
         ("trace+r3", trace_num, True, True),
     ]
