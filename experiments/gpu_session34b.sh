@@ -11,7 +11,7 @@
 source "$(dirname "$0")/gpu_prelude.sh" r34b
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
-timeout 220 python3 -m trace_jax.diagnose --config=configs/small.py --json > "$R/diag.txt" \
+timeout "${DIAG_LIMIT:-220}" python3 -m trace_jax.diagnose --config=configs/small.py --json > "$R/diag.txt" \
   2> "$OUT/diag_stderr.txt"
 echo "diagnose rc=$?"
 tail -1 "$R/diag.txt" > "$OUT/diagnose_small.json"
