@@ -18,6 +18,15 @@ def _repro(*args):
     return out.stdout
 
 
+def _aggregate_headline(tmp_path, out, seeds: str) -> dict:
+    """repro.py's aggregation alone of the tiny headline runs under ``out``; its JSON."""
+    res_prefix = str(tmp_path / "res")
+    _repro("--config=configs/tiny.py", "--study=headline", f"--seeds={seeds}", f"--out={out}",
+           f"--results={res_prefix}", f"--steps={N_STEPS}", "--aggregate_only", "--skip_diagnose")
+    with open(res_prefix + "_tiny_headline.json") as f:
+        return json.load(f)
+
+
 def _fake_run(workdir, acc, gap_max, hinted=None, finished=True, sft_steps=None):
     if sft_steps is None:
         from configs import tiny
@@ -64,11 +73,8 @@ def test_dry_run_and_aggregate(tmp_path):
     assert "hint_layers=0.25" in _repro("--config=configs/small.py", "--study=hint_layers",
                                         "--seeds=0", f"--out={out}", "--dry_run")
 
-    res_prefix = str(tmp_path / "res")
-    _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1", f"--out={out}",
-           f"--results={res_prefix}", f"--steps={N_STEPS}", "--aggregate_only", "--skip_diagnose")
-    with open(res_prefix + "_tiny_headline.json") as f:
-        res = json.load(f)
+    res_prefix = str(tmp_path / "res")  # the tables' prefix, as _aggregate_headline writes them
+    res = _aggregate_headline(tmp_path, out, "0,1")
     bf = res["variants"]["bf16"]
     assert sorted(bf["seeds"]) == [0, 1]
     assert set(res["variants"]) == {"bf16"}  # runs without metrics are left out
@@ -240,11 +246,8 @@ def test_aggregate_leaves_unfinished_runs_out_of_the_means(tmp_path):
               finished=False)  # every step logged, final checkpoint missing: its metrics count
     _fake_run(os.path.join(out, "headline", "fp4_naive", "seed0"), [0.9] * 5, [1.0] * 5,
               finished=False)
-    res_prefix = str(tmp_path / "res")
-    _repro("--config=configs/tiny.py", "--study=headline", "--seeds=0,1,2", f"--out={out}",
-           f"--results={res_prefix}", f"--steps={N_STEPS}", "--aggregate_only", "--skip_diagnose")
-    with open(res_prefix + "_tiny_headline.json") as f:
-        res = json.load(f)
+    res_prefix = str(tmp_path / "res")  # the tables' prefix, as _aggregate_headline writes them
+    res = _aggregate_headline(tmp_path, out, "0,1,2")
     bf = res["variants"]["bf16"]
     assert sorted(bf["seeds"]) == [0, 2] and set(bf["per_seed"]) == {"0", "2"}
     assert bf["unfinished"]["1"]["n_steps"] == 12 and bf["unfinished"]["1"]["rl_steps"] == N_STEPS
