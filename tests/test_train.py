@@ -2,6 +2,7 @@
 corruption, non-finite handling, config errors."""
 
 import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from configs import tiny
@@ -72,7 +74,12 @@ def test_truncated_responses(how):
     r = np.array([1.0, 0.0, 1.0])
     fin = np.array([True, True, False])
     cfg = grpo.GRPOConfig(truncated=how)
-    rew, adv = map(np.asarray, grpo.rewards_and_advantages(r, fin, 3, cfg))
+    rew, adv, in_loss = grpo.rewards_and_advantages(r, fin, 3, cfg)
+    rew, adv = np.asarray(rew), np.asarray(adv)
+    if how == "mask":
+        np.testing.assert_array_equal(np.asarray(in_loss), fin)
+    else:
+        assert in_loss is None
     full = np.asarray(grpo.group_advantages(jnp.asarray(r), 3))
     if how == "score":
         np.testing.assert_array_equal(rew, r)
@@ -574,26 +581,19 @@ def test_sharded_run_matches_single_device_and_restores_onto_another_mesh(tmp_pa
         assert mb["logprob_gap_mean"] < 10 * ma["logprob_gap_mean"] + 1e-3
 
 
-@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
-def test_micro_batches_give_the_full_batch_gradient(loss_agg, tmp_path):
-    """train.micro_batches accumulates the full batch's gradient: with token_mean each
-    micro-batch's policy loss counts by its response tokens (a 1-token and a 4-token response in
-    different micro-batches weigh as in one batch), not as a mean of per-micro-batch means."""
-    import dataclasses
-
-    import optax
-
+def _toy_batch(tmp_path, loss_agg, rows=None, in_loss=None, router_z_coef=1e-4):
+    """A bf16-variant experiment (f32 activations, no load-balancing loss), its params and a
+    4-row batch (response lengths 1, 4, 2, 3) or the given ``rows`` of it. (The load-balancing
+    loss is a product of per-batch means: no micro-batching reproduces it exactly; the z loss
+    averages every token, so a row subset changes it; bf16 activations round differently at
+    different batch shapes.)"""
     from trace_jax import experiment as X
     from trace_jax import model as M
     from trace_jax import rollout as R
 
-    # (the router's load-balancing loss is a product of per-batch means: no micro-batching
-    # reproduces it exactly, so it is off here; f32 activations: bf16 ones round differently
-    # at different batch shapes)
     c = small(tmp_path, **{"train.loss_agg": loss_agg, "train.router_aux_coef": 0.0,
-                           "model.dtype": "float32"})
+                           "train.router_z_coef": router_z_coef, "model.dtype": "float32"})
     exp = X.build(c, "bf16")
-    tc = RUN.train_config(c)
     params = M.init_params(exp.cfg, jax.random.key(0))
     B, T = 4, 8
     toks = jax.random.randint(jax.random.key(1), (B, T), 1, exp.cfg.vocab_size)
@@ -602,19 +602,59 @@ def test_micro_batches_give_the_full_batch_gradient(loss_agg, tmp_path):
     resp = jnp.asarray(np.arange(T)[None] >= T - lens[:, None])
     lp = R.token_logprobs(logits, toks) + 0.1 * jax.random.normal(jax.random.key(2), (B, T))
     batch = TR.Batch(toks, resp, jnp.ones((B, T), bool), lp, jnp.asarray([1.0, -1.0, 0.5, -0.5]),
-                     {}, jnp.swapaxes(aux.experts, 0, 1), resp, {})
-    opt = optax.sgd(1.0)  # new params = params - grads
-    out = {}
-    for n in (1, 2, 4):
-        st = TR.TrainState(jax.tree.map(jnp.copy, params), opt.init(params))
-        st, m, _ = TR.rl_step(st, batch, None, cfg=exp.cfg, numerics=exp.train_numerics,
-                              tc=dataclasses.replace(tc, micro_batches=n), opt=opt, max_len=T)
-        out[n] = (st.params, float(m["loss"]), float(m["pg_loss"]))
+                     {}, jnp.swapaxes(aux.experts, 0, 1), resp, {},
+                     None if in_loss is None else jnp.asarray(in_loss))
+    if rows is not None:
+        batch = jax.tree.map(lambda x: x[np.asarray(rows)], batch)
+    return exp, RUN.train_config(c), params, batch
+
+
+def _sgd_step(exp, tc, params, batch, micro_batches):
+    """(new params, loss, pg_loss) of one rl_step with SGD at lr 1 (new params = params - grads)."""
+    opt = optax.sgd(1.0)
+    st = TR.TrainState(jax.tree.map(jnp.copy, params), opt.init(params))
+    st, m, _ = TR.rl_step(st, batch, None, cfg=exp.cfg, numerics=exp.train_numerics,
+                          tc=dataclasses.replace(tc, micro_batches=micro_batches), opt=opt,
+                          max_len=batch.tokens.shape[1])
+    return st.params, float(m["loss"]), float(m["pg_loss"])
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
+def test_trajectories_out_of_the_loss_are_as_if_absent(loss_agg, tmp_path):
+    """train.truncated=mask: trajectories with ``in_loss`` False give the update of the batch
+    without them (their tokens leave the loss's divisor too), with or without micro-batches."""
+    exp, tc, params, masked = _toy_batch(tmp_path, loss_agg, in_loss=[True, False, True, False],
+                                         router_z_coef=0.0)
+    _, _, _, kept = _toy_batch(tmp_path, loss_agg, rows=[0, 2], router_z_coef=0.0)
+    want = _sgd_step(exp, tc, params, kept, 1)
+    for n in (1, 2):
+        got = _sgd_step(exp, tc, params, masked, n)
+        assert got[2] == pytest.approx(want[2], rel=1e-5, abs=1e-7)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                     got[0], want[0])
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
+def test_micro_batches_give_the_full_batch_gradient(loss_agg, tmp_path):
+    """train.micro_batches accumulates the full batch's gradient: with token_mean each
+    micro-batch's policy loss counts by its response tokens (a 1-token and a 4-token response in
+    different micro-batches weigh as in one batch), not as a mean of per-micro-batch means."""
+    exp, tc, params, batch = _toy_batch(tmp_path, loss_agg)
+    out = {n: _sgd_step(exp, tc, params, batch, n) for n in (1, 2, 4)}
     for n in (2, 4):
         assert out[n][1] == pytest.approx(out[1][1], rel=1e-5, abs=1e-7)
         assert out[n][2] == pytest.approx(out[1][2], rel=1e-5, abs=1e-7)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                      out[n][0], out[1][0])
+
+
+def test_truncated_mask_runs_end_to_end(tmp_path):
+    """train.truncated=mask through the loop: an untrained policy's responses mostly run to
+    max_new_tokens, those leave the loss, and the steps stay finite."""
+    RUN.run(small(tmp_path, **{"train.truncated": "mask", "sft.steps": 0, "train.steps": 2}))
+    ms = read_metrics(tmp_path)
+    assert len(ms) == 2 and min(m["finished_frac"] for m in ms) < 1
+    assert all(np.isfinite(m["loss"]) for m in ms)
 
 
 def test_rl_runs_sample_at_temperature_one(tmp_path):

@@ -56,9 +56,11 @@ def group_advantages(rewards_B, group_size: int, std_norm: bool = True, eps: flo
 
 
 def rewards_and_advantages(rewards_B, finished_B, group_size: int, cfg: GRPOConfig):
-    """(rewards, advantages) [B] after ``cfg.truncated``: ``fail`` sets an unfinished response's
-    reward to 0 before the group baseline; ``mask`` keeps its reward in the baseline but gives it
-    advantage 0, so it adds no policy gradient; ``score`` changes nothing."""
+    """(rewards, advantages, in_loss) [B] after ``cfg.truncated``: ``fail`` sets an unfinished
+    response's reward to 0 before the group baseline; ``mask`` keeps its reward in the baseline
+    but leaves it out of the loss (``in_loss`` False, advantage 0), so it adds no gradient and
+    its tokens do not dilute the others' in the loss's divisor; ``score`` changes nothing.
+    ``in_loss`` is None (every trajectory) unless masking."""
     rewards = jnp.asarray(rewards_B, jnp.float32)
     finished = jnp.asarray(finished_B, bool)
     if finished.shape != rewards.shape:
@@ -67,8 +69,8 @@ def rewards_and_advantages(rewards_B, finished_B, group_size: int, cfg: GRPOConf
         rewards = jnp.where(finished, rewards, 0.0)
     adv = group_advantages(rewards, group_size, cfg.adv_std_norm)
     if cfg.truncated == "mask":
-        adv = jnp.where(finished, adv, 0.0)
-    return rewards, adv
+        return rewards, jnp.where(finished, adv, 0.0), finished
+    return rewards, adv, None
 
 
 def is_weights(old_lp_BxT, rollout_lp_BxT, mask_BxT, cfg: GRPOConfig):
@@ -112,9 +114,10 @@ def policy_loss(logp_BxT, rollout_lp_BxT, adv_B, mask_BxT, cfg: GRPOConfig, max_
 def aggregate(per_tok_BxT, m_BxT, how: str, max_len: int):
     if how == "token_mean":
         return jnp.sum(per_tok_BxT * m_BxT) / jnp.maximum(jnp.sum(m_BxT), 1.0)
-    if how == "seq_mean":
-        per_seq = jnp.sum(per_tok_BxT * m_BxT, axis=1) / jnp.maximum(jnp.sum(m_BxT, axis=1), 1.0)
-        return jnp.mean(per_seq)
+    if how == "seq_mean":  # over the sequences with loss tokens
+        n_B = jnp.sum(m_BxT, axis=1)
+        per_seq = jnp.sum(per_tok_BxT * m_BxT, axis=1) / jnp.maximum(n_B, 1.0)
+        return jnp.sum(per_seq) / jnp.maximum(jnp.sum(n_B > 0), 1.0)
     return jnp.sum(per_tok_BxT * m_BxT) / (per_tok_BxT.shape[0] * max_len)
 
 

@@ -275,8 +275,7 @@ class Logger:
                             keep.append(line)
                     except (json.JSONDecodeError, KeyError):
                         break  # a torn last line from a crash
-            with open(self.path, "w") as f:
-                f.writelines(keep)
+            _replace_file(self.path, b"".join(line.encode() for line in keep))
         tb = os.path.join(workdir, "tb")
         if os.path.isdir(tb):
             drop_tensorboard_points(tb, resume_at)
@@ -334,10 +333,19 @@ def drop_tensorboard_points(tb_dir: str, resume_at: dict[str, int]) -> None:
             if all(ev.step < resume_at.get(v.tag.split("/")[0], ev.step + 1)
                    for v in ev.summary.value):
                 keep.append(record)
-        tmp = os.path.join(tb_dir, ".rewrite.tmp")  # (TensorBoard reads any "*tfevents*" file)
-        with open(tmp, "wb") as f:
-            f.write(b"".join(keep))
-        os.replace(tmp, path)
+        _replace_file(path, b"".join(keep))
+
+
+def _replace_file(path: str, data: bytes) -> None:
+    """Replace ``path``'s contents with ``data`` atomically: a crash leaves the old file or the
+    new one, never a truncated one. (The temporary name holds no "tfevents": TensorBoard reads
+    every file that does.)"""
+    tmp = os.path.join(os.path.dirname(path), ".rewrite.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def run(config) -> dict:
@@ -482,12 +490,13 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     correct = np.asarray([exp.task.is_correct(e, tasks.extract_answer(c))
                           for e, c in zip(reps, comps)], np.float32)
     finished = D.to_host(ro.finished)
-    rewards, adv = grpo.rewards_and_advantages(exp.task.rewards(reps, comps), finished,
-                                               exp.group_size, tc.grpo)
+    rewards, adv, in_loss = grpo.rewards_and_advantages(exp.task.rewards(reps, comps), finished,
+                                                        exp.group_size, tc.grpo)
     rewards = np.asarray(rewards)
     if placement is not None:  # every process computed all rewards; keep only its shards
         adv = placement.put_batch(adv, adv.shape[0])
-    batch = TR.make_batch(ro, adv, exp.train_numerics, rec_codes)
+        in_loss = None if in_loss is None else placement.put_batch(in_loss, adv.shape[0])
+    batch = TR.make_batch(ro, adv, exp.train_numerics, rec_codes, in_loss)
     if placement is not None:  # trajectories stay split by trajectory from rollout to train
         batch = placement.put_batch(batch, batch.tokens.shape[0])
     new_ts, m, finite = TR.rl_step(ts, batch, ref, cfg=exp.cfg, numerics=exp.train_numerics,

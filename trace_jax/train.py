@@ -74,6 +74,15 @@ class Batch(NamedTuple):
     experts: jax.Array  # [B, L, T, k]
     recorded: jax.Array  # [B, T]
     rollout_codes: dict  # exact codes at every site (for metrics) or {}
+    in_loss: jax.Array | None = None  # [B] bool: trajectories in the policy loss; None = all
+
+
+def loss_mask(batch: Batch):
+    """[B, T] positions whose tokens the policy loss (and its KL term) sees: the response tokens
+    of the trajectories ``in_loss``. Metrics use ``response_mask``, every trajectory."""
+    if batch.in_loss is None:
+        return batch.response_mask
+    return batch.response_mask & batch.in_loss[:, None]
 
 
 def check_alignment(tokens_BxT, guidance: R.HintBatch):
@@ -86,14 +95,16 @@ def check_alignment(tokens_BxT, guidance: R.HintBatch):
                          f"for {bad.size} of {len(want)} rows (first: {bad[:5].tolist()})")
 
 
-def make_batch(ro: R.Rollout, advantages, train_numerics: nx.Numerics, record_codes: bool) -> Batch:
+def make_batch(ro: R.Rollout, advantages, train_numerics: nx.Numerics, record_codes: bool,
+               in_loss=None) -> Batch:
     check_alignment(ro.tokens, ro.guidance)
     g = ro.guidance
     t = jnp.arange(ro.tokens.shape[1])[None]
     valid = t < (ro.prompt_lens + ro.response_lens)[:, None]
     hints = train_numerics.trainer_hints(g.hints) if train_numerics.hinted else {}
     return Batch(ro.tokens, ro.response_mask, valid, ro.logprobs, advantages, hints,
-                 jnp.swapaxes(g.experts, 0, 1), g.recorded, g.hints if record_codes else {})
+                 jnp.swapaxes(g.experts, 0, 1), g.recorded, g.hints if record_codes else {},
+                 None if in_loss is None else jnp.asarray(in_loss, bool))
 
 
 def _split_micro(batch, n: int):
@@ -157,7 +168,7 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
             ref_logits, _, _ = M.forward(ref_params, mb.tokens, cfg=cfg, numerics=numerics,
                                          forced_experts_LxBxTxK=experts)
             ref_lp = jax.lax.stop_gradient(R.token_logprobs(ref_logits, mb.tokens))
-        pl, parts = grpo.policy_loss(logp, mb.rollout_logprobs, mb.advantages, mb.response_mask,
+        pl, parts = grpo.policy_loss(logp, mb.rollout_logprobs, mb.advantages, loss_mask(mb),
                                      tc.grpo, max_len, ref_lp)
         router = tc.router_aux_coef * aux.lb_loss + tc.router_z_coef * aux.z_loss
         loss = pl + router
@@ -173,7 +184,7 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
 
     xs, rebuild = _split_micro(batch, tc.micro_batches)
     n = tc.micro_batches
-    share_N = pg_shares(batch.response_mask, n, tc.grpo.loss_agg)
+    share_N = pg_shares(loss_mask(batch), n, tc.grpo.loss_agg)
 
     def scaled_loss(params, mb: Batch, share):
         """This micro-batch's part of the full batch's loss: its share of the policy loss, 1/n
@@ -197,15 +208,19 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
     return state, m, finite
 
 
-def pg_shares(response_mask_BxT, n: int, loss_agg: str):
+def pg_shares(loss_mask_BxT, n: int, loss_agg: str):
     """[n] weights of the n micro-batches' policy losses in the full batch's: ``token_mean``
-    divides by the whole batch's response tokens, so a micro-batch counts by its tokens; the
-    per-sequence aggregations (equal sequences per micro-batch) count 1/n each."""
-    if loss_agg != "token_mean":
+    divides by the whole batch's loss tokens, so a micro-batch counts by its tokens;
+    ``seq_mean`` by the sequences with loss tokens; ``dr_grpo``'s constant divisor, 1/n each."""
+    if loss_agg == "dr_grpo":
         return jnp.full((n,), 1.0 / n, jnp.float32)
-    tok_N = jnp.sum(response_mask_BxT.reshape(n, -1).astype(jnp.float32), axis=1)
-    total = jnp.sum(tok_N)
-    return jnp.where(total > 0, tok_N / jnp.maximum(total, 1.0), 1.0 / n)
+    per_row = loss_mask_BxT.reshape(n, -1, loss_mask_BxT.shape[-1]).astype(jnp.float32)
+    if loss_agg == "token_mean":
+        cnt_N = jnp.sum(per_row, axis=(1, 2))
+    else:
+        cnt_N = jnp.sum(jnp.any(per_row > 0, axis=2).astype(jnp.float32), axis=1)
+    total = jnp.sum(cnt_N)
+    return jnp.where(total > 0, cnt_N / jnp.maximum(total, 1.0), 1.0 / n)
 
 
 @nx.model_jit(static_argnames=("cfg", "numerics", "opt", "router_aux_coef"), donate_argnums=0)
