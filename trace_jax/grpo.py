@@ -26,7 +26,7 @@ class GRPOConfig:
     loss_agg: str = "token_mean"  # token_mean | seq_mean | dr_grpo (sum / (B * max_len))
     kl_coef: float = 0.0  # k3 KL to the reference policy
     # Responses cut at max_new_tokens (no EOS): score their text like any other (TRL's default),
-    # fail them (reward 0), or mask them (advantage 0: no policy gradient, DAPO's overlong filter).
+    # fail them (reward 0), or mask them (out of the loss and its divisor; DAPO's overlong filter).
     truncated: str = "score"
 
     def __post_init__(self):
