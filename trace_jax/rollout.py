@@ -182,13 +182,6 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
     prompts are split by trajectory over the batch mesh axes; ``params`` should already carry
     the sampling shardings (``sync_weights(..., shardings=...)``)."""
     B, P = prompts_BxP.shape
-    if mesh is not None:
-        from trace_jax import sharding as SH
-        rules = rules or SH.make_rules("sampling")
-        SH.check_batch_divisible(B, mesh, rules)
-        prompts_BxP, prompt_lens_B = D.put_global(  # multi-host safe placement
-            (prompts_BxP, prompt_lens_B),
-            (SH.data_sharding(mesh, rules, 2), SH.data_sharding(mesh, rules, 1)))
     T = P + sampling.max_new_tokens
     if T > cfg.max_seq_len:
         raise ValueError(f"prompt width {P} + max_new_tokens {sampling.max_new_tokens} = {T} exceeds "
@@ -207,6 +200,13 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
         if lens.shape != (B,) or lens.min() < 1 or lens.max() > P:
             raise ValueError(f"prompt_lens must be [B]={B} values in 1..{P}, got shape {lens.shape}, "
                              f"range {lens.min()}..{lens.max()}")
+    if mesh is not None:  # (after the checks: they read the host prompts, not a gather)
+        from trace_jax import sharding as SH
+        rules = rules or SH.make_rules("sampling")
+        SH.check_batch_divisible(B, mesh, rules)
+        prompts_BxP, prompt_lens_B = D.put_global(  # multi-host safe placement
+            (prompts_BxP, prompt_lens_B),
+            (SH.data_sharding(mesh, rules, 2), SH.data_sharding(mesh, rules, 1)))
     with contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh):
         return _generate(params, prompts_BxP, prompt_lens_B.astype(jnp.int32), key, cfg=cfg,
                          numerics=numerics, sampling=sampling, capture_hints=capture_hints)
