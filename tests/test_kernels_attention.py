@@ -235,6 +235,19 @@ def test_emulated_decode_equals_dequantize(fmt):
     assert np.sum(np.abs(want) == 0.5 * sc) > 0  # the subnormal code is exercised
 
 
+def test_mxfp4_scale_bytes_convert_exactly_and_nan_stays_nan():
+    """Every E8M0 byte in the documented window (2**e, e in [-96, 37]) becomes 2**(e + KSHIFT)
+    in bf16 exactly; larger ones overflow to inf; byte 255 (NaN) must stay NaN, not inf (an inf
+    K scale with negative codes would give a -inf score and hide the NaN)."""
+    b = jnp.arange(256, dtype=jnp.uint8)[:, None]
+    got = np.asarray(AT._scale_bf16(b, "mxfp4"), np.float64)[:, 0]
+    e = np.arange(256) - 127
+    window = (e >= -96) & (e <= 37)
+    np.testing.assert_array_equal(got[window], 2.0 ** (e[window] + AT.KSHIFT["mxfp4"]))
+    assert np.all(np.isposinf(got[(e > 37) & (e < 128)]))
+    assert np.isnan(got[255])
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "nvfp4"])
 def test_f32_p_precision_beats_bf16_p(fmt):
     """precision="f32" (P split into two bf16 terms) is f32-accurate against float64 before the
