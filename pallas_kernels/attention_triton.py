@@ -206,16 +206,39 @@ def emulate_decode(bits, s_bf16):
     return (val * (s_bf16.astype(jnp.float32) * float(2.0 ** -126))).astype(jnp.bfloat16)
 
 
-def _scale_bf16(s_u8, fmt):
-    """[BK, NB] uint8 block scales -> bf16 ``scale * 2**KSHIFT`` (exact; NaN scale stays NaN)."""
+# How MXFP4's NaN scale byte (255) becomes NaN: None picks by tile rows (``mxfp4_nan_path``);
+# "select" or "fadd" forces one path (experiments/ab_mxfp4_scale_path.py). Both give the same
+# bf16 value for every byte.
+MXFP4_NAN_PATH = None
+
+
+def mxfp4_nan_path(block_k: int) -> str:
+    """The MXFP4 NaN path the kernel uses with ``block_k``-row tiles (session 36, H100, outputs
+    identical): "fadd" (``f + (f - f)``, float pipe) at <= 32 rows, where it was 1-8% faster than
+    the compare and select (f32 and bf16 P); "select" at 64 rows (the f32-P default), where fadd
+    was 5-9% slower."""
+    if MXFP4_NAN_PATH is not None:
+        return MXFP4_NAN_PATH
+    return "fadd" if block_k <= 32 else "select"
+
+
+def _scale_bf16(s_u8, fmt, nan_path="fadd"):
+    """[BK, NB] uint8 block scales -> bf16 ``scale * 2**KSHIFT`` (exact; NaN scale stays NaN).
+    MXFP4 builds 2**(b - 127) in the f32 exponent (b = 255 gives inf), then ``nan_path`` turns
+    that inf into NaN: "fadd" adds ``f - f`` (NaN exactly there, 0 elsewhere; two FADDs on the
+    float pipe), "select" is ``where(b == 255, nan, f)`` (a compare and a select on the integer
+    pipe)."""
     if fmt == "nvfp4":
         sf = jax.lax.bitcast_convert_type(s_u8, jnp.float8_e4m3fn).astype(jnp.float32)
     else:
-        # 2**(b - 127) by placing b in the f32 exponent (b = 255 gives inf); ``f - f`` is NaN
-        # exactly there and 0 elsewhere, so adding it turns the NaN code's inf into NaN on the
-        # float pipe (a compare and select cost the busier integer pipe ~2 ops per cache row).
-        f = jax.lax.bitcast_convert_type(s_u8.astype(jnp.uint32) << 23, jnp.float32)
-        sf = f + (f - f)
+        b = s_u8.astype(jnp.uint32)
+        f = jax.lax.bitcast_convert_type(b << 23, jnp.float32)
+        if nan_path == "fadd":
+            sf = f + (f - f)
+        elif nan_path == "select":
+            sf = jnp.where(b == 255, jnp.nan, f)
+        else:
+            raise ValueError(f"nan_path must be 'fadd' or 'select', got {nan_path!r}")
     return (sf * float(2.0 ** KSHIFT[fmt])).astype(jnp.bfloat16)
 
 
@@ -309,11 +332,12 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     qo = qo_ref[...]
     d2, gq = qe.shape
     unit = float(2.0 ** (126 - KSHIFT[fmt]))
+    nan_path = mxfp4_nan_path(block_k)
 
     def load_half(c_ref, s_ref, rows, valid):
         c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
         sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
-        sf = _expand_cols(_scale_bf16(sc, fmt), d2)
+        sf = _expand_cols(_scale_bf16(sc, fmt, nan_path), d2)
         return _decode_kw(c, sf, interpret) if k_words else _decode_v2(c, sf, fmt, interpret)
 
     def load_half_t(c_ref, s_ref, rows, valid):
@@ -323,7 +347,7 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         if c.dtype == jnp.uint32:  # v4: V codes passed as 32-bit words
             c = _unpack_words(c, d2)
         sc = plgpu.load(s_ref.at[rows, :], mask=valid[:, None], other=0)
-        sf = _expand_cols(_scale_bf16(sc, fmt), d2)
+        sf = _expand_cols(_scale_bf16(sc, fmt, nan_path), d2)
         if v_words:  # V in the word layout too: decode [BK, D2], then transpose the bf16 planes
             lo, hi = _decode_kw(c, sf, interpret)
             return lo.T, hi.T

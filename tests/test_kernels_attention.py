@@ -235,17 +235,54 @@ def test_emulated_decode_equals_dequantize(fmt):
     assert np.sum(np.abs(want) == 0.5 * sc) > 0  # the subnormal code is exercised
 
 
-def test_mxfp4_scale_bytes_convert_exactly_and_nan_stays_nan():
+@pytest.mark.parametrize("nan_path", ["fadd", "select"])
+def test_mxfp4_scale_bytes_convert_exactly_and_nan_stays_nan(nan_path):
     """Every E8M0 byte in the documented window (2**e, e in [-96, 37]) becomes 2**(e + KSHIFT)
     in bf16 exactly; larger ones overflow to inf; byte 255 (NaN) must stay NaN, not inf (an inf
-    K scale with negative codes would give a -inf score and hide the NaN)."""
+    K scale with negative codes would give a -inf score and hide the NaN). Both NaN paths."""
     b = jnp.arange(256, dtype=jnp.uint8)[:, None]
-    got = np.asarray(AT._scale_bf16(b, "mxfp4"), np.float64)[:, 0]
+    got = np.asarray(AT._scale_bf16(b, "mxfp4", nan_path), np.float64)[:, 0]
     e = np.arange(256) - 127
     window = (e >= -96) & (e <= 37)
     np.testing.assert_array_equal(got[window], 2.0 ** (e[window] + AT.KSHIFT["mxfp4"]))
     assert np.all(np.isposinf(got[(e > 37) & (e < 128)]))
     assert np.isnan(got[255])
+
+
+def test_mxfp4_nan_path_follows_tile_rows(monkeypatch):
+    """fadd at <= 32-row tiles, select at 64 (session 36's A/B); the module switch forces one;
+    an unknown path is refused by name."""
+    assert [AT.mxfp4_nan_path(r) for r in (16, 32, 64)] == ["fadd", "fadd", "select"]
+    monkeypatch.setattr(AT, "MXFP4_NAN_PATH", "select")
+    assert AT.mxfp4_nan_path(32) == "select"
+    with pytest.raises(ValueError, match="nan_path"):
+        AT._scale_bf16(jnp.zeros((2, 2), jnp.uint8), "mxfp4", "where")
+
+
+@pytest.mark.parametrize("block_k", [32, 64])
+def test_mxfp4_nan_scale_reaches_the_output_with_either_tile(block_k):
+    """A NaN block scale (E8M0 byte 255) in a valid K row makes that sequence's output NaN on
+    the kernel's fadd (32-row tiles) and select (64-row) paths alike, where an inf would hide; the other sequence, and a
+    NaN scale in a row past its length, leave outputs finite and equal to the reference."""
+    b, hq, h, s, d = 2, 4, 1, 128, 64
+    q, k, v = _inputs(31, b, hq, h, s, d)
+    # Sequence 0: row 9's K positive and the queries negative, so an inf K scale (the NaN lost)
+    # would give a -inf score, a zero weight and a finite output.
+    k = k.at[0, 0, 9].set(1.0 + jnp.abs(k[0, 0, 9]) / 4)  # no zero codes (0 * inf is NaN)
+    q = q.at[0].set(-jnp.abs(q[0]))
+    lengths = jnp.asarray([100, 70], jnp.int32)
+    kc, vc = _cache(k, "mxfp4"), _cache(v, "mxfp4")
+    want = decode_attention_reference(q, dequantize(kc), dequantize(vc), lengths)
+    sb = jax.lax.bitcast_convert_type(kc.scales, jnp.uint8)
+    sb = sb.at[0, 0, 9, 1].set(255).at[1, 0, 90, 0].set(255)  # row 90 >= length 70: masked
+    import dataclasses
+    kc = dataclasses.replace(kc, scales=jax.lax.bitcast_convert_type(sb, kc.scales.dtype))
+    out = np.asarray(AT.decode_attention_triton(
+        q, kc, vc, lengths, sm_scale=d ** -0.5, block_k=block_k, num_splits=1,
+        out_dtype=jnp.float32, interpret=True), np.float32)
+    assert np.all(np.isnan(out[0]))
+    assert np.all(np.isfinite(out[1]))
+    assert _rel(out[1], np.asarray(want, np.float32)[1]) < 6e-3
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "nvfp4"])
