@@ -7,11 +7,14 @@
 # This call: both paths at f32 P (64, 1, 2) and (32, 1, 2) and bf16 P (32, 1, 2), three shapes.
 # Prediction: the f32-P slowdown at 64-row tiles repeats (255 registers: the two FADDs' live
 # values reorder the loop); at 32-row tiles fadd is 0-3% faster than select; bf16 P fadd 0-5%.
-# Usage (repo root, with .whl/ carried): bash experiments/gpu_session36a.sh
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_session36a.sh (SH=B:S,... to override)
 source "$(dirname "$0")/gpu_prelude.sh" r36a
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
-SH=${SH:-55:32768,27:65536,13:131072}
+# The issue's shapes where they fit (the check's float reference needs > 80 GB at 111 x 32K).
+MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [ "${MIB:-0}" -gt 100000 ]; then DEF=111:32768,27:131072; else DEF=55:32768,27:65536,13:131072; fi
+SH=${SH:-$DEF}; echo "shapes $SH (${MIB} MiB)"
 timeout 400 python3 experiments/ab_mxfp4_scale_path.py --out "$R/ab" --shapes $SH \
   --triton-variants ";block_k=32,num_stages=2;bf16_p=1" > "$R/ab.txt" 2>&1
 echo "ab rc=$?"; grep -iE "error|Traceback" "$R/ab.txt" | head -5
