@@ -18,4 +18,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from trace_jax.cli import parse_flags
+
+    app.run(main, flags_parser=parse_flags)

@@ -85,5 +85,7 @@ def _define_flags():
 
 
 if __name__ == "__main__":
+    from trace_jax.cli import parse_flags
+
     _define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

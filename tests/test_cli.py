@@ -1,0 +1,44 @@
+"""Config-override errors of the ``--config`` programs (trace_jax.cli): one line that names the
+override and the field, from ml_collections' real exception."""
+
+import pytest
+from ml_collections import ConfigDict
+
+from trace_jax import cli
+
+
+def _error(cfg, path):
+    node = cfg
+    with pytest.raises((AttributeError, KeyError)) as e:
+        for part in path:
+            node = getattr(node, part)
+    return e.value
+
+
+def test_unknown_field_names_the_override_and_the_suggestion():
+    cfg = ConfigDict({"train": {"steps": 3, "lr": 1e-4}, "model": {"d_model": 8}})
+    err = _error(cfg, ["train", "stepz"])
+    msg = cli.unknown_field_message(["prog", "--config=c.py", "--config.train.stepz=3",
+                                     "--config.model.d_model=4"], err)
+    assert msg.startswith("--config.train.stepz: the config has no field 'stepz'"), msg
+    assert 'Did you mean "steps"' in msg and "\n" not in msg and "\\" not in msg
+
+
+def test_unknown_top_level_field_and_no_suggestion():
+    cfg = ConfigDict({"train": {"steps": 3}})
+    err = _error(cfg, ["zzzzzz"])
+    msg = cli.unknown_field_message(["prog", "--config.zzzzzz.a=1"], err)
+    assert msg == "--config.zzzzzz.a: the config has no field 'zzzzzz'", msg
+
+
+def test_parse_flags_exits_with_one_line(monkeypatch, capsys):
+    def boom(argv):
+        cfg = ConfigDict({"train": {"steps": 3}})
+        return cfg.train.stepz
+
+    monkeypatch.setattr(cli.flags, "FLAGS", boom)
+    with pytest.raises(SystemExit) as e:
+        cli.parse_flags(["prog", "--config.train.stepz=1"])
+    assert e.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--config.train.stepz" in err[0] and '"steps"' in err[0], err
