@@ -40,7 +40,7 @@ def test_diagnose_cli_variants_orderings_and_config_typo():
     table = diagnose.format_table(res)
     assert "| trace+r3 |" in table and "| fp4_qat_rtn+r3 |" in table and "hint bytes/token" in table
 
-    bad = subprocess.run(cmd[:3] + ["--config.modle.n_layers=2"], capture_output=True, text=True,
+    bad = subprocess.run(cmd[:4] + ["--config.modle.n_layers=2"], capture_output=True, text=True,
                          timeout=600)
     assert bad.returncode == 1, bad.stderr[-2000:]
     last = bad.stderr.strip().splitlines()[-1]  # one line naming the override, no traceback
