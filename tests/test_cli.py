@@ -36,9 +36,20 @@ def test_parse_flags_exits_with_one_line(monkeypatch, capsys):
         cfg = ConfigDict({"train": {"steps": 3}})
         return cfg.train.stepz
 
-    monkeypatch.setattr(cli.flags, "FLAGS", boom)
+    monkeypatch.setattr(cli.app, "parse_flags_with_usage", boom)
     with pytest.raises(SystemExit) as e:
         cli.parse_flags(["prog", "--config.train.stepz=1"])
     assert e.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--config.train.stepz" in err[0] and '"steps"' in err[0], err
+
+
+def test_parse_flags_leaves_other_errors_alone(monkeypatch):
+    """An AttributeError that is not an override's missing field (e.g. from the config file's
+    own code) keeps its traceback."""
+    def boom(argv):
+        raise AttributeError("module 'numpy' has no attribute 'flot'")
+
+    monkeypatch.setattr(cli.app, "parse_flags_with_usage", boom)
+    with pytest.raises(AttributeError, match="flot"):
+        cli.parse_flags(["prog", "--config=c.py"])

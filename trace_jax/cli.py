@@ -11,33 +11,47 @@ from __future__ import annotations
 import re
 import sys
 
-from absl import flags
+from absl import app
+
+
+def _innermost(err: BaseException) -> BaseException:
+    while err.args and isinstance(err.args[0], BaseException):  # AttributeError(KeyError(msg))
+        err = err.args[0]
+    return err
+
+
+def _key(err: BaseException) -> str:
+    text = str(err.args[0]) if err.args else str(err)
+    key = re.match(r"""\W*([^'"\n]+)""", text)
+    return key.group(1) if key else ""
+
+
+def _overrides_naming(argv, key: str) -> list[str]:
+    return [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.") and key
+            and key in a.split("=", 1)[0].split(".")]
 
 
 def unknown_field_message(argv, err: BaseException) -> str:
     """The one-line error for a config override whose field does not exist: the override(s) from
     ``argv`` naming the missing key, and ml_collections' "Did you mean ..." when it has one."""
-    while err.args and isinstance(err.args[0], BaseException):  # AttributeError(KeyError(msg))
-        err = err.args[0]
+    err = _innermost(err)
     text = str(err.args[0]) if err.args else str(err)
-    key = re.match(r"""\W*([^'"\n]+)""", text)
-    key = key.group(1) if key else ""
+    key = _key(err)
     hint = " ".join(line.strip() for line in text.splitlines()[1:] if line.strip())
-    args = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.") and key
-            and key in re.split(r"[.=]", a.split("=", 1)[0])]
-    where = ", ".join(args) if args else "a --config override"
+    where = ", ".join(_overrides_naming(argv, key)) or "a --config override"
     return f"{where}: the config has no field {key!r}" + (f" ({hint})" if hint else "")
 
 
 def parse_flags(argv):
-    """``absl.app.run``'s ``flags_parser``: absl's own parsing, with an unknown config field
-    reported in one line (exit 1) instead of a traceback."""
+    """``absl.app.run``'s ``flags_parser``: absl's own parsing and usage errors
+    (``app.parse_flags_with_usage``), and, when an override names a field the config lacks
+    (ml_collections' KeyError), one line naming it (exit 1) instead of a traceback. Other
+    errors, e.g. from the config file's own code, propagate unchanged."""
     try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        sys.stderr.write(f"FATAL Flags parsing error: {e}\n"
-                         "Pass --helpshort or --helpfull to see help on flags.\n")
-        sys.exit(1)
+        return app.parse_flags_with_usage(argv)
     except (AttributeError, KeyError) as e:
+        inner = _innermost(e)
+        if not (isinstance(inner, KeyError) and _overrides_naming(argv, _key(inner))):
+            raise
         sys.stderr.write(f"FATAL Flags parsing error: {unknown_field_message(argv, e)}\n")
         sys.exit(1)
