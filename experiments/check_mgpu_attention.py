@@ -125,9 +125,6 @@ def main(argv=None) -> int:
         tuple(int(v) for v in x.split(":")) for x in a.shapes.split(",")]
     bw = None if a.no_time else devtime.report_copy_bandwidth(1 << 30)
     quant = jax.jit(lambda x: Q.quantize(x, a.fmt, axis=-1, global_scope="row"))
-    # jitted: op by op, the bit permutation holds a [B, H, S, D/8, 32] uint32 intermediate (30 GB
-    # at 111 x 32K, which did not fit an 80 GB H100 in session 36); fused, only the words
-    words = jax.jit(KL.to_kv_words)
     if a.fmt != "nvfp4" and a.variants:
         raise SystemExit("--variants are the Mosaic kernel's, which reads NVFP4 caches only")
     variants = parse_variants(a.variants) if a.fmt == "nvfp4" and not a.no_mosaic else []
@@ -143,7 +140,7 @@ def main(argv=None) -> int:
         ref = jax.jit(decode_attention_reference)(q, k, v, lengths).astype(jnp.float32)
         row = dict(batch=b, context=s)
         cache = jax.jit(MK.to_mgpu_kv)(k, v) if variants else None
-        kw, vw = words(k), words(v)
+        kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
         runs = {}
         for knobs in variants:
             name = "mgpu" if len(variants) == 1 else "mgpu_" + variant_name(knobs)

@@ -12,7 +12,7 @@ source "$(dirname "$0")/gpu_prelude.sh" r36a
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
 # The issue's shapes. (Session 36's H100 calls used 55 x 32K, 27 x 64K, 13 x 128K: the check's
-# eager KV word conversion then needed 30 GB at once; it is jitted since.)
+# eager KV word conversion then needed 30 GB at once; kv_layout.to_words is jitted since.)
 SH=${SH:-111:32768,27:131072}; echo "shapes $SH"
 timeout 400 python3 experiments/ab_mxfp4_scale_path.py --out "$R/ab" --shapes $SH \
   --triton-variants ";block_k=32,num_stages=2;bf16_p=1" > "$R/ab.txt" 2>&1

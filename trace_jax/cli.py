@@ -20,8 +20,11 @@ def _innermost(err: BaseException) -> BaseException:
     return err
 
 
-def _key(err: BaseException) -> str:
-    text = str(err.args[0]) if err.args else str(err)
+def _text(err: BaseException) -> str:
+    return str(err.args[0]) if err.args else str(err)
+
+
+def _key(text: str) -> str:
     key = re.match(r"""\W*([^'"\n]+)""", text)
     return key.group(1) if key else ""
 
@@ -34,9 +37,8 @@ def _overrides_naming(argv, key: str) -> list[str]:
 def unknown_field_message(argv, err: BaseException) -> str:
     """The one-line error for a config override whose field does not exist: the override(s) from
     ``argv`` naming the missing key, and ml_collections' "Did you mean ..." when it has one."""
-    err = _innermost(err)
-    text = str(err.args[0]) if err.args else str(err)
-    key = _key(err)
+    text = _text(_innermost(err))
+    key = _key(text)
     hint = " ".join(line.strip() for line in text.splitlines()[1:] if line.strip())
     where = ", ".join(_overrides_naming(argv, key)) or "a --config override"
     return f"{where}: the config has no field {key!r}" + (f" ({hint})" if hint else "")
@@ -51,7 +53,7 @@ def parse_flags(argv):
         return app.parse_flags_with_usage(argv)
     except (AttributeError, KeyError) as e:
         inner = _innermost(e)
-        if not (isinstance(inner, KeyError) and _overrides_naming(argv, _key(inner))):
+        if not (isinstance(inner, KeyError) and _overrides_naming(argv, _key(_text(inner)))):
             raise
         sys.stderr.write(f"FATAL Flags parsing error: {unknown_field_message(argv, e)}\n")
         sys.exit(1)
