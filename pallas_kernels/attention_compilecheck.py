@@ -37,8 +37,6 @@ DEFAULTS = {
     "v5_mx_bk64_w2": dict(fmt="mxfp4", decode="v5", block_k=64, num_warps=2),
     "v6_nv_bk32_w1": dict(fmt="nvfp4", decode="v6", block_k=32, num_warps=1),
     "v6_mx_bk64_w2": dict(fmt="mxfp4", decode="v6", block_k=64, num_warps=2),
-    "v7_nv_bk32_w1": dict(fmt="nvfp4", decode="v7", block_k=32, num_warps=1),
-    "v7_mx_bk32_w1": dict(fmt="mxfp4", decode="v7", block_k=32, num_warps=1),
 }
 
 
@@ -52,8 +50,8 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
     def f(q, k, v, n):
         return AT.decode_attention_triton(q, k, v, n, sm_scale=d ** -0.5, **cfg)
 
-    k = KL.to_kv_words(c) if cfg.get("decode") in ("v5", "v6", "v7") else c  # K in the word layout
-    v = {"v6": KL.to_kv_words, "v7": KL.to_vt}.get(cfg.get("decode"), lambda c: c)(c)  # V
+    k = KL.to_kv_words(c) if cfg.get("decode") in ("v5", "v6") else c  # K in the word layout
+    v = KL.to_kv_words(c) if cfg.get("decode") == "v6" else c  # v6: V too
     ttir = mc.lower(f, q, k, v, lengths)[0]  # the attention kernel (a combine may follow)
     _, nw, ns = AT.tuned_knobs(fmt, cfg.get("decode") or ("v4" if d % 8 == 0 else "v3"),
                                cfg.get("precision", "f32"))

@@ -69,7 +69,7 @@ def default_splits(b: int, h: int, n_blocks: int, step: int, decode: str | None,
     """The split count a call without ``num_splits`` gets (``SPLIT_TARGET`` None): the FP4
     rule for decode v6 (``FP4_SPLIT_TARGET``, ``FP4_SPLIT_ROWS``; ``step`` = cache rows per
     block), else the old rule of 8192 // num_warps programs (at least 2048)."""
-    if SPLIT_TARGET is None and decode in ("v6", "v7"):
+    if SPLIT_TARGET is None and decode == "v6":
         lo = max(1, -(-FP4_SPLIT_ROWS[0] // step))
         hi = max(1, FP4_SPLIT_ROWS[1] // step)
         return _pick_splits(b, h, n_blocks, FP4_SPLIT_TARGET, min_blocks_per_split=lo,
@@ -409,129 +409,6 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     l_ref[...] = l
 
 
-# --- v7 (experimental): V stored transposed (``kv_layout.LAYOUT_T``), no V^T transpose ----------
-#
-# v6 transposes V's decoded bf16 planes for O^T += V^T P^T; Triton routes that through shared
-# memory (STS, ldmatrix.trans and ~4 register moves per cache row: NOTES_attention sessions 3, 24).
-# v7 reads V^T words: the 8 codes of a word are 8 consecutive cache rows of one head dim, so the
-# decode's lo / hi planes are the even / odd rows of a [D2, BK/2] tile whose bf16x2 pairs run
-# along the MMA's reduction axis, as K's do. The scores are computed for the even and odd rows
-# separately (K read as [S/2, 2 * D2]: row pairs side by side, no copy), and
-# O^T += V^T_even P^T_even + V^T_odd P^T_odd. The same MMAs, the same values (the dot sums the
-# rows in another order).
-
-
-def _decode_kw_t(codes, s_even, s_odd, interpret):
-    """V^T words: codes [R, BK/2] uint8 (4 bytes = one word = 8 cache rows of one head dim),
-    s_even / s_odd [R, BK/2] bf16 the block scales of the even / odd rows -> (even rows, odd
-    rows) bf16 [R, BK/2] ``code * S * 2**-126``."""
-    if interpret:
-        r, c2 = codes.shape
-        w = jax.lax.bitcast_convert_type(codes.reshape(r, c2 // 4, 4), jnp.uint32)
-        pairs = KL.emulate_pairs(w)
-        halves = [[p & 0xFFFF, p >> 16] for p in pairs]
-        ev = jnp.stack(halves[0] + halves[1], -1).reshape(r, c2)
-        od = jnp.stack(halves[2] + halves[3], -1).reshape(r, c2)
-        return emulate_decode(ev, s_even), emulate_decode(od, s_odd)
-    shape = [jax.ShapeDtypeStruct(codes.shape, jnp.bfloat16)]
-    [ev] = plgpu.elementwise_inline_asm(KL.asm_text("lo"), args=[codes, s_even],
-                                        constraints="=r,=r,r,r,r", pack=4,
-                                        result_shape_dtypes=shape)
-    [od] = plgpu.elementwise_inline_asm(KL.asm_text("hi"), args=[codes, s_odd],
-                                        constraints="=r,=r,r,r,r", pack=4,
-                                        result_shape_dtypes=shape)
-    return ev, od
-
-
-def _expand_rows_t(a, rows):
-    """[BK2, NB] per-row block scales -> [rows, BK2]: row r of a head-dim half (dim 2r or
-    2r + 1) takes block r // (rows / NB)."""
-    bk2, nb = a.shape
-    return jnp.broadcast_to(a.T[:, None, :], (nb, rows // nb, bk2)).reshape(rows, bk2)
-
-
-def _load_col(ref, rows, col, valid):
-    """Column ``col`` of a [rows, 2] f32 ref as a [rows] vector (0 where not ``valid``)."""
-    x = plgpu.load(ref.at[rows, pl.ds(col, 1)], mask=valid[:, None], other=0.0)
-    return x.reshape(x.shape[0])
-
-
-def _fp4_kernel_v7(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vt_ref, vs_ref, *rest,
-                   fmt, block_k, chunk, scale, precision, interpret, split_axis=2):
-    """kc [chunk/2, 2 * D2] (K rows 2i, 2i + 1 side by side, word layout), ks [chunk/2, 2 * NB],
-    vt [D, chunk/2] (V^T words, even head dims then odd), vs [chunk/2, 2 * NB]; NVFP4's global
-    scales [chunk/2, 2]."""
-    kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk,
-                                                                         split_axis)
-    nblk = (n + block_k - 1) // block_k
-    qe = qe_ref[...]  # [D2, Gq] bf16
-    qo = qo_ref[...]
-    d2, gq = qe.shape
-    nb = ks_ref.shape[-1] // 2
-    bk2 = block_k // 2
-    unit = float(2.0 ** (126 - KSHIFT[fmt]))
-    nan_path = mxfp4_nan_path(block_k)
-
-    def pv(vt, p):  # vt [D2, BK2] bf16, p [BK2, Gq] f32 -> [D2, Gq] f32
-        hi = p.astype(jnp.bfloat16)
-        out = jnp.dot(vt, hi, preferred_element_type=jnp.float32)
-        if precision == "f32":
-            lo = (p - hi.astype(jnp.float32)).astype(jnp.bfloat16)
-            out = out + jnp.dot(vt, lo, preferred_element_type=jnp.float32)
-        return out
-
-    def scores(rows2, par, valid):  # K rows 2i + par of the tile -> s [BK2, Gq] (masked)
-        c = plgpu.load(kc_ref.at[rows2, pl.ds(par * d2, d2)], mask=valid[:, None], other=0)
-        sc = plgpu.load(ks_ref.at[rows2, pl.ds(par * nb, nb)], mask=valid[:, None], other=0)
-        k_lo, k_hi = _decode_kw(c, _expand_cols(_scale_bf16(sc, fmt, nan_path), d2), interpret)
-        s = jnp.dot(k_lo, qe, preferred_element_type=jnp.float32)
-        s = s + jnp.dot(k_hi, qo, preferred_element_type=jnp.float32)
-        if fmt == "nvfp4":
-            kg = _load_col(kg_ref, rows2, par, valid)
-            s = s * (kg * (scale * unit))[:, None]
-        else:
-            s = s * (scale * unit)
-        return jnp.where(valid[:, None], s, -jnp.inf)
-
-    def body(i, carry):
-        acc_e, acc_o, m, l = carry
-        off = i * block_k
-        off2 = pl.multiple_of(i * bk2, bk2)
-        rows2 = pl.ds(off2, bk2)
-        tok = off + 2 * jax.lax.broadcasted_iota(jnp.int32, (bk2,), 0)
-        valid_e, valid_o = tok < n, tok + 1 < n
-        s_e = scores(rows2, 0, valid_e)
-        s_o = scores(rows2, 1, valid_o)
-        m_new = jnp.maximum(m, jnp.maximum(jnp.max(s_e, axis=0), jnp.max(s_o, axis=0)))
-        alpha = jnp.exp2(m - m_new)
-        p_e = jnp.exp2(s_e - m_new[None, :])
-        p_o = jnp.exp2(s_o - m_new[None, :])
-        l = l * alpha + jnp.sum(p_e, axis=0) + jnp.sum(p_o, axis=0)
-        # V^T: scales of the even / odd rows (masked: a stale scale past the length may be NaN),
-        # spread over each head-dim half's rows
-        vs_e = plgpu.load(vs_ref.at[rows2, pl.ds(0, nb)], mask=valid_e[:, None], other=0)
-        vs_o = plgpu.load(vs_ref.at[rows2, pl.ds(nb, nb)], mask=valid_o[:, None], other=0)
-        sf_e = _expand_rows_t(_scale_bf16(vs_e, fmt, nan_path), d2)
-        sf_o = _expand_rows_t(_scale_bf16(vs_o, fmt, nan_path), d2)
-        if fmt == "nvfp4":
-            p_e = p_e * _load_col(vg_ref, rows2, 0, valid_e)[:, None]
-            p_o = p_o * _load_col(vg_ref, rows2, 1, valid_o)[:, None]
-        cols = pl.ds(off2, bk2)
-        ve_e, ve_o = _decode_kw_t(vt_ref[pl.ds(0, d2), cols], sf_e, sf_o, interpret)  # even dims
-        vo_e, vo_o = _decode_kw_t(vt_ref[pl.ds(d2, d2), cols], sf_e, sf_o, interpret)  # odd dims
-        acc_e = acc_e * alpha[None, :] + pv(ve_e, p_e) + pv(ve_o, p_o)
-        acc_o = acc_o * alpha[None, :] + pv(vo_e, p_e) + pv(vo_o, p_o)
-        return acc_e, acc_o, m_new, l
-
-    zero = (jnp.zeros((d2, gq), jnp.float32), jnp.zeros((d2, gq), jnp.float32),
-            jnp.full((gq,), _NEG, jnp.float32), jnp.zeros((gq,), jnp.float32))
-    acc_e, acc_o, m, l = jax.lax.fori_loop(0, nblk, body, zero)
-    oe_ref[...] = (acc_e * unit).astype(oe_ref.dtype)
-    oo_ref[...] = (acc_o * unit).astype(oo_ref.dtype)
-    m_ref[...] = m
-    l_ref[...] = l
-
-
 # ---------------------------------------------------------------------------------------------
 # Wrapper
 
@@ -670,8 +547,7 @@ def tuned_knobs(fmt: str, decode: str, precision: str = "f32") -> tuple[int, int
     return {"v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
             "v5": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
-            "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 1, 2),
-            "v7": (32, 1, 3) if fmt == "nvfp4" else (32, 1, 2)}.get(decode, (32, 1, 2))
+            "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 1, 2)}.get(decode, (32, 1, 2))
 
 
 def default_version(k_cache, v_cache) -> str | None:
@@ -681,8 +557,7 @@ def default_version(k_cache, v_cache) -> str | None:
     if not isinstance(k_cache, QTensor):
         return None
     layouts = (k_cache.layout, v_cache.layout)
-    return {(KL.LAYOUT, KL.LAYOUT): "v6", (KL.LAYOUT, KL.LAYOUT_T): "v7",
-            (KL.LAYOUT, "natural"): "v5"}.get(
+    return {(KL.LAYOUT, KL.LAYOUT): "v6", (KL.LAYOUT, "natural"): "v5"}.get(
         layouts, "v4" if (2 * k_cache.codes.shape[-1]) % 8 == 0 else "v3")
 
 
@@ -752,15 +627,14 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     layouts = (k_cache.layout, v_cache.layout) if fp4 else None
     if decode is None:
         decode = default_version(k_cache, v_cache) or "v4"  # (bf16 caches ignore it)
-    if decode not in ("v3", "v4", "v5", "v6", "v7"):
-        raise ValueError(f"decode must be one of v3 .. v7 (v1 / v2 were removed in session 33), "
+    if decode not in ("v3", "v4", "v5", "v6"):
+        raise ValueError(f"decode must be one of v3 .. v6 (v1 / v2 were removed in session 33), "
                          f"got {decode!r}")
     b, hq, d = q.shape
     if fp4:
         if k_cache.axis != -1 or v_cache.axis != -1 or k_cache.fmt != v_cache.fmt:
             raise ValueError("FP4 caches must be quantized along the last axis, same format")
-        want = {"v5": (KL.LAYOUT, "natural"), "v6": (KL.LAYOUT, KL.LAYOUT),
-                "v7": (KL.LAYOUT, KL.LAYOUT_T)}.get(
+        want = {"v5": (KL.LAYOUT, "natural"), "v6": (KL.LAYOUT, KL.LAYOUT)}.get(
             decode, ("natural", "natural"))
         if layouts != want:
             raise ValueError(
@@ -783,11 +657,9 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     num_stages = tuned[2] if num_stages is None else num_stages
     # v4 = the v3 kernel with V codes as 32-bit words; v5 / v6 = v4 with K / K and V in the
     # kv_layout words
-    if fp4 and decode in ("v4", "v5", "v6", "v7") and d % 8:
+    if fp4 and decode in ("v4", "v5", "v6") and d % 8:
         raise ValueError(f"decode={decode!r} needs head_dim % 8 == 0, got {d}")
     chains = (chains or 1) if fp4 else 1
-    if fp4 and decode == "v7" and (chains != 1 or block_k < 32):
-        raise ValueError(f"decode='v7' takes chains=1 and block_k >= 32, got {chains}, {block_k}")
     g = hq // h
     gp = max(8 if fp4 else 16, 1 << (g - 1).bit_length())
     block_k = min(block_k, max(16, 1 << (s - 1).bit_length()))
@@ -800,16 +672,10 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         def padrows(a):
             return jnp.pad(a, [(0, 0), (0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 3))
 
-        def padcodes(c):  # V^T words [B, H, D, S/2]: pad the columns (pad % 8 == 0 there)
-            if c.layout == KL.LAYOUT_T:
-                return jnp.pad(c.codes, [(0, 0), (0, 0), (0, 0), (0, pad // 2)])
-            return padrows(c.codes)
-
         if fp4:
-            k_cache, v_cache = (dataclasses.replace(
-                c, codes=padcodes(c), scales=padrows(c.scales),
-                global_scale=padrows(c.global_scale) if c.global_scale.shape[2] > 1
-                else c.global_scale) for c in (k_cache, v_cache))
+            k_cache, v_cache = (
+                jax.tree.map(padrows, c) if c.global_scale.shape[2] > 1 else dataclasses.replace(
+                    c, codes=padrows(c.codes), scales=padrows(c.scales)) for c in (k_cache, v_cache))
         else:
             k_cache, v_cache = padrows(k_cache), padrows(v_cache)
         s += pad
@@ -877,32 +743,15 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                 args.append(gs.reshape(b, h, s))
             g_spec = pl.BlockSpec((None, None, chunk), lambda i, j, k: (i, j, k))
             in_specs += [g_spec, g_spec]
-        if decode == "v7":  # rows 2i and 2i + 1 side by side (reshapes, no copies); V^T
-            half = lambda a, w: a.reshape(b, h, s // 2, w)  # noqa: E731
-            args[3], args[4], args[6] = half(args[3], 2 * d2), half(args[4], 2 * nb), half(
-                args[6], 2 * nb)
-            args[7:] = [half(a, 2) for a in args[7:]]
-
-            def pair_spec(width):
-                return pl.BlockSpec((None, None, chunk // 2, width), lambda i, j, k: (i, j, k, 0))
-
-            in_specs[3:5] = [pair_spec(2 * d2), pair_spec(2 * nb)]
-            in_specs[5] = pl.BlockSpec((None, None, d, chunk // 2), lambda i, j, k: (i, j, 0, k))
-            in_specs[6] = pair_spec(2 * nb)
-            in_specs[7:] = [pair_spec(2) for _ in in_specs[7:]]
-        elif decode in ("v4", "v5", "v6"):
+        if decode in ("v4", "v5", "v6"):
             # V codes as uint32 words (4 code bytes; a bitcast of the contiguous cache, no copy)
             args[5] = jax.lax.bitcast_convert_type(
                 args[5].reshape(b, h, s, d2 // 4, 4), jnp.uint32)
             in_specs[5] = row_spec(d2 // 4)
-        if decode == "v7":
-            kernel = functools.partial(_fp4_kernel_v7, fmt=fmt, block_k=block_k, chunk=chunk,
-                                       scale=scale, precision=precision, interpret=interpret)
-        else:
-            kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
-                                       scale=scale, precision=precision, interpret=interpret,
-                                       chains=chains, k_words=decode in ("v5", "v6"),
-                                       v_words=decode == "v6")
+        kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
+                                   scale=scale, precision=precision, interpret=interpret,
+                                   chains=chains, k_words=decode in ("v5", "v6"),
+                                   v_words=decode == "v6")
         o_block = (d2, gp)  # transposed partial outputs
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
         o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), partial_dtype)

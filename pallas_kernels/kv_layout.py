@@ -160,59 +160,6 @@ def to_natural(q: QTensor) -> QTensor:
     """Inverse of :func:`to_kv_words` (natural tensors are returned as is)."""
     if q.layout == "natural":
         return q
-    if q.layout == LAYOUT_T:
-        return dataclasses.replace(q, codes=from_vt_words(q.codes), layout="natural")
     if q.layout != LAYOUT:
         raise ValueError(f"unknown QTensor layout {q.layout!r}")
     return dataclasses.replace(q, codes=from_words(q.codes), layout="natural")
-
-
-# --- V^T words (decode="v7", experimental) ----------------------------------------------------
-#
-# v6 decodes V like K, as [rows, head dims] tiles, and then transposes the bf16 planes for the
-# P.V MMA, whose reduction axis is the cache rows: Triton takes that transpose through shared
-# memory (stores, ldmatrix.trans, ~4 register moves per row; NOTES_attention sessions 3, 24).
-# Here V is stored transposed, [..., D, S / 2]: a word holds the 8 codes of 8 consecutive cache
-# rows at one head dim, in the same bit order, so the decode's lo / hi planes are the even /
-# odd rows and each bf16x2 pair runs along the reduction axis, as the MMA's A operand wants. The
-# D rows are the even head dims, then the odd ones (the kernel's two output halves). The block
-# scales stay [..., S, D / block] (per row and block, as in the natural layout).
-
-LAYOUT_T = "kv_vt_words"  # QTensor.layout of such a V cache (codes [..., D, S / 2])
-
-
-def _dims_rows(codes_u8: jax.Array) -> jax.Array:
-    """Natural codes [..., S, D/2] -> nibbles [..., D, S] (uint8, one code each), rows = even
-    head dims then odd ones."""
-    lo, hi = codes_u8 & 0xF, codes_u8 >> 4  # [..., S, D/2]: dims 2i, 2i + 1
-    return jnp.swapaxes(jnp.concatenate([lo, hi], axis=-1), -1, -2)
-
-
-@jax.jit
-def to_vt_words(codes_u8: jax.Array) -> jax.Array:
-    """Natural V codes uint8 [..., S, D/2] -> the V^T word layout uint8 [..., D, S/2] (S % 8 ==
-    0). Jitted for the same reason as :func:`to_words`."""
-    s = codes_u8.shape[-2]
-    if s % 8:
-        raise ValueError(f"the {LAYOUT_T} layout needs a multiple of 8 cache rows, got {s}")
-    n = _dims_rows(codes_u8)  # [..., D, S]
-    packed = n[..., 0::2] | (n[..., 1::2] << 4)  # rows (2j, 2j + 1) -> byte j
-    return _move_bits(packed, True)
-
-
-@jax.jit
-def from_vt_words(codes_u8: jax.Array) -> jax.Array:
-    """Inverse of :func:`to_vt_words`: [..., D, S/2] -> natural [..., S, D/2]."""
-    packed = _move_bits(codes_u8, False)  # [..., D, S/2], natural nibble order along S
-    d = packed.shape[-2]
-    n = jnp.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
-    n = jnp.swapaxes(n, -1, -2)  # [..., S, D]: columns = even dims, then odd dims
-    return n[..., : d // 2] | (n[..., d // 2:] << 4)
-
-
-def to_vt(q: QTensor) -> QTensor:
-    """A natural V cache QTensor (quantized along the last axis) in the V^T word layout."""
-    if q.layout != "natural" or q.axis != -1:
-        raise ValueError(f"to_vt needs a natural QTensor along axis -1, got layout "
-                         f"{q.layout!r}, axis {q.axis}")
-    return dataclasses.replace(q, codes=to_vt_words(q.codes), layout=LAYOUT_T)
