@@ -96,3 +96,11 @@ dense_summary() {
     grep -hiE "^ *mgpu .*Error|Traceback" "$R/$n.txt" 2>/dev/null | sort | uniq -c | head -4
   done
 }
+
+# install_wheels: the carried wheels (.whl/: ml-collections, jax-triton, tensorboardX; the GPU
+# host has no network) into /tmp/site, on PYTHONPATH with the repository; exits if pip fails.
+install_wheels() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$REPO"/.whl/*.whl || { echo "wheel install failed (carry .whl)"; exit 1; }
+  export PYTHONPATH=/tmp/site:$REPO
+}

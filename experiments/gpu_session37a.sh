@@ -8,8 +8,7 @@
 # On an H100 (if one comes instead): NVFP4 ~90%, MXFP4 f32 P ~80% (session 36d).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session37a.sh
 source "$(dirname "$0")/gpu_prelude.sh" r37a
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
+install_wheels
 timeout 520 python3 -m pallas_kernels.bench_attention --device-time --max-seconds 430 \
   --out "$R/attn" > "$R/attn.txt" 2>&1
 echo "attention rc=$?"

@@ -8,8 +8,7 @@
 # 60-64 / 41-44% of copy at M = 1 / 8 / 32 / 64, grouped 63-67% (session 29b).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session37b.sh
 source "$(dirname "$0")/gpu_prelude.sh" r37b
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
+install_wheels
 SH=${SH:-111:32768,27:131072}; echo "shapes $SH"
 timeout 270 python3 experiments/ab_mxfp4_scale_path.py --out "$R/ab" --shapes $SH \
   --triton-variants ";block_k=32,num_stages=2;block_k=32,num_stages=3;bf16_p=1" > "$R/ab.txt" 2>&1
