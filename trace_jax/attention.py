@@ -44,7 +44,12 @@ def rope(x_BxTxHxD, positions_BxT, theta: float):
     xf = x_BxTxHxD.astype(jnp.float32)
     x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
     rot = jnp.concatenate([-x2, x1], axis=-1)
-    return (xf * cos + rot * sin).astype(x_BxTxHxD.dtype)
+    # Both products rounded to f32 before the add: left to itself XLA contracts the sum into an
+    # FMA with one product or the other depending on the program (the trainer's forward fused
+    # fma(x, cos, rot * sin), the rollout's decode loop fma(rot, sin, x * cos)), and the two
+    # then round ~1e-5 of the elements apart (session 37, experiments/locate_rollout_mismatch.py).
+    a, b = jax.lax.optimization_barrier((xf * cos, rot * sin))
+    return (a + b).astype(x_BxTxHxD.dtype)
 
 
 def init_cache(cfg, numerics, batch: int, slots: int):

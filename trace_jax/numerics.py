@@ -59,15 +59,26 @@ DEFAULT_HINT_SITES = ACT_SITES
 # for the BF16 engine, RTN QAT and TRACE; session 32, experiments/results/p_precision_mismatch.md).
 # ``TRACE_JAX_EXCESS_PRECISION=1`` restores XLA's default: to measure what exact casts cost, or
 # as a stand-in for engine drift in CPU studies.
-def _excess_precision() -> bool:
-    v = os.environ.get("TRACE_JAX_EXCESS_PRECISION", "0")
+def _env_flag(name: str, default: str, meaning: str) -> bool:
+    v = os.environ.get(name, default)
     if v not in ("0", "1"):
-        raise ValueError(f"TRACE_JAX_EXCESS_PRECISION={v!r}: use 0 (exact bf16 casts, the "
-                         "default) or 1 (XLA's excess precision)")
+        raise ValueError(f"{name}={v!r}: use 0 or 1 ({meaning}; default {default})")
     return v == "1"
 
 
-COMPILER_OPTIONS = {"xla_allow_excess_precision": _excess_precision()}
+# On the CPU, XLA hands dots to the YNNPACK library by default, whose kernel (and so summation
+# order) depends on the shapes: the trainer's [T, S] attention scores then sum head_dim in
+# another order than the decode step's [1, S] ones, for most T (small.py, random init: every
+# decode position's f32 scores, 1.7% of its bf16 attention outputs; session 37,
+# experiments/locate_rollout_mismatch.py). ``TRACE_JAX_YNN=0`` compiles the model's jits without
+# YNNPACK fusions: every dot the rollout and trainer share then sums in one order (small.py's BF16
+# engine gap 3.1e-4 -> see README), at ~1.7x the CPU time of a forward pass. No effect on a GPU.
+COMPILER_OPTIONS = {
+    "xla_allow_excess_precision": _env_flag(
+        "TRACE_JAX_EXCESS_PRECISION", "0", "1 = XLA's excess precision, 0 = exact bf16 casts"),
+}
+if not _env_flag("TRACE_JAX_YNN", "1", "0 = the model's CPU jits without YNNPACK fusions"):
+    COMPILER_OPTIONS["xla_cpu_experimental_ynn_fusion_type"] = ""
 
 
 class _ModelJit:
