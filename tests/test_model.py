@@ -1,6 +1,9 @@
 """The MoE policy: incremental decode, causality, the numerics switch, routing replay, STE, configs."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -547,6 +550,37 @@ def test_rope_in_a_decode_loop_equals_rope_over_the_sequence():
     opts = {**nx.COMPILER_OPTIONS, "xla_backend_optimization_level": 2}
     a, b = (jax.jit(f, compiler_options=opts)(x) for f in (full, loop))
     np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_trainer_and_decode_attention_agree_without_ynnpack():
+    """The trainer's causal attention and the decode step's (``ops.decode_attention_reference``,
+    one query position over the cache) give the same bf16 outputs when the CPU jits compile
+    without YNNPACK fusions (``TRACE_JAX_YNN=0``); with them (XLA's default) YNNPACK sums the
+    trainer's [T, S] scores in another order than the decode's [1, S] for most T (at T = 13
+    here 1 output in 26624 differed, session 37). ``TRACE_JAX_YNN`` sets the option."""
+    B, T, K, G, D = 4, 13, 2, 4, 64
+    ks = jax.random.split(jax.random.key(0), 3)
+    q = jax.random.normal(ks[0], (B, T, K * G, D)).astype(jnp.bfloat16)
+    k, v = (jax.random.normal(kk, (B, T, K, D)).astype(jnp.bfloat16) for kk in ks[1:])
+
+    def decode(q, k, v):
+        kc, vc = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)
+        return jnp.stack([ops.decode_attention_reference(
+            q[:, t], kc, vc, jnp.full((B,), t + 1, jnp.int32)) for t in range(T)], 1)
+
+    opts = {**nx.COMPILER_OPTIONS, **nx.NO_YNN, "xla_backend_optimization_level": 2}
+    train = jax.jit(attention.causal_attention, compiler_options=opts)(q, k, v)
+    np.testing.assert_array_equal(np.asarray(train, np.float32),
+                                  np.asarray(jax.jit(decode, compiler_options=opts)(q, k, v),
+                                             np.float32))
+    code = "from trace_jax import numerics as nx; print(sorted(nx.COMPILER_OPTIONS))"
+    env = {**os.environ, "TRACE_JAX_YNN": "0", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert "xla_cpu_experimental_ynn_fusion_type" in out
+    env["TRACE_JAX_YNN"] = "no"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "TRACE_JAX_YNN='no'" in bad.stderr
 
 
 @pytest.mark.parametrize("kernel_layout", [False, "triton", "mosaic"])

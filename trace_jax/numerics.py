@@ -72,13 +72,15 @@ def _env_flag(name: str, default: str, meaning: str) -> bool:
 # decode position's f32 scores, 1.7% of its bf16 attention outputs; session 37,
 # experiments/locate_rollout_mismatch.py). ``TRACE_JAX_YNN=0`` compiles the model's jits without
 # YNNPACK fusions: every dot the rollout and trainer share then sums in one order (small.py's BF16
-# engine gap 3.1e-4 -> see README), at ~1.7x the CPU time of a forward pass. No effect on a GPU.
+# engine gap 3.1e-4 -> 0 with RoPE's products rounded, ``attention.rope``), at ~1.7x the CPU time
+# of a forward pass (YNNPACK's bf16 matmuls are the fast ones). No effect on a GPU.
 COMPILER_OPTIONS = {
     "xla_allow_excess_precision": _env_flag(
         "TRACE_JAX_EXCESS_PRECISION", "0", "1 = XLA's excess precision, 0 = exact bf16 casts"),
 }
+NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}  # no YNNPACK library fusions (CPU)
 if not _env_flag("TRACE_JAX_YNN", "1", "0 = the model's CPU jits without YNNPACK fusions"):
-    COMPILER_OPTIONS["xla_cpu_experimental_ynn_fusion_type"] = ""
+    COMPILER_OPTIONS.update(NO_YNN)
 
 
 class _ModelJit:
