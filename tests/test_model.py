@@ -557,7 +557,7 @@ def test_trainer_and_decode_attention_agree_without_ynnpack():
     one query position over the cache) give the same bf16 outputs when the CPU jits compile
     without YNNPACK fusions (``TRACE_JAX_YNN=0``); with them (XLA's default) YNNPACK sums the
     trainer's [T, S] scores in another order than the decode's [1, S] for most T (at T = 13
-    here 1 output in 26624 differed, session 37). ``TRACE_JAX_YNN`` sets the option."""
+    here 1 output in 26624 differed, session 37)."""
     B, T, K, G, D = 4, 13, 2, 4, 64
     ks = jax.random.split(jax.random.key(0), 3)
     q = jax.random.normal(ks[0], (B, T, K * G, D)).astype(jnp.bfloat16)
@@ -574,6 +574,8 @@ def test_trainer_and_decode_attention_agree_without_ynnpack():
                                   np.asarray(jax.jit(decode, compiler_options=opts)(q, k, v),
                                              np.float32))
     code = "from trace_jax import numerics as nx; print(sorted(nx.COMPILER_OPTIONS))"
+    if "TRACE_JAX_YNN" not in os.environ:  # the default: XLA's
+        assert not nx.NO_YNN.items() <= nx.COMPILER_OPTIONS.items()
     env = {**os.environ, "TRACE_JAX_YNN": "0", "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout

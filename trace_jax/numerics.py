@@ -71,15 +71,19 @@ def _env_flag(name: str, default: str, meaning: str) -> bool:
 # another order than the decode step's [1, S] ones, for most T (small.py, random init: every
 # decode position's f32 scores, 1.7% of its bf16 attention outputs; session 37,
 # experiments/locate_rollout_mismatch.py). ``TRACE_JAX_YNN=0`` compiles the model's jits without
-# YNNPACK fusions: every dot the rollout and trainer share then sums in one order (small.py's BF16
-# engine gap 3.1e-4 -> 0 with RoPE's products rounded, ``attention.rope``), at ~1.7x the CPU time
-# of a forward pass (YNNPACK's bf16 matmuls are the fast ones). No effect on a GPU.
+# YNNPACK fusions: then, with RoPE's products rounded (``attention.rope``), small.py's CPU rollout
+# and trainer are bit-identical for every diagnosis variant (BF16 engine gap 3.1e-4 -> 0), at
+# ~1.3x the CPU time (YNNPACK's bf16 matmuls are ~1.6x faster). Not the default: XLA's own dots
+# choose their order by shape too, and the shrunken tiny diagnosis on 8 fake CPU devices (one
+# row per device) parted with it (BF16 gap 4.3e-4) where it is exact with YNNPACK. No effect on
+# a GPU.
 COMPILER_OPTIONS = {
     "xla_allow_excess_precision": _env_flag(
         "TRACE_JAX_EXCESS_PRECISION", "0", "1 = XLA's excess precision, 0 = exact bf16 casts"),
 }
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}  # no YNNPACK library fusions (CPU)
-if not _env_flag("TRACE_JAX_YNN", "1", "0 = the model's CPU jits without YNNPACK fusions"):
+if not _env_flag("TRACE_JAX_YNN", "1", "1 = XLA:CPU's YNNPACK fusions in the model's jits "
+                 "(XLA's default), 0 = without them"):
     COMPILER_OPTIONS.update(NO_YNN)
 
 
