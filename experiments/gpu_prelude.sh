@@ -104,3 +104,16 @@ install_wheels() {
     --target /tmp/site "$REPO"/.whl/*.whl || { echo "wheel install failed (carry .whl)"; exit 1; }
   export PYTHONPATH=/tmp/site:$REPO
 }
+
+# diagnose_small LIMIT: trace_jax.diagnose on configs/small.py (random init) into
+# $OUT/diagnose_small.json (stderr: $OUT/diag_stderr.txt), then its table.
+diagnose_small() {
+  timeout "$1" python3 -m trace_jax.diagnose --config=configs/small.py --json > "$R/diag.txt" \
+    2> "$OUT/diag_stderr.txt"
+  echo "diagnose rc=$?"
+  tail -1 "$R/diag.txt" > "$OUT/diagnose_small.json"
+  grep -iE "error|Traceback" "$OUT/diag_stderr.txt" | head -5
+  python3 -c "
+import json; from trace_jax import diagnose
+print(diagnose.format_table(json.load(open('$OUT/diagnose_small.json'))))" 2>&1 | tail -12
+}

@@ -11,12 +11,5 @@
 source "$(dirname "$0")/gpu_prelude.sh" r34b
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
-timeout "${DIAG_LIMIT:-220}" python3 -m trace_jax.diagnose --config=configs/small.py --json > "$R/diag.txt" \
-  2> "$OUT/diag_stderr.txt"
-echo "diagnose rc=$?"
-tail -1 "$R/diag.txt" > "$OUT/diagnose_small.json"
-grep -iE "error|Traceback" "$OUT/diag_stderr.txt" | head -5
-python3 -c "
-import json; from trace_jax import diagnose
-print(diagnose.format_table(json.load(open('$OUT/diagnose_small.json'))))" 2>&1 | tail -12
+diagnose_small "${DIAG_LIMIT:-220}"  # (experiments/gpu_prelude.sh)
 exit 0

@@ -10,12 +10,5 @@
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session37c.sh
 source "$(dirname "$0")/gpu_prelude.sh" r37c
 install_wheels
-timeout "${DIAG_LIMIT:-300}" python3 -m trace_jax.diagnose --config=configs/small.py --json > "$R/diag.txt" \
-  2> "$OUT/diag_stderr.txt"
-echo "diagnose rc=$?"
-tail -1 "$R/diag.txt" > "$OUT/diagnose_small.json"
-grep -iE "error|Traceback" "$OUT/diag_stderr.txt" | head -5
-python3 -c "
-import json; from trace_jax import diagnose
-print(diagnose.format_table(json.load(open('$OUT/diagnose_small.json'))))" 2>&1 | tail -12
+diagnose_small "${DIAG_LIMIT:-300}"
 exit 0
