@@ -40,9 +40,10 @@ def base_config():
     c.variant = "trace"  # bf16 | fp4_naive | fp4_qat_rtn | fp4_qat_w4a16 | trace
 
     c.tokenizer = ml_collections.ConfigDict(dict(kind="char", path=""))
-    # Task: trace_jax.tasks.get_task(name, **kwargs)
+    # Task: trace_jax.tasks.get_task(name, **kwargs); eval_fraction: the share of the task's
+    # prompts held out for evaluation (by a hash of the prompt: never trained on, SFT included)
     c.task = ml_collections.ConfigDict(dict(name="addition", kwargs=ml_collections.ConfigDict(
-        dict(digits=2))))
+        dict(digits=2)), eval_fraction=0.05))
 
     # Rollout (trace_jax.rollout): prompts per step, samples per prompt, sampler.
     c.rollout = ml_collections.ConfigDict(dict(

@@ -366,3 +366,29 @@ def test_jsonl_empty_split_raises(tmp_path):
     other = "train" if prompt_split("1+1=", 0.5) == "eval" else "eval"
     with pytest.raises(ValueError, match="split"):
         Dataset(task, 2, seed=0, split=other, eval_fraction=0.5).batch(0)
+
+
+def test_config_eval_fraction_reaches_every_data_stream():
+    """``task.eval_fraction`` sets the held-out share of the experiment's eval stream, its RL
+    stream and the SFT batches alike, so the held-out prompts are never trained on; configs
+    saved before the field existed get the old 0.05."""
+    from configs import tiny
+    from trace_jax import experiment as X
+    from trace_jax import run as RUN
+
+    config = tiny.get_config()
+    config.task.eval_fraction = 0.3
+    exp = X.build(config)
+    assert exp.train_data.eval_fraction == exp.eval_data.eval_fraction == 0.3
+    held = {p for s in range(30) for p in _prompts(exp.eval_data.batch(s))}
+    rl = {p for s in range(30) for p in _prompts(exp.train_data.batch(s))}
+    sft = set()  # the prompts of the SFT batches: the tokens before the loss mask starts
+    for s in range(10):
+        toks, mask = RUN.sft_batch(exp, s, 32)
+        for row, m in zip(np.asarray(toks), np.asarray(mask)):
+            sft.add(exp.tokenizer.decode([int(t) for t in row[: int(np.argmax(m))]]))
+    assert len(held) >= 15  # 30% of one-digit addition's 100 prompts
+    assert len(sft) >= 40  # (decoded prompts: BOS dropped)
+    assert not held & rl and not held & sft
+    del config.task["eval_fraction"]
+    assert X.build(config).eval_data.eval_fraction == 0.05

@@ -69,8 +69,9 @@ def build(config, variant: str | None = None) -> Experiment:
                          f"longest solution ({task.max_solution_len} tokens) and EOS: SFT "
                          f"targets would be cut and rollouts could not finish; raise it to "
                          f"{task.max_solution_len + 1}")
-    train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, split="train")
-    eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, split="eval")
+    frac = config.task.get("eval_fraction", 0.05)  # (configs saved before session 37 lack it)
+    train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "train", frac)
+    eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "eval", frac)
     sampling = R.SamplingConfig(
         max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_k=rc.top_k,
         top_p=rc.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)

@@ -231,7 +231,8 @@ def sft_optimizer(config):
 
 def sft_batch(exp: X.Experiment, step: int, batch_size: int):
     """BOS + prompt + solution + EOS, right-padded; the loss covers solution and EOS."""
-    examples = tasks.Dataset(exp.task, batch_size, exp.train_data.seed + 7919, "train").batch(step)
+    examples = tasks.Dataset(exp.task, batch_size, exp.train_data.seed + 7919, "train",
+                             exp.train_data.eval_fraction).batch(step)
     T = exp.prompt_width + exp.sampling.max_new_tokens
     toks = np.full((len(examples), T), exp.tokenizer.pad_id, np.int32)
     mask = np.zeros((len(examples), T), bool)
