@@ -36,9 +36,11 @@ def test_diagnose_cli_variants_orderings_and_config_typo():
     assert res["fp4_qat_rtn"]["code_agreement_hinted"] == 1.0
     hc = res["hint_cost"]
     assert hc["hint_bytes_per_token"] == hc["expected_bytes_per_token"] > 0
+    assert hc["compiler_options"]["xla_allow_excess_precision"] is False
     assert sum(r3["code_distance_hist"]) > 0
     table = diagnose.format_table(res)
     assert "| trace+r3 |" in table and "| fp4_qat_rtn+r3 |" in table and "hint bytes/token" in table
+    assert "xla_allow_excess_precision" in table
 
     bad = subprocess.run(cmd[:4] + ["--config.modle.n_layers=2"], capture_output=True, text=True,
                          timeout=600)

@@ -129,6 +129,7 @@ def diagnose(config, params=None, *, seed_step: int = 0, hint_cost: bool = True,
         "rollout_s_with_hints": times[True],
         "capture_overhead_frac": times[True] / times[False] - 1,
         "device": jax.devices()[0].device_kind,
+        "compiler_options": dict(nx.COMPILER_OPTIONS),  # the model jits' (TRACE_JAX_* env)
     }
     return out
 
@@ -151,6 +152,8 @@ def format_table(res: dict) -> str:
         lines.append(f"hint bytes/token: {hc['hint_bytes_per_token']:.0f} "
                      f"(formula {hc['expected_bytes_per_token']:.0f}); capture overhead "
                      f"{hc['capture_overhead_frac']:+.1%} of rollout time on {hc['device']}")
+        if "compiler_options" in hc:  # (results written before session 37 lack it)
+            lines.append(f"model jits' XLA options: {hc['compiler_options']}")
     for name, m in res.items():
         if "code_distance_hist" in m:
             h = [int(x) for x in m["code_distance_hist"]]
