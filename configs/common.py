@@ -43,7 +43,7 @@ def base_config():
     # Task: trace_jax.tasks.get_task(name, **kwargs); eval_fraction: the share of the task's
     # prompts held out for evaluation (by a hash of the prompt: never trained on, SFT included)
     c.task = ml_collections.ConfigDict(dict(name="addition", kwargs=ml_collections.ConfigDict(
-        dict(digits=2)), eval_fraction=0.05))
+        dict(digits=2)), eval_fraction=0.05))  # (tasks.EVAL_FRACTION)
 
     # Rollout (trace_jax.rollout): prompts per step, samples per prompt, sampler.
     c.rollout = ml_collections.ConfigDict(dict(

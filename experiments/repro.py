@@ -800,7 +800,9 @@ def main(argv):
         shared = ("one BF16 warm start per seed, shared by every variant" if modes == {"bf16"}
                   else "one warm start per seed and trainer numerics, shared by the variants")
         sft = f"SFT {ws.sft.steps} steps ({shared})" if ws is not None else f"SFT {rc.sft.steps}"
-        held = rc.task.get("eval_fraction", 0.05)
+        from trace_jax.tasks.dataset import EVAL_FRACTION
+
+        held = rc.task.get("eval_fraction", EVAL_FRACTION)
         header += (f"\n\nRecorded run config (`config.json` of the runs): task {rc.task.name} "
                    f"{dict(rc.task.kwargs)} ({held:g} of its prompts held out), model "
                    f"{rc.model.n_layers} layers d_model "

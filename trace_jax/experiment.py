@@ -69,7 +69,8 @@ def build(config, variant: str | None = None) -> Experiment:
                          f"longest solution ({task.max_solution_len} tokens) and EOS: SFT "
                          f"targets would be cut and rollouts could not finish; raise it to "
                          f"{task.max_solution_len + 1}")
-    frac = config.task.get("eval_fraction", 0.05)  # (configs saved before session 37 lack it)
+    # (configs saved before session 37 have no task.eval_fraction)
+    frac = config.task.get("eval_fraction", tasks.EVAL_FRACTION)
     train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "train", frac)
     eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "eval", frac)
     sampling = R.SamplingConfig(

@@ -55,13 +55,13 @@ from trace_jax.tasks.base import (
 )
 from trace_jax.tasks.arithmetic import Addition, Multiplication
 from trace_jax.tasks.countdown import Countdown, parse_expression, parse_prompt
-from trace_jax.tasks.dataset import Dataset, prompt_split
+from trace_jax.tasks.dataset import EVAL_FRACTION, Dataset, prompt_split
 from trace_jax.tasks.jsonl import JsonlTask, load_jsonl
 from trace_jax.tasks.sorting import Sorting
 
 __all__ = [
-    "ANSWER_MARK", "Addition", "Countdown", "Dataset", "Example", "JsonlTask", "Multiplication",
-    "RewardFn", "Sorting", "Task", "extract_answer", "get_reward", "get_task", "load_jsonl",
-    "parse_expression", "parse_prompt", "prompt_split", "register_reward", "register_task",
-    "task_names", "with_reward",
+    "ANSWER_MARK", "EVAL_FRACTION", "Addition", "Countdown", "Dataset", "Example", "JsonlTask",
+    "Multiplication", "RewardFn", "Sorting", "Task", "extract_answer", "get_reward", "get_task",
+    "load_jsonl", "parse_expression", "parse_prompt", "prompt_split", "register_reward",
+    "register_task", "task_names", "with_reward",
 ]

@@ -27,6 +27,10 @@ from trace_jax.tasks.base import Example, Task
 _SPLIT_STREAM = {"train": 0, "eval": 1}
 
 
+# The held-out share when a config does not name one (``task.eval_fraction``).
+EVAL_FRACTION = 0.05
+
+
 def prompt_split(prompt: str, eval_fraction: float) -> str:
     """``"eval"`` or ``"train"``: a fixed function of the prompt text."""
     h = int.from_bytes(hashlib.blake2b(prompt.encode("utf-8"), digest_size=8).digest(), "little")
@@ -40,7 +44,7 @@ class Dataset:
         batch_size: int,
         seed: int,
         split: str = "train",
-        eval_fraction: float = 0.05,
+        eval_fraction: float = EVAL_FRACTION,
     ) -> None:
         if split not in _SPLIT_STREAM:
             raise ValueError(f"split must be one of {sorted(_SPLIT_STREAM)}, got {split!r}")
