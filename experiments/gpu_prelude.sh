@@ -117,3 +117,19 @@ diagnose_small() {
 import json; from trace_jax import diagnose
 print(diagnose.format_table(json.load(open('$OUT/diagnose_small.json'))))" 2>&1 | tail -12
 }
+
+# attention_table LIMIT MAX_SECONDS [ARGS...]: the issue's attention benchmark
+# (pallas_kernels.bench_attention --device-time) into $R/attn/ and $R/attn.txt, then its rows.
+attention_table() {
+  local limit=$1 maxs=$2; shift 2
+  timeout "$limit" python3 -m pallas_kernels.bench_attention --device-time --max-seconds "$maxs" \
+    "$@" --out "$R/attn" > "$R/attn.txt" 2>&1
+  echo "attention rc=$?"
+}
+
+# attention_table_rows: the table rows, notes and errors of attention_table's run.
+attention_table_rows() {
+  grep -E "^\| [0-9]" "$R/attn/kernels_attention.md" | cut -c1-220
+  grep -E "^- |skipped" "$R/attn/kernels_attention.md" | cut -c1-200
+  grep -iE "error|Traceback" "$R/attn.txt" | head -5
+}

@@ -13,11 +13,7 @@
 source "$(dirname "$0")/gpu_prelude.sh" r23b
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$REPO || exit 1
-timeout 540 python3 -m pallas_kernels.bench_attention --device-time --max-seconds 420 ${SKIP:+--skip $SKIP} \
-  --out "$R/attn" > "$R/attn.txt" 2>&1
-echo "attention rc=$?"
+attention_table 540 420 ${SKIP:+--skip $SKIP}  # (experiments/gpu_prelude.sh)
 tar -C "$R" -czf "$OUT/r23b.tar.gz" .
-grep -E "^\| [0-9]" "$R/attn/kernels_attention.md" | cut -c1-220
-grep -E "^- |skipped" "$R/attn/kernels_attention.md" | cut -c1-200
-grep -iE "error|Traceback" "$R/attn.txt" | head -5
+attention_table_rows
 exit 0

@@ -9,11 +9,7 @@
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session37a.sh
 source "$(dirname "$0")/gpu_prelude.sh" r37a
 install_wheels
-timeout 520 python3 -m pallas_kernels.bench_attention --device-time --max-seconds 430 \
-  --out "$R/attn" > "$R/attn.txt" 2>&1
-echo "attention rc=$?"
+attention_table 520 430
 tar -C "$R" -czf "$OUT/r37a.tar.gz" .
-grep -E "^\| [0-9]" "$R/attn/kernels_attention.md" | cut -c1-220
-grep -E "^- |skipped" "$R/attn/kernels_attention.md" | cut -c1-200
-grep -iE "error|Traceback" "$R/attn.txt" | head -5
+attention_table_rows
 exit 0
