@@ -53,8 +53,7 @@ def compile_config(name, cfg, outdir, b=8, s=8192, hq=32, h=4, d=128):
     k = KL.to_kv_words(c) if cfg.get("decode") in ("v5", "v6") else c  # K in the word layout
     v = KL.to_kv_words(c) if cfg.get("decode") == "v6" else c  # v6: V too
     ttir = mc.lower(f, q, k, v, lengths)[0]  # the attention kernel (a combine may follow)
-    _, nw, ns = AT.tuned_knobs(fmt, cfg.get("decode") or ("v4" if d % 8 == 0 else "v3"),
-                               cfg.get("precision", "f32"))
+    _, nw, ns = AT.tuned_knobs(fmt, cfg.get("decode") or ("v4" if d % 8 == 0 else "v3"))
     nw, ns = cfg.get("num_warps") or nw, cfg.get("num_stages") or ns  # what the kernel ran with
     rows = cfg.get("block_k", 16) * (cfg.get("chains") or 1)
     st = mc.compile_ttir(ttir, nw, ns, outdir, name, units=rows)  # .ttir/.ttgir/.ptx/.sass

@@ -213,10 +213,10 @@ MXFP4_NAN_PATH = None
 
 
 def mxfp4_nan_path(block_k: int) -> str:
-    """The MXFP4 NaN path the kernel uses with ``block_k``-row tiles (session 36, H100, outputs
-    identical): "fadd" (``f + (f - f)``, float pipe) at <= 32 rows, where it was 1-8% faster than
-    the compare and select (f32 and bf16 P); "select" at 64 rows (the f32-P default), where fadd
-    was 5-9% slower."""
+    """The MXFP4 NaN path the kernel uses with ``block_k``-row tiles (outputs identical): "fadd"
+    (``f + (f - f)``, float pipe) at <= 32 rows (the defaults), where it was 1-8% faster than the
+    compare and select on an H100 (session 36) and 6-9% on an H200 (session 38), f32 and bf16
+    P; "select" at 64 rows, where fadd was 5-9% (H100) and 7-8% (H200) slower."""
     if MXFP4_NAN_PATH is not None:
         return MXFP4_NAN_PATH
     return "fadd" if block_k <= 32 else "select"
@@ -534,20 +534,20 @@ def combine_transposed_halves_pallas(acc_e, acc_o, m, l, *, out_dtype=jnp.float3
     return out.reshape(b, h, gq, 2 * d2)
 
 
-def tuned_knobs(fmt: str, decode: str, precision: str = "f32") -> tuple[int, int, int]:
-    """Default (block_k, num_warps, num_stages) of a cache format ("bf16", "nvfp4", "mxfp4"),
-    FP4 kernel version and P precision: the best configs measured on the H200
-    (NOTES_attention.md; v3: run 3's sweep, v4: session 5's sweep, both B=32 x 32K; configs
-    within ~15% of each other are within run-to-run noise; v6 MXFP4 with bf16 P: session 30b,
-    (32, 1, 2) 687.6 us against 797.2 at the f32 knobs, 111 x 32K)."""
+def tuned_knobs(fmt: str, decode: str) -> tuple[int, int, int]:
+    """Default (block_k, num_warps, num_stages) of a cache format ("bf16", "nvfp4", "mxfp4") and
+    FP4 kernel version: the best configs measured on the H200 (NOTES_attention.md; v3: run 3's
+    sweep, v4: session 5's sweep, both B=32 x 32K; configs within ~15% of each other are within
+    run-to-run noise). v6 MXFP4 takes (32, 1, 2) at either P precision: with bf16 P since
+    session 30b (687.6 us against 797.2 at (64, 1, 2), 111 x 32K), with f32 P since session 38
+    (742.6 against 764.4 us at 111 x 32K, 704.3 against 724.8 at 27 x 128K, its NaN path then
+    being fadd: :func:`mxfp4_nan_path`)."""
     if fmt == "bf16":
         return 128, 8, 2
-    if decode == "v6" and fmt == "mxfp4" and precision == "bf16":
-        return 32, 1, 2
     return {"v3": (128, 4, 2) if fmt == "nvfp4" else (16, 1, 2),
             "v4": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
             "v5": (32, 1, 3) if fmt == "nvfp4" else (64, 2, 2),
-            "v6": (32, 1, 3) if fmt == "nvfp4" else (64, 1, 2)}.get(decode, (32, 1, 2))
+            "v6": (32, 1, 3) if fmt == "nvfp4" else (32, 1, 2)}.get(decode, (32, 1, 2))
 
 
 def default_version(k_cache, v_cache) -> str | None:
@@ -576,8 +576,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     ``precision``: ``"f32"`` (default) multiplies P @ V with P split into two bf16 terms (f32
     accuracy of P, two MMAs); ``"bf16"`` rounds P to bf16 (13-15% faster for
     NVFP4 v6 at 32K+, session 29, and 10% for MXFP4 v6 at its bf16-P knobs, session 30b; the
-    model passes its rollout ``Numerics.attention_p``). The default knobs depend on it
-    (:func:`tuned_knobs`).
+    model passes its rollout ``Numerics.attention_p``).
     ``decode`` (FP4 caches;
     bf16 caches ignore it; None = the version that reads the caches' layouts: ``"v6"`` for K and
     V in the ``kv_layout`` word layout (what ``trace_jax.attention.init_cache`` makes), ``"v5"``
@@ -651,7 +650,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
     if hq % h:
         raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
-    tuned = tuned_knobs(fmt, decode, precision)
+    tuned = tuned_knobs(fmt, decode)
     block_k = tuned[0] if block_k is None else block_k
     num_warps = tuned[1] if num_warps is None else num_warps
     num_stages = tuned[2] if num_stages is None else num_stages

@@ -49,8 +49,8 @@ def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="au
     FP4 decode with transposed MMAs, the query heads on the MMA's N side), chains (v3/v4: independent row chunks per iteration). Tiling defaults
     measured on the H200 (``attention_triton.tuned_knobs``, NOTES_attention.md): bf16 cache
     block_k=128, 8 warps; v4 / v6 NVFP4 block_k=32, 1 warp, 3 stages; v4 MXFP4 block_k=64, 2 warps
-    (session 5's sweep; partly within run-to-run noise); v6 MXFP4 block_k=64, 1 warp, 2 stages
-    with f32 P, block_k=32, 1 warp, 2 stages with bf16 P (session 30b).
+    (session 5's sweep; partly within run-to-run noise); v6 MXFP4 block_k=32, 1 warp, 2 stages
+    (sessions 30b and 38).
     """
     d = q.shape[-1]
     sm_scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)

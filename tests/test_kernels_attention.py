@@ -307,10 +307,11 @@ def test_f32_p_precision_beats_bf16_p(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
-def test_v6_default_knobs_follow_the_p_precision(monkeypatch, fmt):
-    """A v6 call without knobs takes ``tuned_knobs(fmt, "v6", precision)`` (MXFP4 with bf16 P
-    has knobs of its own, session 30b), and at either precision it matches float64 attention
-    within that precision's rounding (lengths 1 and not a multiple of the block)."""
+def test_v6_default_knobs_at_either_p_precision(monkeypatch, fmt):
+    """A v6 call without knobs takes ``tuned_knobs(fmt, "v6")`` (one set per format since
+    session 38: MXFP4's 32-row tiles at both P precisions, so its NaN path is fadd), and at
+    either precision it matches float64 attention within that precision's rounding (lengths 1
+    and not a multiple of the block)."""
     b, hq, h, s, d = 3, 8, 2, 200, 64
     q, k, v = _inputs(29, b, hq, h, s, d)
     lengths = np.asarray([200, 77, 1], np.int32)
@@ -324,9 +325,9 @@ def test_v6_default_knobs_follow_the_p_precision(monkeypatch, fmt):
         out = AT.decode_attention_triton(q, kw, vw, jnp.asarray(lengths), sm_scale=d ** -0.5,
                                          precision=prec, out_dtype=jnp.float32, interpret=True)
         err[prec] = _rel(out, want)
-    assert seen == [(fmt, "v6", "f32"), (fmt, "v6", "bf16")]
+    assert seen == [(fmt, "v6"), (fmt, "v6")]
     assert err["f32"] < 2e-5 and err["bf16"] < 5e-3, err
-    assert (tuned(fmt, "v6", "bf16") != tuned(fmt, "v6", "f32")) == (fmt == "mxfp4")
+    assert fmt == "nvfp4" or AT.mxfp4_nan_path(tuned(fmt, "v6")[0]) == "fadd"
 
 
 def test_reference_and_op_follow_the_p_precision(monkeypatch):
