@@ -90,7 +90,11 @@ INT_OPS = ("IMAD", "LOP3", "PRMT", "IADD3", "SHF", "LEA", "SEL", "VIADD", "ISETP
 
 def cli_configs(argv, defaults: dict, outdir: str) -> tuple[str, dict]:
     """``[OUTDIR] [NAME=CONFIG ...]`` of the compile checks -> (OUTDIR, {NAME: config dict});
-    CONFIG is a Python dict literal, the ``defaults`` when none is given. Creates OUTDIR."""
+    CONFIG is a Python dict literal, the ``defaults`` when none is given. Creates OUTDIR.
+    Takes no options: an argument starting with "-" exits with the usage."""
+    if any(a.startswith("-") for a in argv[1:]):
+        raise SystemExit(f"usage: python -m {argv[0]} [OUTDIR] [NAME=CONFIG ...] "
+                         "(no options; the module docstring says more)")
     if len(argv) > 1 and "=" not in argv[1]:
         outdir = argv[1]
     os.makedirs(outdir, exist_ok=True)

@@ -109,6 +109,9 @@ def test_write_sweep_tables_and_compilecheck_cli(tmp_path, capsys):
     out, cfg = mc.cli_configs(["prog", str(tmp_path / "e"), "y=dict(k=2, fmt='mxfp4')"],
                               defaults, "/unused")
     assert out == str(tmp_path / "e") and cfg == {"y": {"k": 2, "fmt": "mxfp4"}}
+    with pytest.raises(SystemExit, match="usage"):  # an option is not taken for OUTDIR
+        mc.cli_configs(["prog", "--help"], defaults, "/unused")
+    assert not os.path.exists("--help")
     assert "FP4_FORCE_COMPILE" not in os.environ  # set by _patch only: CPU tests stay interpreted
 
 
