@@ -306,18 +306,24 @@ def test_f32_p_precision_beats_bf16_p(fmt):
     assert err["bf16"] > 5 * err["f32"], err
 
 
+def _v6_case(seed, fmt, lengths, d, hq=8, h=2):
+    """GQA inputs for the v6 kernel: q, K and V caches in ``fmt`` in the word layout (S = the
+    longest length), the lengths, and float64 attention over the dequantized caches."""
+    q, k, v = _inputs(seed, len(lengths), hq, h, max(lengths), d)
+    lengths = np.asarray(lengths, np.int32)
+    kc, vc = _cache(k * 0.3, fmt), _cache(v, fmt)
+    want = _np_attention(q, dequantize(kc), dequantize(vc), lengths, d ** -0.5)
+    return q, KL.to_kv_words(kc), KL.to_kv_words(vc), lengths, want
+
+
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_v6_default_knobs_at_either_p_precision(monkeypatch, fmt):
     """A v6 call without knobs takes ``tuned_knobs(fmt, "v6")`` (one set per format since
     session 38: MXFP4's 32-row tiles at both P precisions, so its NaN path is fadd), and at
     either precision it matches float64 attention within that precision's rounding (lengths 1
     and not a multiple of the block)."""
-    b, hq, h, s, d = 3, 8, 2, 200, 64
-    q, k, v = _inputs(29, b, hq, h, s, d)
-    lengths = np.asarray([200, 77, 1], np.int32)
-    kc, vc = _cache(k * 0.3, fmt), _cache(v, fmt)
-    want = _np_attention(q, dequantize(kc), dequantize(vc), lengths, d ** -0.5)
-    kw, vw = KL.to_kv_words(kc), KL.to_kv_words(vc)
+    d = 64
+    q, kw, vw, lengths, want = _v6_case(29, fmt, [200, 77, 1], d)
     seen, tuned = [], AT.tuned_knobs
     monkeypatch.setattr(AT, "tuned_knobs", lambda *a: seen.append(a) or tuned(*a))
     err = {}
@@ -677,12 +683,8 @@ def test_v6_sub_tiles_match_one_tile_and_float64(fmt, block_k, sub, prec):
     """``sub_tiles``: a block of block_k rows as several sub-tiles sharing one softmax step gives
     the same attention as one tile (within f32 summation order) and as float64 (lengths 1 and
     not a multiple of the block, 3 splits so that masked rows fall in sub-tiles)."""
-    b, hq, h, s, d = 3, 8, 2, 384, 64
-    q, k, v = _inputs(31, b, hq, h, s, d)
-    lengths = np.asarray([384, 101, 1], np.int32)
-    kc, vc = _cache(k * 0.3, fmt), _cache(v, fmt)
-    want = _np_attention(q, dequantize(kc), dequantize(vc), lengths, d ** -0.5)
-    kw, vw = KL.to_kv_words(kc), KL.to_kv_words(vc)
+    d = 64
+    q, kw, vw, lengths, want = _v6_case(31, fmt, [384, 101, 1], d)
     out = {}
     for n in (1, sub):
         out[n] = np.asarray(AT.decode_attention_triton(
