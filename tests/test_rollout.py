@@ -239,3 +239,21 @@ def test_one_token_prompts_record_every_generated_tokens_hints(params, fmt):
         np.testing.assert_array_equal(np.asarray(h.bits), np.asarray(aux.hints[name].bits))
         np.testing.assert_array_equal(np.asarray(h.scales).view(np.uint8),
                                       np.asarray(aux.hints[name].scales).view(np.uint8))
+
+
+def test_trainer_refuses_missing_hints(params):
+    """A hinted trainer given hints for only some of its hinted sites (or a rollout that recorded
+    fewer sites than it hints) stops with an error naming them, instead of rounding the rest to
+    nearest (plain QAT) without a word. hints=None still means RTN everywhere."""
+    train = nx.make_numerics("fp4_qat", CFG.n_layers, hint_layers="all")
+    hinted = sorted(train.hinted)
+    tokens = PROMPTS
+    with pytest.raises(ValueError, match=r"no hint given for 1 of the numerics' hinted sites"):
+        M.forward(params, tokens, cfg=CFG, numerics=train,
+                  hints={n: None for n in hinted[1:]})  # (checked before any value is read)
+    with pytest.raises(ValueError, match=f"no hint given for {len(hinted)} of"):
+        M.forward(params, tokens, cfg=CFG, numerics=train, hints={})
+    with pytest.raises(ValueError, match="recorded no hints at 1 of the trainer's hinted sites"):
+        train.trainer_hints({n: None for n in hinted[:-1]})
+    logits, _, _ = M.forward(params, tokens, cfg=CFG, numerics=train, hints=None)
+    assert logits.shape[:2] == tokens.shape

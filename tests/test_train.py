@@ -433,6 +433,36 @@ def test_checkpoints_without_the_nonfinite_count_still_restore(finished_run, tmp
     checkpoint.load_params(str(tmp_path), c)
 
 
+def test_micro_batches_refuse_leaves_of_another_batch():
+    """Splitting a batch into micro-batches: leaves of leading size B are split, size-1 leaves
+    (a per-tensor scale) shared; hints from a rollout of another size are an error, not a leaf
+    that every micro-batch silently reuses."""
+    import collections
+
+    B = collections.namedtuple("B", "tokens hints")
+    ok = B(jnp.zeros((8, 3)), {"s": jnp.ones((8, 2)), "g": jnp.ones((1, 1))})
+    xs, rebuild = TR._split_micro(ok, 2)
+    assert [x.shape for x in xs] == [(2, 4, 3), (2, 4, 2)]
+    assert rebuild([x[0] for x in xs]).hints["g"].shape == (1, 1)
+    with pytest.raises(ValueError, match=r"hints\['s'\].*\(4, 2\).*batch's 8"):
+        TR._split_micro(B(jnp.zeros((8, 3)), {"s": jnp.ones((4, 2))}), 2)
+
+
+def test_resume_with_another_config_is_refused(finished_run, tmp_path):
+    """Rerunning a finished workdir with another variant (or model, numerics, hyperparameter)
+    stops before any step and changes nothing, where it used to "resume" the old run's
+    checkpoint and relabel its results; a longer run or other checkpoint cadence resumes."""
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    before = open(tmp_path / "config.json").read()
+    with pytest.raises(ValueError, match=r"another config \(variant: 'trace' -> 'fp4_naive'\)"):
+        RUN.run(small(tmp_path, variant="fp4_naive"))
+    assert open(tmp_path / "config.json").read() == before
+    with pytest.raises(ValueError, match=r"numerics.fmt: 'nvfp4' -> 'mxfp4'.*new --config.workdir"):
+        RUN.check_resume_config(str(tmp_path), small(tmp_path, **{"numerics.fmt": "mxfp4"}))
+    RUN.check_resume_config(str(tmp_path), small(tmp_path, **{"train.steps": 9,
+                                                             "checkpoint.every": 5}))
+
+
 def test_config_errors_before_compute(tmp_path):
     with pytest.raises(ValueError, match="unknown train config fields"):
         c = small(tmp_path)

@@ -96,6 +96,11 @@ def load_params(path: str, config):
     ck = Checkpointer(d)
     try:
         step, state = ck.restore_latest(abstract, defaults=RUN.STATE_DEFAULTS)
+    except CheckpointMismatchError as e:  # (its advice is the training loop's; this only reads)
+        raise ValueError(
+            f"no checkpoint under {d!r} fits this config's run state: pass the config the run "
+            f"was trained with (its workdir's config.json lists it). Checkpoint errors: "
+            f"{str(e).split('Errors: ', 1)[-1]}") from None
     finally:
         ck.close()
     if state is None:

@@ -318,6 +318,11 @@ def forward(
         if arr is not None and arr.shape != (cfg.n_layers, B, T, cfg.top_k):
             raise ValueError(f"{name} shape {arr.shape} != (L, B, T, k) = "
                              f"{(cfg.n_layers, B, T, cfg.top_k)}")
+    if hints is not None and numerics.mode != "fp4_rollout":
+        missing = sorted(n for n in numerics.hinted - set(hints) if numerics.quantizes(n))
+        if missing:  # (RTN there would turn TRACE into plain QAT without a word)
+            raise ValueError(f"no hint given for {len(missing)} of the numerics' hinted sites "
+                             f"({missing[:3]}...); pass hints=None for round-to-nearest at all")
     if hint_experts_LxBxTxK is None and any(k.endswith("/moe/expert_hidden") for k in hints or {}):
         raise ValueError("expert_hidden hints need hint_experts_LxBxTxK (the rollout's experts): "
                          "their rows belong to the rollout's (token, expert) slots")

@@ -230,6 +230,12 @@ class Numerics:
     def trainer_hints(self, recorded: dict) -> dict:
         """The hints this policy consumes, from hints recorded by :meth:`recording_all_codes`
         (or by this policy itself)."""
+        missing = sorted(self.hinted - set(recorded))
+        if missing:
+            raise ValueError(
+                f"the rollout recorded no hints at {len(missing)} of the trainer's hinted sites "
+                f"({missing[:3]}...): the rollout's numerics.hint_layers / hint_sites must cover "
+                f"the trainer's")
         out = {}
         for name in self.hinted:
             h = recorded[name]

@@ -196,6 +196,42 @@ def place_state(state: dict, pl: Placement | None, opt) -> dict:
     return out
 
 
+# Config fields a resumed run may change: its length, checkpoint cadence, device layout, memory
+# split and stopping rule. Any other difference from the run's config.json is another experiment.
+RESUMABLE = ("train.steps", "train.micro_batches", "train.max_nonfinite_steps", "checkpoint.",
+             "distributed.", "mesh.", "workdir", "init_from")
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def check_resume_config(workdir: str, config) -> None:
+    """Raise a ValueError naming the fields, if ``workdir``'s config.json (the run being resumed)
+    differs from ``config`` outside :data:`RESUMABLE`. Fields only one side has (a run from
+    before a field existed) are not compared; a workdir without config.json is not checked."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        saved = _flat(json.load(f))
+    now = _flat(json.loads(config.to_json_best_effort()))
+    diff = sorted(k for k in saved.keys() & now.keys()
+                  if saved[k] != now[k] and not k.startswith(RESUMABLE))
+    if diff:
+        shown = ", ".join(f"{k}: {saved[k]!r} -> {now[k]!r}" for k in diff[:5])
+        raise ValueError(
+            f"{workdir} holds a run with another config ({shown}{', ...' if len(diff) > 5 else ''}"
+            f"); resuming it would mix two experiments. Use a new --config.workdir, or the run's "
+            f"own config (a resume may change only {', '.join(RESUMABLE)})")
+
+
 def workdir_of(config) -> str:
     return config.workdir or os.path.join("runs", "default")
 
@@ -372,6 +408,7 @@ def run(config) -> dict:
         else:
             log(f"starting {config.variant} run in {workdir}")
     else:
+        check_resume_config(workdir, config)
         log(f"resumed from checkpoint step {step0} in {workdir}")
     del fresh
     main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar

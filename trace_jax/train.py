@@ -108,11 +108,18 @@ def make_batch(ro: R.Rollout, advantages, train_numerics: nx.Numerics, record_co
 
 
 def _split_micro(batch, n: int):
-    """Stack batch-leading leaves into [n, B/n, ...]; other leaves are shared constants."""
+    """Stack batch-leading leaves into [n, B/n, ...]; scalars and leaves of leading size 1 (a
+    per-tensor global scale) are shared constants; any other leading size is an error."""
     B = batch.tokens.shape[0]
     if B % n:
         raise ValueError(f"batch of {B} trajectories is not divisible by train.micro_batches={n}")
-    leaves, treedef = jax.tree.flatten(batch)
+    paths, treedef = jax.tree_util.tree_flatten_with_path(batch)
+    leaves = [l for _, l in paths]
+    bad = [(jax.tree_util.keystr(p), l.shape) for p, l in paths
+           if l.ndim > 0 and l.shape[0] not in (B, 1)]
+    if bad:
+        raise ValueError(f"batch leaves {bad[:3]} have a leading size other than the batch's {B} "
+                         f"trajectories (hints or experts from another rollout?)")
     is_b = [l.ndim > 0 and l.shape[0] == B for l in leaves]
     xs = [l.reshape((n, B // n) + l.shape[1:]) for l, b in zip(leaves, is_b) if b]
 
