@@ -685,7 +685,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     block_k = min(block_k, max(16, 1 << (s - 1).bit_length()))
     while s % block_k and block_k > 16:
         block_k //= 2
-    sub_tiles = min(sub_tiles or 1, block_k // 16) if fp4 else 1  # sub-tiles of >= 16 rows
+    sub_tiles = max(1, min(sub_tiles or 1, block_k // 16)) if fp4 else 1  # >= 16 rows each
     step = block_k * chains  # rows per loop iteration; a split holds a multiple of it
     pad = (-s) % step
     if pad:  # rare (S not a multiple of the block): pad the cache rows, they are masked anyway

@@ -20,6 +20,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from trace_jax.quant import QTensor, quantize
 
@@ -31,8 +32,27 @@ def _update_rows(buf_BHSX, upd_BHTX, pos_B):
     return jax.vmap(one)(buf_BHSX, upd_BHTX, pos_B)
 
 
+def _check_rows(cache, new, positions):
+    """ValueError unless ``new`` [B, H, T, D] and ``positions`` [B] fit the cache (logical
+    [B, H, S, D]); concrete positions must also keep 0 <= position and position + T <= S."""
+    shape = (tuple(cache.codes.shape[:3]) + (2 * cache.codes.shape[3],)
+             if isinstance(cache, QTensor) else tuple(cache.shape))
+    b, h, s, d = shape
+    if new.ndim != 4 or (new.shape[0], new.shape[1], new.shape[3]) != (b, h, d) or new.shape[2] > s:
+        raise ValueError(f"new rows {tuple(new.shape)} do not fit the cache {shape}: "
+                         f"need [{b}, {h}, T <= {s}, {d}]")
+    if jnp.shape(positions) != (b,):
+        raise ValueError(f"positions shape {jnp.shape(positions)} != ({b},), one per sequence")
+    if not isinstance(positions, jax.core.Tracer):
+        p = np.asarray(positions)
+        if p.min() < 0 or p.max() + new.shape[2] > s:
+            raise ValueError(f"positions {p.tolist()[:8]} + {new.shape[2]} new rows leave the "
+                             f"cache's rows 0..{s - 1}")
+
+
 def append_kv_reference(cache, new, positions):
     """Pure-JAX append (also what :func:`append_kv` runs on every backend)."""
+    _check_rows(cache, new, positions)
     positions = jnp.asarray(positions, jnp.int32)
     if isinstance(cache, QTensor):
         if cache.axis != -1:

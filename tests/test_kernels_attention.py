@@ -702,3 +702,32 @@ def test_sub_tiles_must_be_a_power_of_two():
         with pytest.raises(ValueError, match="sub_tiles must be a power of two"):
             AT.decode_attention_triton(q, kw, vw, jnp.asarray([64], jnp.int32), sm_scale=0.125,
                                        sub_tiles=bad, interpret=True)
+
+
+def test_append_and_reference_attention_name_bad_rows_and_lengths():
+    """append_kv and the reference attention refuse inputs that used to be clamped, wrapped or
+    broadcast into a silently wrong cache or output: rows past the cache end, negative
+    positions, a head or head-dim mismatch, lengths outside 1..S or of the wrong shape, K and
+    V caches of different shapes."""
+    cache = empty_cache((2, 2, 8, 16), "nvfp4")
+    new = jnp.ones((2, 2, 2, 16))
+    append_kv(cache, new, jnp.asarray([6, 0]))  # the last two rows: fine
+    for bad_new, pos, msg in [(new, [7, 0], r"positions \[7, 0\] \+ 2 new rows leave"),
+                              (new, [-3, 0], "leave the cache's rows 0..7"),
+                              (jnp.ones((2, 1, 2, 16)), [0, 0], r"need \[2, 2, T <= 8, 16\]"),
+                              (jnp.ones((2, 2, 2, 8)), [0, 0], "do not fit the cache"),
+                              (new, [0], r"positions shape \(1,\) != \(2,\)")]:
+        with pytest.raises(ValueError, match=msg):
+            append_kv(cache, bad_new, jnp.asarray(pos))
+    from trace_jax import ops
+
+    q = jnp.ones((2, 4, 16), jnp.bfloat16)
+    k = jnp.ones((2, 2, 8, 16), jnp.bfloat16)
+    ops.decode_attention_reference(q, k, k, jnp.asarray([8, 1]))
+    for kv, lengths, msg in [((k, k), [9, 1], r"lengths \[9, 1\] outside 1..8"),
+                             ((k, k), [0, 1], "outside 1..8"),
+                             ((k, k), [3], r"lengths shape \(1,\) != \(2,\)"),
+                             ((k, k[:, :1]), [3, 3], "do not fit q"),
+                             ((k[:1], k[:1]), [3, 3], "B = 2")]:
+        with pytest.raises(ValueError, match=msg):
+            ops.decode_attention_reference(q, *kv, jnp.asarray(lengths))
