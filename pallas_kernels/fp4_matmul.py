@@ -44,6 +44,7 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pallas_kernels.fp4_matmul_mgpu import MgpuWeights
 from trace_jax import quant
@@ -306,6 +307,19 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
     return matmul_triton.dense(x, w, cfg)
 
 
+def check_group_sizes(group_sizes, m: int | None = None) -> None:
+    """ValueError unless concrete ``group_sizes`` are >= 0 and, with ``m``, sum to at most the
+    ``m`` rows (traced ones, inside a jit, cannot be checked here). The kernels take sums past
+    their rows as ``ragged_dot`` does (the last groups clipped), so they pass no ``m``."""
+    if isinstance(group_sizes, jax.core.Tracer):
+        return
+    g = np.asarray(group_sizes)
+    if g.size and (g.min() < 0 or (m is not None and g.sum() > m)):
+        bound = "" if m is None else f" and sum to at most the {m} rows"
+        raise ValueError(f"group_sizes must be >= 0{bound}; got {g.tolist()[:8]}"
+                         f"{'...' if g.size > 8 else ''} (sum {int(g.sum())})")
+
+
 def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "auto",
                        cfg=None) -> jax.Array:
     """Rows of x sorted by expert (``group_sizes[E]`` int32, zeros allowed); rows past
@@ -313,6 +327,7 @@ def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "aut
     kernel layout (:func:`prepare_expert_weights`): the Triton or the Mosaic GPU kernel."""
     if len(w.shape) != 3:
         raise ValueError(f"fp4_grouped_matmul wants an [E,K,N] weight, got {w.shape}")
+    check_group_sizes(group_sizes)
     if not _use_kernel(backend):
         return fp4_grouped_matmul_reference(x, w, group_sizes)
     from pallas_kernels import matmul_triton
@@ -357,6 +372,7 @@ def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=Non
     expansion XLA's GPU backend gives ``ragged_dot``'s gradient ([E, M, K] intermediates).
     Weights the kernels do not tile (``bf16_kernel_fits``) take ``ragged_dot``. Reverse mode
     only: a custom VJP has no forward-mode (jvp) rule."""
+    check_group_sizes(group_sizes)
     gs = group_sizes.astype(jnp.int32)
     if not _use_kernel(backend) or not bf16_kernel_fits(*w.shape[-2:]):
         out = jax.lax.ragged_dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), gs,
@@ -449,6 +465,7 @@ def fp4_grouped_swiglu(x, w_gate: FP4Weights, w_up: FP4Weights, group_sizes, *,
     ``fp4_matmul_mgpu.FUSED_SWIGLU``): one kernel streams both weights and applies the SwiGLU
     in its epilogue (``fp4_matmul_mgpu.fp4_grouped_swiglu_mgpu``); otherwise two grouped
     matmuls."""
+    check_group_sizes(group_sizes)
     if _use_kernel(backend) and _is_mosaic(w_gate) and _is_mosaic(w_up):
         from pallas_kernels import fp4_matmul_mgpu as MGPU
 

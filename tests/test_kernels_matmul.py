@@ -521,3 +521,28 @@ def test_scaled_bf16_grouped_kernel_compiles_for_sm90(w_layout, programs, tmp_pa
         muls[scaled] = len(re.findall(r"\bmul(\.rn)?\.f32\b", ptx))
     acc_per_thread = cfg.bm * cfg.bn // (32 * cfg.num_warps)
     assert muls[True] - muls[False] == acc_per_thread, (muls, acc_per_thread)
+
+
+def test_grouped_matmuls_refuse_bad_group_sizes():
+    """Negative group sizes used to give numbers; every grouped entry point now names them.
+    The model's ``ops.grouped_matmul`` (whose groups partition the rows) also refuses sums past
+    the rows, which the kernels clip as ``ragged_dot`` does. Traced sizes are not checked."""
+    from pallas_kernels import fp4_matmul as FM
+    from trace_jax import ops
+
+    x = jnp.ones((6, 32), jnp.bfloat16)
+    w = jnp.ones((2, 32, 16), jnp.bfloat16)
+    wq = FM.prepare_expert_weights(quant.quantize(w.astype(jnp.float32), "nvfp4", axis=-2))
+    ops.grouped_matmul(x, w, jnp.asarray([2, 4]))
+    neg = jnp.asarray([-1, 7], jnp.int32)
+    for call in (lambda g: ops.grouped_matmul(x, w, g),
+                 lambda g: FM.bf16_grouped_matmul(x, w, g),
+                 lambda g: FM.fp4_grouped_matmul(x, wq, g),
+                 lambda g: FM.fp4_grouped_swiglu(x, wq, wq, g)):
+        with pytest.raises(ValueError, match=r"group_sizes must be >= 0.*\[-1, 7\]"):
+            call(neg)
+    with pytest.raises(ValueError, match="sum to at most the 6 rows.*sum 8"):
+        ops.grouped_matmul(x, w, jnp.asarray([4, 4]))
+    FM.fp4_grouped_matmul(x, wq, jnp.asarray([4, 4]))  # the kernels' contract: clipped
+    out = jax.jit(lambda g: ops.grouped_matmul(x, w, g))(jnp.asarray([2, 4]))
+    assert out.shape == (6, 16)
