@@ -488,6 +488,14 @@ def test_config_errors_before_compute(tmp_path):
     for field in ("train.micro_batches", "checkpoint.every", "checkpoint.keep"):
         with pytest.raises(ValueError, match=f"{field} must be >= 1, got 0"):
             RUN.run(small(tmp_path, **{field: 0}))
+    for field, value in (("train.lr", -1e-3), ("train.lr", float("nan")), ("sft.lr", 0.0),
+                         ("train.grad_clip", 0.0)):
+        with pytest.raises(ValueError, match=f"{field} must be > 0, got {value}"):
+            RUN.run(small(tmp_path, **{field: value}))
+    with pytest.raises(ValueError, match="sft.batch_size must be >= 1, got 0"):
+        RUN.run(small(tmp_path, **{"sft.batch_size": 0}))
+    with pytest.raises(ValueError, match="model.dtype must be .* got 'bfloat'"):
+        RUN.run(small(tmp_path, **{"model.dtype": "bfloat"}))
     (tmp_path / "sft_run").mkdir()
     with pytest.raises(ValueError, match="in place of the SFT warm start; set sft.steps=0"):
         RUN.run(small(tmp_path, init_from=str(tmp_path / "sft_run")))

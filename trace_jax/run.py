@@ -69,6 +69,16 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
                          f"by train.micro_batches={tc.micro_batches}")
     if config.sft.steps < 0 or tc.steps < 0:
         raise ValueError("sft.steps and train.steps must be >= 0")
+    for name, value in (("train.lr", tc.lr), ("sft.lr", config.sft.lr),
+                        ("train.grad_clip", tc.grad_clip)):
+        if not value > 0:  # (also NaN)
+            raise ValueError(f"{name} must be > 0, got {value}")
+    if config.sft.steps and config.sft.batch_size < 1:
+        raise ValueError(f"sft.batch_size must be >= 1, got {config.sft.batch_size}")
+    for name in ("model.dtype", "model.param_dtype"):
+        value = config.model[name.split(".")[1]]
+        if value not in ("bfloat16", "float32", "float16"):
+            raise ValueError(f"{name} must be 'bfloat16', 'float32' or 'float16', got {value!r}")
     if tc.max_version_diff < 0:
         raise ValueError("train.max_version_diff must be >= 0")
     if X.rollout_kernel_layout(config) == "mosaic" and exp.rollout_numerics.is_fp4:
