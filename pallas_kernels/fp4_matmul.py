@@ -44,10 +44,10 @@ from typing import Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from pallas_kernels.fp4_matmul_mgpu import MgpuWeights
 from trace_jax import quant
+from trace_jax.checks import concrete
 from trace_jax.quant import QTensor
 
 Backend = Literal["auto", "reference", "triton"]
@@ -311,10 +311,8 @@ def check_group_sizes(group_sizes, m: int | None = None) -> None:
     """ValueError unless concrete ``group_sizes`` are >= 0 and, with ``m``, sum to at most the
     ``m`` rows (traced ones, inside a jit, cannot be checked here). The kernels take sums past
     their rows as ``ragged_dot`` does (the last groups clipped), so they pass no ``m``."""
-    if isinstance(group_sizes, jax.core.Tracer):
-        return
-    g = np.asarray(group_sizes)
-    if g.size and (g.min() < 0 or (m is not None and g.sum() > m)):
+    g = concrete(group_sizes)
+    if g is not None and g.size and (g.min() < 0 or (m is not None and g.sum() > m)):
         bound = "" if m is None else f" and sum to at most the {m} rows"
         raise ValueError(f"group_sizes must be >= 0{bound}; got {g.tolist()[:8]}"
                          f"{'...' if g.size > 8 else ''} (sum {int(g.sum())})")

@@ -20,8 +20,8 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from trace_jax.checks import check_per_sequence
 from trace_jax.quant import QTensor, quantize
 
 
@@ -41,13 +41,8 @@ def _check_rows(cache, new, positions):
     if new.ndim != 4 or (new.shape[0], new.shape[1], new.shape[3]) != (b, h, d) or new.shape[2] > s:
         raise ValueError(f"new rows {tuple(new.shape)} do not fit the cache {shape}: "
                          f"need [{b}, {h}, T <= {s}, {d}]")
-    if jnp.shape(positions) != (b,):
-        raise ValueError(f"positions shape {jnp.shape(positions)} != ({b},), one per sequence")
-    if not isinstance(positions, jax.core.Tracer):
-        p = np.asarray(positions)
-        if p.min() < 0 or p.max() + new.shape[2] > s:
-            raise ValueError(f"positions {p.tolist()[:8]} + {new.shape[2]} new rows leave the "
-                             f"cache's rows 0..{s - 1}")
+    t = new.shape[2]
+    check_per_sequence("positions", positions, b, 0, s - t, f"{t} new rows in {s} cache rows")
 
 
 def append_kv_reference(cache, new, positions):

@@ -712,8 +712,8 @@ def test_append_and_reference_attention_name_bad_rows_and_lengths():
     cache = empty_cache((2, 2, 8, 16), "nvfp4")
     new = jnp.ones((2, 2, 2, 16))
     append_kv(cache, new, jnp.asarray([6, 0]))  # the last two rows: fine
-    for bad_new, pos, msg in [(new, [7, 0], r"positions \[7, 0\] \+ 2 new rows leave"),
-                              (new, [-3, 0], "leave the cache's rows 0..7"),
+    for bad_new, pos, msg in [(new, [7, 0], r"positions \[7, 0\] outside 0..6 \(2 new rows"),
+                              (new, [-3, 0], "outside 0..6"),
                               (jnp.ones((2, 1, 2, 16)), [0, 0], r"need \[2, 2, T <= 8, 16\]"),
                               (jnp.ones((2, 2, 2, 8)), [0, 0], "do not fit the cache"),
                               (new, [0], r"positions shape \(1,\) != \(2,\)")]:

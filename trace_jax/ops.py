@@ -19,9 +19,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from trace_jax import quant as Q
+from trace_jax.checks import check_per_sequence
 
 
 @functools.cache
@@ -192,12 +192,7 @@ def decode_attention_reference(q_BxHxD, k_cache, v_cache, lengths_B, *, sm_scale
     if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
         raise ValueError(f"caches K {k.shape} / V {v.shape} do not fit q {q_BxHxD.shape}: "
                          f"both need [B, KV heads, S, D] with B = {B}, D = {D}")
-    if jnp.shape(lengths_B) != (B,):
-        raise ValueError(f"lengths shape {jnp.shape(lengths_B)} != ({B},), one per sequence")
-    if not isinstance(lengths_B, jax.core.Tracer):
-        n = np.asarray(lengths_B)
-        if n.min() < 1 or n.max() > S:
-            raise ValueError(f"lengths {n.tolist()[:8]} outside 1..{S} (the cache's rows)")
+    check_per_sequence("lengths", lengths_B, B, 1, S, "the cache's rows")
     if H % K:
         raise ValueError(f"{H} query heads are not a multiple of {K} kv heads")
     scale = 1.0 / jnp.sqrt(jnp.float32(D)) if sm_scale is None else jnp.float32(sm_scale)

@@ -1,0 +1,26 @@
+"""trace_jax.checks: per-sequence vectors are checked by shape always, by value when concrete."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from trace_jax.checks import check_per_sequence, concrete
+
+
+def test_per_sequence_shapes_always_values_when_concrete():
+    check_per_sequence("lengths", np.array([1, 8]), 2, 1, 8, "rows")
+    with pytest.raises(ValueError, match=r"lengths \[0, 9\] outside 1..8 \(rows\)"):
+        check_per_sequence("lengths", jnp.array([0, 9]), 2, 1, 8, "rows")
+    with pytest.raises(ValueError, match=r"lengths shape \(3,\) != \(2,\)"):
+        check_per_sequence("lengths", [1, 2, 3], 2, 1, 8, "rows")
+
+    @jax.jit
+    def traced(x):  # values unknown inside the jit: only the shape is checked
+        assert concrete(x) is None
+        check_per_sequence("lengths", x, 2, 1, 8, "rows")
+        with pytest.raises(ValueError, match="shape"):
+            check_per_sequence("lengths", x, 3, 1, 8, "rows")
+        return x
+
+    np.testing.assert_array_equal(traced(jnp.array([0, 99])), [0, 99])
