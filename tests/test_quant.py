@@ -1,5 +1,6 @@
 """trace_jax.quant against an independent ml_dtypes reference, plus the hint guarantees."""
 
+import dataclasses
 import zlib
 
 import ml_dtypes
@@ -370,6 +371,20 @@ def test_guided_with_identical_input_is_identity_and_exact_hint_returns_codes():
     he = extract_hint(q, exact=True)
     ge = guided_quantize(x + 0.3, he)
     np.testing.assert_array_equal(codes_of(ge), codes_of(q))
+
+
+def test_guided_quantize_refuses_hint_scales_of_another_shape():
+    """A hint whose scales or global scale do not fit the tensor used to broadcast into codes
+    on another grid; now it names the shapes."""
+    x = jax.random.normal(jax.random.key(0), (8, 64))
+    h = extract_hint(quantize(x, "nvfp4", global_scope="row"))
+    guided_quantize(x, h)
+    with pytest.raises(ValueError, match=r"hint scales shape \(1, 4\) != \(8, 4\)"):
+        guided_quantize(x, dataclasses.replace(h, scales=h.scales[:1]))
+    with pytest.raises(ValueError, match=r"hint global scale shape \(8,\) does not broadcast"):
+        guided_quantize(x, dataclasses.replace(h, global_scale=h.global_scale[:, 0]))
+    with pytest.raises(ValueError, match="hint global scale shape"):
+        guided_quantize(x, dataclasses.replace(h, global_scale=h.global_scale[:4]))
 
 
 def test_hint_bytes_match_formula():

@@ -483,6 +483,15 @@ def _check_hint(x_shape, hint: Hint, fmt: str | None = None, axis: int | None = 
         raise ValueError(
             f"hint shape {tuple(hint.shape)} does not match the tensor's shape {tuple(x_shape)}"
         )
+    ax, bs = _norm_axis(hint.axis, len(x_shape)) % len(x_shape), FORMATS[hint.fmt].block_size
+    blocks = tuple(n // bs if i == ax else n for i, n in enumerate(x_shape))
+    if tuple(hint.scales.shape) != blocks:
+        raise ValueError(f"hint scales shape {tuple(hint.scales.shape)} != {blocks} (the "
+                         f"tensor's blocks of {bs} along axis {ax})")
+    g = tuple(hint.global_scale.shape)
+    if len(g) != len(x_shape) or g[ax] != 1 or any(a not in (1, n) for a, n in zip(g, x_shape)):
+        raise ValueError(f"hint global scale shape {g} does not broadcast to the tensor's "
+                         f"{tuple(x_shape)} with size 1 on the block axis {ax}")
     if fmt is not None and get_format(fmt).name != hint.fmt:
         raise ValueError(f"hint format {hint.fmt!r} does not match the requested format {fmt!r}")
     if axis is not None and _norm_axis(axis, len(x_shape)) != hint.axis:
