@@ -387,6 +387,16 @@ def test_guided_quantize_refuses_hint_scales_of_another_shape():
         guided_quantize(x, dataclasses.replace(h, global_scale=h.global_scale[:4]))
 
 
+def test_code_agreement_refuses_codes_of_another_format_or_axis():
+    x = jax.random.normal(jax.random.key(3), (32, 64))
+    nv = quantize(x, "nvfp4")
+    assert float(Q.code_agreement(nv, quantize(x, "nvfp4"))) == 1.0
+    with pytest.raises(ValueError, match="different formats: 'nvfp4' and 'mxfp4'"):
+        Q.code_agreement(nv, quantize(x, "mxfp4"))
+    with pytest.raises(ValueError, match="different block axes"):
+        Q.code_distance_histogram(nv, quantize(x, "nvfp4", axis=0))
+
+
 def test_hint_bytes_match_formula():
     T, D = 5, 2048
     q = quantize(jnp.ones((T, D)), "nvfp4", global_scope="row")

@@ -612,6 +612,10 @@ def _as_codes(a):
 
 
 def _code_pair(a, b):
+    for attr, what in (("fmt", "formats"), ("axis", "block axes")):
+        va, vb = getattr(a, attr, None), getattr(b, attr, None)
+        if va is not None and vb is not None and va != vb:  # (codes on different grids)
+            raise ValueError(f"cannot compare codes of different {what}: {va!r} and {vb!r}")
     ca, cb = _as_codes(a), _as_codes(b)
     if ca.shape != cb.shape:
         raise ValueError(f"cannot compare codes of shapes {ca.shape} and {cb.shape}")
