@@ -47,7 +47,7 @@ import jax.numpy as jnp
 
 from pallas_kernels.fp4_matmul_mgpu import MgpuWeights
 from trace_jax import quant
-from trace_jax.checks import concrete
+from trace_jax.checks import check_group_sizes
 from trace_jax.quant import QTensor
 
 Backend = Literal["auto", "reference", "triton"]
@@ -305,17 +305,6 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
         out = jnp.dot(xb, wb, preferred_element_type=jnp.float32)
         return (out * (g * w.global_scale.reshape(1, 1))).astype(jnp.bfloat16)
     return matmul_triton.dense(x, w, cfg)
-
-
-def check_group_sizes(group_sizes, m: int | None = None) -> None:
-    """ValueError unless concrete ``group_sizes`` are >= 0 and, with ``m``, sum to at most the
-    ``m`` rows (traced ones, inside a jit, cannot be checked here). The kernels take sums past
-    their rows as ``ragged_dot`` does (the last groups clipped), so they pass no ``m``."""
-    g = concrete(group_sizes)
-    if g is not None and g.size and (g.min() < 0 or (m is not None and g.sum() > m)):
-        bound = "" if m is None else f" and sum to at most the {m} rows"
-        raise ValueError(f"group_sizes must be >= 0{bound}; got {g.tolist()[:8]}"
-                         f"{'...' if g.size > 8 else ''} (sum {int(g.sum())})")
 
 
 def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "auto",

@@ -35,8 +35,7 @@ def _update_rows(buf_BHSX, upd_BHTX, pos_B):
 def _check_rows(cache, new, positions):
     """ValueError unless ``new`` [B, H, T, D] and ``positions`` [B] fit the cache (logical
     [B, H, S, D]); concrete positions must also keep 0 <= position and position + T <= S."""
-    shape = (tuple(cache.codes.shape[:3]) + (2 * cache.codes.shape[3],)
-             if isinstance(cache, QTensor) else tuple(cache.shape))
+    shape = tuple(cache.shape)  # (a QTensor's shape is the logical one in either layout)
     b, h, s, d = shape
     if new.ndim != 4 or (new.shape[0], new.shape[1], new.shape[3]) != (b, h, d) or new.shape[2] > s:
         raise ValueError(f"new rows {tuple(new.shape)} do not fit the cache {shape}: "

@@ -24,3 +24,14 @@ def test_per_sequence_shapes_always_values_when_concrete():
         return x
 
     np.testing.assert_array_equal(traced(jnp.array([0, 99])), [0, 99])
+
+
+def test_group_sizes_nonnegative_and_within_the_rows_when_asked():
+    from trace_jax.checks import check_group_sizes
+
+    check_group_sizes(np.array([2, 0, 4]), 6)
+    check_group_sizes(np.array([4, 4]))  # no row count: the kernels' clipping contract
+    with pytest.raises(ValueError, match=r"sum to at most the 6 rows; got \[4, 4\] \(sum 8\)"):
+        check_group_sizes(np.array([4, 4]), 6)
+    with pytest.raises(ValueError, match=r"group_sizes must be >= 0; got \[-1, 7\]"):
+        check_group_sizes(np.array([-1, 7]))

@@ -23,3 +23,15 @@ def check_per_sequence(name: str, x, b: int, lo: int, hi: int, what: str) -> Non
     v = concrete(x)
     if v is not None and v.size and (v.min() < lo or v.max() > hi):
         raise ValueError(f"{name} {v.tolist()[:8]} outside {lo}..{hi} ({what})")
+
+
+def check_group_sizes(group_sizes, m: int | None = None) -> None:
+    """ValueError unless concrete ``group_sizes`` are >= 0 and, with ``m``, sum to at most the
+    ``m`` rows (traced ones, inside a jit, cannot be checked here). The kernels take sums past
+    their rows as ``ragged_dot`` does (the last groups clipped), so they pass no ``m``; the
+    model's ``ops.grouped_matmul``, whose groups partition the rows, passes them."""
+    g = concrete(group_sizes)
+    if g is not None and g.size and (g.min() < 0 or (m is not None and g.sum() > m)):
+        bound = "" if m is None else f" and sum to at most the {m} rows"
+        raise ValueError(f"group_sizes must be >= 0{bound}; got {g.tolist()[:8]}"
+                         f"{'...' if g.size > 8 else ''} (sum {int(g.sum())})")

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from trace_jax import quant as Q
-from trace_jax.checks import check_per_sequence
+from trace_jax.checks import check_group_sizes, check_per_sequence
 
 
 @functools.cache
@@ -72,8 +72,6 @@ def grouped_matmul(x_MxK: jax.Array, w, group_sizes_E: jax.Array) -> jax.Array:
     rows past the sum are zero). ``w`` is an [E, K, N] array, FP4 weights (packed QTensors or
     kernel layout) or :class:`ScaledExperts`. Computes in ``x``'s dtype with FP32 accumulation
     (FP4 weights: their global scale on the accumulator)."""
-    from pallas_kernels.fp4_matmul import check_group_sizes
-
     check_group_sizes(group_sizes_E, x_MxK.shape[0])
     dt = x_MxK.dtype
     if isinstance(w, Q.QTensor):
