@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import gc
 import importlib.util
 import json
 import math
@@ -266,8 +267,39 @@ def to_kernel_layout(params: dict, enabled: bool | str, per_layer: bool = True) 
         moe_p = dict(moe_p, **{k: conv(moe_p[k]) for k in EXPERT_LEAVES})
         params = dict(params, layers=dict(params["layers"], moe=moe_p))
     if per_layer:
-        params = jax.jit(M.unstack_layers)(params)
+        params = unstack_freeing(params)
     return params
+
+
+@functools.lru_cache(maxsize=None)
+def _leaf_splitter(n_layers: int):
+    return jax.jit(lambda a: tuple(a[l] for l in range(n_layers)))
+
+
+def unstack_freeing(params: dict, host_above_bytes: int = 1 << 30) -> dict:
+    """``model.unstack_layers(params)`` one stacked leaf at a time, each deleted once split, so
+    the device never holds the weights twice (a jitted ``unstack_layers`` does: 122 GB for the
+    30B shape in bf16, more than an 80 GB card). A leaf above ``host_above_bytes`` (the bf16
+    experts: 19 GB each) goes through host memory, so the peak is the weights alone; smaller
+    ones are split on the device. Consumes ``params``: its stacked layer arrays are deleted."""
+    layers = params["layers"]
+    if isinstance(layers, (tuple, list)):
+        return dict(params, layers=tuple(layers))
+    leaves, treedef = jax.tree.flatten(layers)
+    n = leaves[0].shape[0]
+    per_leaf = []
+    for i, a in enumerate(leaves):
+        if a.nbytes > host_above_bytes:
+            host, device = np.asarray(a), a.sharding
+            a.delete()
+            per_leaf.append(tuple(jax.device_put(host[l], device) for l in range(n)))
+            del host
+        else:
+            per_leaf.append(jax.block_until_ready(_leaf_splitter(n)(a)))
+            a.delete()
+        leaves[i] = None
+    per_layer = tuple(jax.tree.unflatten(treedef, list(ls)) for ls in zip(*per_leaf))
+    return dict(params, layers=per_layer)
 
 
 def packed_expert_kernel(params: dict) -> str:
@@ -1046,6 +1078,9 @@ def main(argv=None):
             except Exception as e:  # noqa: BLE001 - an OOM or kernel failure is a result row
                 row = {"engine": eng, "context": ctx, "batch": b,
                        "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+            # the failed engine's frames (its weights and cache) must not stay alive into the
+            # next one: an 80 GB card's first OOM otherwise made every later engine OOM too
+            gc.collect()
             row["wall_s"] = time.perf_counter() - t0
             res["rows"].append(row)
             msg = (f"{eng:12s} ctx {ctx:7d} B {b:5d}: " + (

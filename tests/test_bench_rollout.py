@@ -180,3 +180,27 @@ def test_ceiling_from_a_saved_result(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no context with both"):
         bench_rollout.main(["--ceiling_from", str(path)])
 
+
+
+def test_unstack_freeing_matches_unstack_layers_and_frees_the_stacked_weights():
+    """The benchmark's leaf-by-leaf unstack gives model.unstack_layers' tree (FP4 QTensor
+    experts included) and deletes each stacked leaf, so the 30B bf16 weights never exist twice."""
+    import jax
+    import numpy as np
+
+    from trace_jax import model as M
+    from trace_jax import numerics as nx
+
+    cfg, _ = bench_rollout.load_model_config(str(REPO / "configs/tiny.py"), None, 64)
+    numerics = nx.make_numerics("fp4_rollout", cfg.n_layers)
+    stacked = bench_rollout.random_params(cfg, numerics, jax.random.PRNGKey(0))
+    want = M.unstack_layers(jax.tree.map(np.asarray, stacked))
+    stacked_leaves = jax.tree.leaves(stacked["layers"])
+    # the device split for small leaves, the host path for the rest (the 30B bf16 experts)
+    got = bench_rollout.unstack_freeing(stacked, host_above_bytes=min(a.nbytes for a in
+                                                                   stacked_leaves) + 1)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    assert len(got["layers"]) == cfg.n_layers
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    assert all(a.is_deleted() for a in stacked_leaves)
