@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran in session 39 on an H100 (commit 5272232; experiments/results/gpu/session39/e/): every
+# sub-tile variant was slower (NOTES_attention session 39), and `sub_tiles` was removed after it.
 # Session 38 (prepared, CPU only): issue 7, sub-tiles. `sub_tiles` splits a block_k-row block
 # into sub-tiles that share one online-softmax step. sm_90 SASS per cache row
 # (`attention_compilecheck`): NVFP4 f32 P (64, 1, 2) x 2 sub-tiles 31.5 against 32.4 for the

@@ -319,16 +319,11 @@ def _pv_dot(p_f32, v, precision):
 # with uint8 V tiles, Triton prefetched the codes into registers one byte per register across
 # the loop back-edge and rebuilt 32-bit words for the asm (~6 PRMT/LOP3 per cache row); as
 # words they go through cp.async / shared memory like K (NOTES_attention.md, v4).
-# ``sub_tiles`` > 1 splits each block_k-row block into that many sub-tiles that are loaded,
-# decoded and multiplied one by one but share one online-softmax step (one running-max update
-# and one rescale of acc and l per block): block_k = 64 in two 32-row sub-tiles counts 3% fewer
-# sm_90 instructions per row than block_k = 32 with f32 P, 4.5% with bf16 P, at 182 instead of
-# 255 registers for one 64-row tile (NOTES_attention session 38; not yet timed on a GPU).
 
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                    fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False,
-                   v_words=False, split_axis=2, sub_tiles=1):
+                   v_words=False, split_axis=2):
     kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk,
                                                                          split_axis)
     step = block_k * chains
@@ -337,8 +332,7 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
     qo = qo_ref[...]
     d2, gq = qe.shape
     unit = float(2.0 ** (126 - KSHIFT[fmt]))
-    bs = block_k // sub_tiles  # rows per sub-tile: the unit of every load, decode and MMA
-    nan_path = mxfp4_nan_path(bs)
+    nan_path = mxfp4_nan_path(block_k)
 
     def load_half(c_ref, s_ref, rows, valid):
         c = plgpu.load(c_ref.at[rows, :], mask=valid[:, None], other=0)
@@ -368,36 +362,27 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         return out
 
     def chunk_step(off, acc_e, acc_o, m, l):
-        tiles = []
-        for t in range(sub_tiles):  # sub-tiles of bs rows sharing one online-softmax step
-            o = off + t * bs
-            valid = (o + jax.lax.broadcasted_iota(jnp.int32, (bs,), 0)) < n
-            rows = pl.ds(pl.multiple_of(o, bs), bs)
-            k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
-            s = jnp.dot(k_lo, qe, preferred_element_type=jnp.float32)
-            s = s + jnp.dot(k_hi, qo, preferred_element_type=jnp.float32)  # [bs, Gq]
-            if fmt == "nvfp4":
-                kg = plgpu.load(kg_ref.at[rows], mask=valid, other=0.0)
-                s = s * (kg * (scale * unit))[:, None]
-            else:
-                s = s * (scale * unit)
-            tiles.append((rows, valid, jnp.where(valid[:, None], s, -jnp.inf)))
-        m_new = m
-        for _, _, s in tiles:
-            m_new = jnp.maximum(m_new, jnp.max(s, axis=0))
+        valid = (off + jax.lax.broadcasted_iota(jnp.int32, (block_k,), 0)) < n
+        rows = pl.ds(pl.multiple_of(off, block_k), block_k)
+        k_lo, k_hi = load_half(kc_ref, ks_ref, rows, valid)
+        s = jnp.dot(k_lo, qe, preferred_element_type=jnp.float32)
+        s = s + jnp.dot(k_hi, qo, preferred_element_type=jnp.float32)  # [BK, Gq]
+        if fmt == "nvfp4":
+            kg = plgpu.load(kg_ref.at[rows], mask=valid, other=0.0)
+            s = s * (kg * (scale * unit))[:, None]
+        else:
+            s = s * (scale * unit)
+        s = jnp.where(valid[:, None], s, -jnp.inf)
+        m_new = jnp.maximum(m, jnp.max(s, axis=0))
         alpha = jnp.exp2(m - m_new)
-        l = l * alpha
-        acc_e = acc_e * alpha[None, :]
-        acc_o = acc_o * alpha[None, :]
-        for rows, valid, s in tiles:
-            p = jnp.exp2(s - m_new[None, :])
-            l = l + jnp.sum(p, axis=0)
-            v_lo, v_hi = load_half_t(vc_ref, vs_ref, rows, valid)
-            if fmt == "nvfp4":
-                vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
-                p = p * vg[:, None]
-            acc_e = acc_e + pv(v_lo, p)
-            acc_o = acc_o + pv(v_hi, p)
+        p = jnp.exp2(s - m_new[None, :])
+        l = l * alpha + jnp.sum(p, axis=0)
+        v_lo, v_hi = load_half_t(vc_ref, vs_ref, rows, valid)
+        if fmt == "nvfp4":
+            vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
+            p = p * vg[:, None]
+        acc_e = acc_e * alpha[None, :] + pv(v_lo, p)
+        acc_o = acc_o * alpha[None, :] + pv(v_hi, p)
         return acc_e, acc_o, m_new, l
 
     def body(i, carry):
@@ -579,12 +564,11 @@ def default_version(k_cache, v_cache) -> str | None:
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
-                     "num_stages", "precision", "decode", "chains", "sub_tiles", "out_dtype",
-                     "split_combine",
+                     "num_stages", "precision", "decode", "chains", "out_dtype", "split_combine",
                      "split_order", "partial_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=None,
-                            precision="f32", decode=None, chains=None, sub_tiles=None,
+                            precision="f32", decode=None, chains=None,
                             out_dtype=jnp.bfloat16, split_combine=None, split_order=None,
                             partial_dtype=None, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
@@ -603,10 +587,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     row on sm_90; 1.3-1.5x v3 on the H200 at 32K+, within 2.4e-8 of v3; head_dim a multiple of
     8), ``"v3"`` (v2's inline-PTX decode with transposed MMAs, K rows on M and the query heads on
     N = 8, no padded heads; ``chains`` independent row chunks per iteration, default 1), the
-    older ones kept for side-by-side measurement. ``sub_tiles`` (FP4 caches; a power of two,
-    None = 1): each block_k-row block is loaded, decoded and multiplied as that many sub-tiles
-    of at least 16 rows that share one online-softmax step (fewer than asked when block_k is
-    small; the MXFP4 NaN path follows the sub-tile rows). ``out_dtype``:
+    older ones kept for side-by-side measurement. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None, with at
     least 2 blocks per split; None = :func:`default_splits`: the module default ``SPLIT_TARGET``
@@ -678,14 +659,11 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     if fp4 and decode in ("v4", "v5", "v6") and d % 8:
         raise ValueError(f"decode={decode!r} needs head_dim % 8 == 0, got {d}")
     chains = (chains or 1) if fp4 else 1
-    if sub_tiles is not None and (sub_tiles < 1 or sub_tiles & (sub_tiles - 1)):
-        raise ValueError(f"sub_tiles must be a power of two >= 1, got {sub_tiles}")
     g = hq // h
     gp = max(8 if fp4 else 16, 1 << (g - 1).bit_length())
     block_k = min(block_k, max(16, 1 << (s - 1).bit_length()))
     while s % block_k and block_k > 16:
         block_k //= 2
-    sub_tiles = max(1, min(sub_tiles or 1, block_k // 16)) if fp4 else 1  # >= 16 rows each
     step = block_k * chains  # rows per loop iteration; a split holds a multiple of it
     pad = (-s) % step
     if pad:  # rare (S not a multiple of the block): pad the cache rows, they are masked anyway
@@ -771,8 +749,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             in_specs[5] = row_spec(d2 // 4)
         kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
                                    scale=scale, precision=precision, interpret=interpret,
-                                   chains=chains, sub_tiles=sub_tiles,
-                                   k_words=decode in ("v5", "v6"),
+                                   chains=chains, k_words=decode in ("v5", "v6"),
                                    v_words=decode == "v6")
         o_block = (d2, gp)  # transposed partial outputs
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))

@@ -181,6 +181,14 @@ def test_ceiling_from_a_saved_result(tmp_path, capsys):
         bench_rollout.main(["--ceiling_from", str(path)])
 
 
+def test_hbm_peak_defaults_to_the_named_devices_datasheet():
+    assert bench_rollout.hbm_peak_Bps(None, "gpu:NVIDIA H200") == 4.8e12
+    assert bench_rollout.hbm_peak_Bps(None, "gpu:NVIDIA H100 80GB HBM3") == 3.35e12
+    assert bench_rollout.hbm_peak_Bps(None, "cpu:cpu") is None
+    assert bench_rollout.hbm_peak_Bps(2.0, "gpu:NVIDIA H200") == 2.0e12
+    assert bench_rollout.hbm_peak_Bps(0.0, "gpu:NVIDIA H200") is None
+
+
 
 def test_unstack_freeing_matches_unstack_layers_and_frees_the_stacked_weights():
     """The benchmark's leaf-by-leaf unstack gives model.unstack_layers' tree (FP4 QTensor
@@ -204,3 +212,30 @@ def test_unstack_freeing_matches_unstack_layers_and_frees_the_stacked_weights():
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(g), w)
     assert all(a.is_deleted() for a in stacked_leaves)
+
+
+def test_ratio_target_met_when_bf16_does_not_fit_one_sequence():
+    rows = [_row("fp4", 131072, 12, 400.0, 1.0),
+            {"engine": "bf16", "context": 131072, "batch": 0, "error": "does not fit"}]
+    t = bench_rollout.evaluate_targets(rows, [131072])
+    row = next(r for r in t if "131072" in r["target"] and "x bf16" in r["target"])
+    assert row["met"] is True and "runs 12" in row["shortfall"]
+    rows[0] = {"engine": "fp4", "context": 131072, "batch": 0, "error": "does not fit"}
+    row = next(r for r in bench_rollout.evaluate_targets(rows, [131072]) if "x bf16" in r["target"]
+               and "131072" in r["target"])
+    assert row["met"] is None
+
+
+def test_rerender_a_saved_h100_result(tmp_path):
+    """Session 39's H100 run (saved with the H200's 4.8 TB/s peak and no 128K verdict) re-rendered:
+    the H100 datasheet peak, the measured rows unchanged, the new target reading."""
+    src = REPO / "experiments/results/gpu/session39/b/h100/rollout_throughput.json"
+    saved = json.loads(src.read_text())
+    assert saved["hbm_peak_Bps"] == 4.8e12
+    res = bench_rollout.main(["--rerender", str(src), "--out", str(tmp_path)])
+    assert res["hbm_peak_Bps"] == 3.35e12
+    assert res["rows"] == saved["rows"]
+    md = (tmp_path / "rollout_throughput.md").read_text()
+    assert "re-rendered from" in md and "at 3.4 TB/s" in md
+    assert "bf16 does not fit one sequence, fp4 runs 12" in md
+    assert "| fp4 | pallas fp4 mosaic | 32768 | 50 | 33.55 | 1490.3 | 8.09 |" in md

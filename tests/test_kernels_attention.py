@@ -677,33 +677,6 @@ def test_attention_benchmark_shapes_put_the_rollout_first_and_fit_the_budget():
     assert sorted(shapes[2:]) == sorted((b, s) for b in (8, 32, 128) for s in (8192, 32768, 131072))
 
 
-@pytest.mark.parametrize("fmt,block_k,sub,prec", [("nvfp4", 64, 2, "f32"), ("mxfp4", 64, 2, "bf16"),
-                                                  ("nvfp4", 64, 4, "f32")])
-def test_v6_sub_tiles_match_one_tile_and_float64(fmt, block_k, sub, prec):
-    """``sub_tiles``: a block of block_k rows as several sub-tiles sharing one softmax step gives
-    the same attention as one tile (within f32 summation order) and as float64 (lengths 1 and
-    not a multiple of the block, 3 splits so that masked rows fall in sub-tiles)."""
-    d = 64
-    q, kw, vw, lengths, want = _v6_case(31, fmt, [384, 101, 1], d)
-    out = {}
-    for n in (1, sub):
-        out[n] = np.asarray(AT.decode_attention_triton(
-            q, kw, vw, jnp.asarray(lengths), sm_scale=d ** -0.5, block_k=block_k, num_warps=1,
-            num_stages=2, num_splits=3, sub_tiles=n, precision=prec,
-            out_dtype=jnp.float32, interpret=True))
-    tol = 2e-5 if prec == "f32" else 5e-3
-    assert _rel(out[sub], want) < tol and _rel(out[sub], out[1]) < tol / 4
-
-
-def test_sub_tiles_must_be_a_power_of_two():
-    q, k, v = _inputs(32, 1, 8, 2, 64, 64)
-    kw, vw = KL.to_kv_words(_cache(k, "nvfp4")), KL.to_kv_words(_cache(v, "nvfp4"))
-    for bad in (0, 3):
-        with pytest.raises(ValueError, match="sub_tiles must be a power of two"):
-            AT.decode_attention_triton(q, kw, vw, jnp.asarray([64], jnp.int32), sm_scale=0.125,
-                                       sub_tiles=bad, interpret=True)
-
-
 def test_append_and_reference_attention_name_bad_rows_and_lengths():
     """append_kv and the reference attention refuse inputs that used to be clamped, wrapped or
     broadcast into a silently wrong cache or output: rows past the cache end, negative
