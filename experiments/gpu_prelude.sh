@@ -52,6 +52,20 @@ rollout_48l() {
   echo "$name rc=$?"
 }
 
+# rollout_budget NAME TIMEOUT TIME_BUDGET HBM_GB ENGINES CONTEXTS: the full-depth (48-layer) 30B
+# decode step at an HBM budget of HBM_GB for every engine (session 39: an 80 GB card), skipping
+# what is left after TIME_BUDGET s, into $R/NAME/ and $R/NAME.txt; prints its return code and
+# result lines.
+rollout_budget() {
+  local name=$1 limit=$2 budget=$3 hbm=$4 engines=$5 ctx=$6
+  timeout "$limit" python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py \
+    --kernel_layout --prefill_len 0 --loop 8 --steps 16 --breakdown never --copy_gb 1 \
+    --hbm_gb "$hbm" --contexts "$ctx" --engines "$engines" --time_budget_s "$budget" \
+    --out "$R/$name" > "$R/$name.txt" 2>&1
+  echo "$name rc=$?"
+  grep -E "ctx|Error" "$R/$name.txt" | cut -c1-160 | head -12
+}
+
 # show_table NAME...: the markdown table rows of each $R/NAME/*.md and the errors in $R/NAME.txt.
 show_table() {
   local n f

@@ -7,15 +7,11 @@
 # 32K / 128K, FP4 200 / 50 / 12), FP4 first so that a BF16 failure cannot cost its rows.
 # Prediction (before the run): FP4 ~25-35 ms / step at 32K; BF16 ~10-12 ms at 32K (B 2);
 # FP4 / BF16 tokens/s ~6-10x at 32K; at 128K BF16 does not fit one sequence.
+# (After the run its bench_rollout call moved into gpu_prelude.sh's rollout_budget, same arguments.)
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session39b.sh
 source "$(dirname "$0")/gpu_prelude.sh" r39b
 install_wheels
-timeout "${LIMIT:-470}" python3 experiments/bench_rollout.py --config configs/qwen3_30b_a3b.py \
-  --kernel_layout --prefill_len 0 --loop 8 --steps 16 --breakdown never --copy_gb 1 \
-  --hbm_gb 72 --contexts 32768,131072,8192 --engines fp4,bf16 --time_budget_s 380 \
-  --out "$R/h100" > "$R/h100.txt" 2>&1
-echo "h100 rc=$?"
+rollout_budget h100 "${LIMIT:-470}" 380 72 fp4,bf16 32768,131072,8192
 tar -C "$R" -czf "$OUT/r39b.tar.gz" .
-grep -E "ctx|Error" "$R/h100.txt" | cut -c1-160 | head -12
 grep "^|" "$R/h100/rollout_throughput.md" | cut -c1-200 | head -24
 exit 0
