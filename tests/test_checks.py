@@ -35,3 +35,12 @@ def test_group_sizes_nonnegative_and_within_the_rows_when_asked():
         check_group_sizes(np.array([4, 4]), 6)
     with pytest.raises(ValueError, match=r"group_sizes must be >= 0; got \[-1, 7\]"):
         check_group_sizes(np.array([-1, 7]))
+
+
+def test_range_named_when_concrete_unchecked_when_traced():
+    from trace_jax.checks import check_range
+
+    check_range("token ids", np.array([[0, 47]]), 0, 47, "the vocabulary")
+    with pytest.raises(ValueError, match=r"token ids outside 0..47 \(the vocabulary\): \[48, -1\]"):
+        check_range("token ids", jnp.array([[3, 48], [-1, 0]]), 0, 47, "the vocabulary")
+    jax.jit(lambda x: check_range("token ids", x, 0, 47, "v") or x)(jnp.array([99]))

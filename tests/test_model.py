@@ -648,3 +648,18 @@ def test_hint_layer_specs_including_command_line_strings():
                      ("lastt", "unknown spec 'lastt'")):
         with pytest.raises(ValueError, match=msg):
             h(bad, 8)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused_or_nan(params, tokens):
+    """Concrete ids outside 0..V-1 raise; traced ones (inside a jit) embed as NaN, so their
+    sequence's logits are NaN instead of a clamped or wrapped row's (the masked attention's
+    zero weights times NaN reach its earlier positions too); other sequences stay finite."""
+    num = nx.make_numerics("bf16", CFG.n_layers)
+    for bad in (CFG.vocab_size, -1):
+        t = np.asarray(tokens).copy()
+        t[0, 3] = bad
+        with pytest.raises(ValueError, match=rf"token ids outside 0..{CFG.vocab_size - 1}"):
+            M.forward(params, jnp.asarray(t), cfg=CFG, numerics=num)
+        lg, _, _ = run(params, jnp.asarray(t), CFG, num)
+        lg = np.asarray(lg)
+        assert np.isnan(lg[0, 3:]).all() and np.isfinite(lg[1:]).all()

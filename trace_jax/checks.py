@@ -11,8 +11,12 @@ import numpy as np
 
 
 def concrete(x) -> np.ndarray | None:
-    """``x``'s values as a NumPy array, or None when ``x`` is traced (inside a ``jit``)."""
-    return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
+    """``x``'s values as a NumPy array, or None when ``x`` is traced (inside a ``jit``) or
+    spread over processes (not all of it is on this host)."""
+    if isinstance(x, jax.core.Tracer) or (isinstance(x, jax.Array)
+                                         and not x.is_fully_addressable):
+        return None
+    return np.asarray(x)
 
 
 def check_per_sequence(name: str, x, b: int, lo: int, hi: int, what: str) -> None:
@@ -23,6 +27,16 @@ def check_per_sequence(name: str, x, b: int, lo: int, hi: int, what: str) -> Non
     v = concrete(x)
     if v is not None and v.size and (v.min() < lo or v.max() > hi):
         raise ValueError(f"{name} {v.tolist()[:8]} outside {lo}..{hi} ({what})")
+
+
+def check_range(name: str, x, lo: int, hi: int, what: str) -> None:
+    """ValueError if concrete ``x`` holds a value outside lo..hi (``what`` names the bound);
+    traced ``x`` passes unchecked."""
+    v = concrete(x)
+    if v is not None and v.size and (v.min() < lo or v.max() > hi):
+        bad = v[(v < lo) | (v > hi)]
+        raise ValueError(f"{name} outside {lo}..{hi} ({what}): {bad.tolist()[:8]}"
+                         f"{'...' if bad.size > 8 else ''}")
 
 
 def check_group_sizes(group_sizes, m: int | None = None) -> None:

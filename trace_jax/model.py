@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from trace_jax import attention, moe
+from trace_jax import attention, checks, moe
 from trace_jax import numerics as nx
 from trace_jax import quant as Q
 from trace_jax import sharding as SH
@@ -328,7 +328,13 @@ def forward(
                          "their rows belong to the rollout's (token, expert) slots")
     sio = nx.SiteIO(numerics, hints, capture_hints, capture_codes, hint_valid_BxT)
 
-    x = SH.constrain_batch(params["embed"][tokens_BxT].astype(dt))
+    V = params["embed"].shape[0]
+    checks.check_range("token ids", tokens_BxT, 0, V - 1, "the vocabulary")
+    # Traced ids cannot be checked here: one outside 0..V-1 embeds as NaN (not a clamped or
+    # wrapped row), so its logits are NaN and the trainer's non-finite guard stops it.
+    x = params["embed"].at[tokens_BxT].get(mode="fill", fill_value=jnp.nan,
+                                           wrap_negative_indices=False)
+    x = SH.constrain_batch(x.astype(dt))
     forced, hexp = forced_experts_LxBxTxK, hint_experts_LxBxTxK
 
     def layer_fn(p, x, layer, sio, cache_l, forced_l, hexp_l):
