@@ -278,10 +278,11 @@ def _leaf_splitter(n_layers: int):
 
 def unstack_freeing(params: dict, host_above_bytes: int = 1 << 30) -> dict:
     """``model.unstack_layers(params)`` one stacked leaf at a time, each deleted once split, so
-    the device never holds the weights twice (a jitted ``unstack_layers`` does: 122 GB for the
-    30B shape in bf16, more than an 80 GB card). A leaf above ``host_above_bytes`` (the bf16
-    experts: 19 GB each) goes through host memory, so the peak is the weights alone; smaller
-    ones are split on the device. Consumes ``params``: its stacked layer arrays are deleted."""
+    the device holds at most one leaf twice (a jitted ``unstack_layers`` has every weight as
+    both input and output: XLA warned of 122 GB for the 30B shape in bf16 on an 80 GB card). A
+    single-device leaf above ``host_above_bytes`` (the bf16 experts: 19 GB each) goes through
+    host memory, so it is never there twice; the rest are split on the device. Consumes
+    ``params``: its stacked layer arrays are deleted."""
     layers = params["layers"]
     if isinstance(layers, (tuple, list)):
         return dict(params, layers=tuple(layers))
@@ -289,12 +290,12 @@ def unstack_freeing(params: dict, host_above_bytes: int = 1 << 30) -> dict:
     n = leaves[0].shape[0]
     per_leaf = []
     for i, a in enumerate(leaves):
-        if a.nbytes > host_above_bytes:
+        if a.nbytes > host_above_bytes and isinstance(a.sharding, jax.sharding.SingleDeviceSharding):
             host, device = np.asarray(a), a.sharding
             a.delete()
             per_leaf.append(tuple(jax.device_put(host[l], device) for l in range(n)))
             del host
-        else:
+        else:  # (a sharded leaf keeps its per-layer sharding this way)
             per_leaf.append(jax.block_until_ready(_leaf_splitter(n)(a)))
             a.delete()
         leaves[i] = None
@@ -703,8 +704,9 @@ def evaluate_targets(rows, contexts):
         got = ratio(c) if c in contexts else None
         if got is None and c in unfit and ("fp4", c) in by:  # an 80 GB card at 128K
             res.append({"target": f"fp4 tokens/s >= {want}x bf16 at {c}", "value": None,
-                        "met": True, "shortfall": "met: bf16 does not fit one sequence, fp4 "
-                                                  f"runs {by['fp4', c]['batch']}"})
+                        "met": True, "shortfall": "met at this budget: by the sizing bf16 "
+                                                  "does not fit one sequence, fp4 runs "
+                                                  f"{by['fp4', c]['batch']}"})
             continue
         res.append({"target": f"fp4 tokens/s >= {want}x bf16 at {c}", "value": got,
                     "met": None if got is None else got >= want,
@@ -754,14 +756,14 @@ def byte_ceiling(rows, targets=None, peak_Bps=None) -> list[dict]:
     return out
 
 
-DATASHEET_HBM_TBS = {"H200": 4.8, "H100 80GB HBM3": 3.35}  # SXM parts
+DATASHEET_HBM_TBS = {"NVIDIA H200": 4.8, "NVIDIA H100 80GB HBM3": 3.35}  # SXM parts
 
 
 def hbm_peak_Bps(tbs: float | None, device: str) -> float | None:
     """``--hbm_peak_tbs`` in B/s: the value given (0: none), else the datasheet peak of the
-    device named (an H200 / H100 SXM), else none."""
+    device named ("platform:device_kind", exactly an H200 / H100 SXM), else none."""
     if tbs is None:
-        tbs = next((v for k, v in DATASHEET_HBM_TBS.items() if k in device), None)
+        tbs = DATASHEET_HBM_TBS.get(device.split(":", 1)[-1])
     return tbs * 1e12 if tbs else None
 
 
@@ -943,7 +945,8 @@ def main(argv=None):
                          "datasheet's for an H200 / H100 SXM, else none; 0 = leave it out)")
     ap.add_argument("--breakdown", default="auto", choices=["auto", "always", "never"])
     ap.add_argument("--time_budget_s", type=float, default=0, help="skip what is left after this")
-    ap.add_argument("--out", default=str(REPO / "experiments/results"))
+    ap.add_argument("--out", default=None, help="default experiments/results (--rerender: "
+                                                   "required, so no saved table is overwritten)")
     ap.add_argument("--smoke", action="store_true", help="CPU: tiny shapes, 2 steps per engine")
     ap.add_argument("--profile_steps", type=int, default=0,
                     help="trace this many steps per engine: per-kernel device time under --out/profile")
@@ -1014,7 +1017,11 @@ def main(argv=None):
                          "exit (no device work)")
     args = ap.parse_args(argv)
     if args.rerender:
+        if args.out is None:
+            raise SystemExit("--rerender needs --out DIR (the default, experiments/results, holds "
+                             "the headline tables)")
         return rerender(Path(args.rerender), Path(args.out), args.hbm_peak_tbs)
+    args.out = args.out or str(REPO / "experiments/results")
     if args.ceiling_from:
         saved = json.loads(Path(args.ceiling_from).read_text())
         peak = hbm_peak_Bps(args.hbm_peak_tbs, saved.get("device", ""))

@@ -2,7 +2,8 @@
 # Session 39, one H100 (80 GB), second try of gpu_session39a.sh: there every engine ran out of
 # memory (BF16 at 32K B=3 in its decode loop; FP4 B=52 after it, as the failed engine's arrays
 # were still alive) and the call timed out. Fixed since: bench_rollout unstacks the layers leaf
-# by leaf through host memory (a jitted unstack held the 61 GB of bf16 weights twice) and
+# by leaf through host memory (XLA had warned that the jitted unstack takes 122 GB of buffers;
+# after the run a review found that it had run, so that was not shown to be the cause) and
 # collects a failed engine's garbage. A lower budget (72 GB: BF16 9 / 2 / 0 sequences at 8K /
 # 32K / 128K, FP4 200 / 50 / 12), FP4 first so that a BF16 failure cannot cost its rows.
 # Prediction (before the run): FP4 ~25-35 ms / step at 32K; BF16 ~10-12 ms at 32K (B 2);

@@ -185,6 +185,7 @@ def test_hbm_peak_defaults_to_the_named_devices_datasheet():
     assert bench_rollout.hbm_peak_Bps(None, "gpu:NVIDIA H200") == 4.8e12
     assert bench_rollout.hbm_peak_Bps(None, "gpu:NVIDIA H100 80GB HBM3") == 3.35e12
     assert bench_rollout.hbm_peak_Bps(None, "cpu:cpu") is None
+    assert bench_rollout.hbm_peak_Bps(None, "gpu:NVIDIA GH200 480GB") is None  # not an H200
     assert bench_rollout.hbm_peak_Bps(2.0, "gpu:NVIDIA H200") == 2.0e12
     assert bench_rollout.hbm_peak_Bps(0.0, "gpu:NVIDIA H200") is None
 
@@ -239,3 +240,24 @@ def test_rerender_a_saved_h100_result(tmp_path):
     assert "re-rendered from" in md and "at 3.4 TB/s" in md
     assert "bf16 does not fit one sequence, fp4 runs 12" in md
     assert "| fp4 | pallas fp4 mosaic | 32768 | 50 | 33.55 | 1490.3 | 8.09 |" in md
+    with pytest.raises(SystemExit, match="--rerender needs --out"):
+        bench_rollout.main(["--rerender", str(src)])
+
+
+def test_unstack_freeing_keeps_a_sharded_leafs_sharding_per_layer():
+    """A leaf sharded over devices is split on the device (the host path would put each layer
+    back with the stacked leaf's sharding, one dimension too many), keeping its sharding."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("x",), devices=jax.devices()[:4])
+    w = jax.device_put(jnp.arange(3 * 8 * 2, dtype=jnp.float32).reshape(3, 8, 2),
+                       NamedSharding(mesh, P(None, "x", None)))
+    want = np.asarray(w)
+    got = bench_rollout.unstack_freeing({"layers": {"w": w}}, host_above_bytes=0)["layers"]
+    assert w.is_deleted() and len(got) == 3
+    for l, layer in enumerate(got):
+        np.testing.assert_array_equal(np.asarray(layer["w"]), want[l])
+        assert layer["w"].sharding.spec == P("x", None)

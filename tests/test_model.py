@@ -658,7 +658,7 @@ def test_token_ids_outside_the_vocabulary_are_refused_or_nan(params, tokens):
     for bad in (CFG.vocab_size, -1):
         t = np.asarray(tokens).copy()
         t[0, 3] = bad
-        with pytest.raises(ValueError, match=rf"token ids outside 0..{CFG.vocab_size - 1}"):
+        with pytest.raises(ValueError, match=rf"token ids \[{bad}\] outside 0..{CFG.vocab_size - 1}"):
             M.forward(params, jnp.asarray(t), cfg=CFG, numerics=num)
         lg, _, _ = run(params, jnp.asarray(t), CFG, num)
         lg = np.asarray(lg)

@@ -24,19 +24,18 @@ def check_per_sequence(name: str, x, b: int, lo: int, hi: int, what: str) -> Non
     (``what`` says what the bound is, for the message)."""
     if np.shape(x) != (b,):
         raise ValueError(f"{name} shape {np.shape(x)} != ({b},), one per sequence")
-    v = concrete(x)
-    if v is not None and v.size and (v.min() < lo or v.max() > hi):
-        raise ValueError(f"{name} {v.tolist()[:8]} outside {lo}..{hi} ({what})")
+    check_range(name, x, lo, hi, what)
 
 
 def check_range(name: str, x, lo: int, hi: int, what: str) -> None:
-    """ValueError if concrete ``x`` holds a value outside lo..hi (``what`` names the bound);
-    traced ``x`` passes unchecked."""
+    """ValueError if concrete ``x`` holds a value outside lo..hi (``what`` names the bound; the
+    message shows a vector's first values, a larger array's bad ones); traced ``x`` passes
+    unchecked."""
     v = concrete(x)
     if v is not None and v.size and (v.min() < lo or v.max() > hi):
-        bad = v[(v < lo) | (v > hi)]
-        raise ValueError(f"{name} outside {lo}..{hi} ({what}): {bad.tolist()[:8]}"
-                         f"{'...' if bad.size > 8 else ''}")
+        shown = v if v.ndim == 1 else v[(v < lo) | (v > hi)]
+        raise ValueError(f"{name} {shown.tolist()[:8]}{'...' if shown.size > 8 else ''} "
+                         f"outside {lo}..{hi} ({what})")
 
 
 def check_group_sizes(group_sizes, m: int | None = None) -> None:
