@@ -221,6 +221,25 @@ def loop_stats(sass: str, units: int, warps: int) -> dict:
                 mix={k: round(v * per, 2) for k, v in ops.most_common(12)})
 
 
+# sm_90 (H100 / H200) per-SM limits, from NVIDIA's occupancy rules (CUDA Programming Guide,
+# compute capability 9.0): 64K 32-bit registers allocated per warp in units of 256, 228 KB of
+# shared memory of which each block reserves 1 KB, at most 32 blocks and 64 warps.
+SM90 = dict(regs=65536, reg_unit=256, smem=228 * 1024, smem_reserved=1024, blocks=32, warps=64)
+
+
+def resident_warps(regs: int, num_warps: int, shared_bytes: int, sm: dict = SM90) -> int:
+    """Warps of one kernel an SM holds at once (blocks resident x ``num_warps``), from its
+    registers per thread and shared memory per block: the occupancy a decode kernel hides its
+    load -> decode -> MMA latency with (session 39: the FP4 attention's time on an H100 ordered
+    by it, NOTES_attention). An estimate: the driver's own rounding of shared memory (its
+    allocation unit) is not modelled."""
+    per_warp = -(-regs * 32 // sm["reg_unit"]) * sm["reg_unit"]
+    by_regs = sm["regs"] // (per_warp * num_warps)
+    by_smem = sm["smem"] // (shared_bytes + sm["smem_reserved"])
+    blocks = min(by_regs, by_smem, sm["blocks"], sm["warps"] // num_warps)
+    return blocks * num_warps
+
+
 def compile_ttir(ttir: str, num_warps: int, num_stages: int, outdir: str, name: str,
                  units: int | None = None):
     """Compile Pallas' Triton IR for sm_90; PTX/SASS counts. ``units``: work units per main-loop

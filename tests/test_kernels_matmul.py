@@ -546,3 +546,31 @@ def test_grouped_matmuls_refuse_bad_group_sizes():
     FM.fp4_grouped_matmul(x, wq, jnp.asarray([4, 4]))  # the kernels' contract: clipped
     out = jax.jit(lambda g: ops.grouped_matmul(x, w, g))(jnp.asarray([2, 4]))
     assert out.shape == (6, 16)
+
+
+def test_resident_warps_follow_the_sm90_limits():
+    """Registers (allocated per warp in units of 256), shared memory (+1 KB reserved per block),
+    32 blocks and 64 warps per SM: whichever binds first, worked by hand."""
+    from pallas_kernels.matmul_compilecheck import resident_warps
+
+    assert resident_warps(136, 1, 20480) == 10  # shared memory: 228 KB // 21 KB
+    assert resident_warps(136, 1, 0) == 15  # registers: 65536 // (136 * 32 = 4352)
+    assert resident_warps(255, 1, 0) == 8  # 255 * 32 = 8160 -> 8192 per warp
+    assert resident_warps(128, 4, 0) == 16  # 4 blocks of 4 warps
+    assert resident_warps(32, 1, 0) == 32  # the 32-block limit
+    assert resident_warps(16, 2, 0) == 64  # the 64-warp limit
+
+
+def test_attention_compilecheck_counts_the_default_tile(tmp_path):
+    """The attention compile check compiles the v6 NVFP4 default for sm_90 (no GPU) and divides
+    its loop by the rows the default block really holds (it used to assume 16 rows when a
+    config named no block_k), with the warps an SM holds from its registers and shared memory."""
+    from pallas_kernels import attention_compilecheck as acc
+    from pallas_kernels import attention_triton as AT
+    from pallas_kernels import matmul_compilecheck as mc
+
+    with mc.patched():
+        st = acc.compile_config("nv_default", dict(fmt="nvfp4", decode="v6"), str(tmp_path))
+    assert st["rows"] == AT.tuned_knobs("nvfp4", "v6")[0] and st["local"] == 0
+    assert st["sm_warps"] == mc.resident_warps(st["regs"], st["warps"], st["smem"]) > 0
+    assert 20 < st["per_row"] < 45, st  # ~32 SASS per cache row (NOTES_attention)
