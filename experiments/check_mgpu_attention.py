@@ -47,7 +47,7 @@ _SHORT = {"sub": "s", "lazy_sum": "L", "steps": "k", "p_terms": "t", "fast_full"
 # The Triton v6 kernel's knobs (keywords of attention_triton.decode_attention_triton)
 # (bf16_p=1: precision="bf16", P rounded to bf16 in P.V instead of the f32 hi + lo split)
 _TRITON_SHORT = {"num_splits": "p", "split_target": "T", "block_k": "b", "num_warps": "w",
-                 "num_stages": "n", "bf16_p": "P"}
+                 "num_stages": "n", "bf16_p": "P", "late_vt": "V"}
 
 
 def parse_variants(spec: str, known: dict = _SHORT) -> list[dict]:

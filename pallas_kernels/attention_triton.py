@@ -323,7 +323,7 @@ def _pv_dot(p_f32, v, precision):
 
 def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *rest,
                    fmt, block_k, chunk, scale, precision, interpret, chains, k_words=False,
-                   v_words=False, split_axis=2):
+                   v_words=False, split_axis=2, late_vt=False):
     kg_ref, vg_ref, oe_ref, oo_ref, m_ref, l_ref, n = _fp4_refs_and_rows(rest, fmt, len_ref, chunk,
                                                                          split_axis)
     step = block_k * chains
@@ -350,8 +350,10 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         sf = _expand_cols(_scale_bf16(sc, fmt, nan_path), d2)
         if v_words:  # V in the word layout too: decode [BK, D2], then transpose the bf16 planes
             lo, hi = _decode_kw(c, sf, interpret)
-            return lo.T, hi.T
+            return (lo, hi) if late_vt else (lo.T, hi.T)  # late_vt: each at its own MMA
         return _decode_v2(c.T, sf.T, fmt, interpret)
+
+    as_vt = (lambda x: x.T) if v_words and late_vt else (lambda x: x)
 
     def pv(vt, p):  # vt [D2, BK] bf16, p [BK, Gq] f32 -> vt @ p [D2, Gq] f32
         hi = p.astype(jnp.bfloat16)
@@ -381,8 +383,8 @@ def _fp4_kernel_v3(len_ref, qe_ref, qo_ref, kc_ref, ks_ref, vc_ref, vs_ref, *res
         if fmt == "nvfp4":
             vg = plgpu.load(vg_ref.at[rows], mask=valid, other=0.0)
             p = p * vg[:, None]
-        acc_e = acc_e * alpha[None, :] + pv(v_lo, p)
-        acc_o = acc_o * alpha[None, :] + pv(v_hi, p)
+        acc_e = acc_e * alpha[None, :] + pv(as_vt(v_lo), p)
+        acc_o = acc_o * alpha[None, :] + pv(as_vt(v_hi), p)
         return acc_e, acc_o, m_new, l
 
     def body(i, carry):
@@ -468,6 +470,12 @@ SPLIT_COMBINE = "kernel"
 # stays.
 PARTIAL_DTYPE = jnp.float32
 SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
+# v6: transpose each decoded V plane at its own P.V MMA (``decode_attention_triton(late_vt=
+# None)``, read at trace time). Session 39, sm_90 compile (`attention_compilecheck`): NVFP4 f32
+# P 16.0 instead of 20.0 KB of shared memory (the two transposes share one buffer) at 168
+# instead of 136 registers: 12 instead of 10 warps per SM, 32.1 instead of 32.4 SASS per row;
+# MXFP4 f32 P 12 instead of 14 warps (now register bound). Not yet timed: off.
+LATE_VT = False
 COMBINE_TD = 16  # D2 columns per combine program
 COMBINE_WARPS = 4  # warps per combine program
 # Splits the combine kernel reads per loop step (session 19): with the whole [P, 16, Gq] block in
@@ -564,11 +572,12 @@ def default_version(k_cache, v_cache) -> str | None:
 @functools.partial(
     jax.jit,
     static_argnames=("sm_scale", "block_k", "num_splits", "split_target", "num_warps",
-                     "num_stages", "precision", "decode", "chains", "out_dtype", "split_combine",
+                     "num_stages", "precision", "decode", "chains", "late_vt", "out_dtype",
+                     "split_combine",
                      "split_order", "partial_dtype", "interpret"))
 def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=None,
                             num_splits=None, split_target=None, num_warps=None, num_stages=None,
-                            precision="f32", decode=None, chains=None,
+                            precision="f32", decode=None, chains=None, late_vt=None,
                             out_dtype=jnp.bfloat16, split_combine=None, split_order=None,
                             partial_dtype=None, interpret=False):
     """See :func:`pallas_kernels.decode_attention.decode_attention`. q [B, Hq, D] bf16.
@@ -587,7 +596,9 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     row on sm_90; 1.3-1.5x v3 on the H200 at 32K+, within 2.4e-8 of v3; head_dim a multiple of
     8), ``"v3"`` (v2's inline-PTX decode with transposed MMAs, K rows on M and the query heads on
     N = 8, no padded heads; ``chains`` independent row chunks per iteration, default 1), the
-    older ones kept for side-by-side measurement. ``out_dtype``:
+    older ones kept for side-by-side measurement. ``late_vt`` (v6; None = ``LATE_VT``): each
+    decoded V plane is transposed right before its own P.V MMA instead of both before the first,
+    so that the two transposes' shared-memory buffers can be one. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
     ``split_target``: programs (B * H * splits) to aim for when ``num_splits`` is None, with at
     least 2 blocks per split; None = :func:`default_splits`: the module default ``SPLIT_TARGET``
@@ -750,7 +761,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
         kernel = functools.partial(_fp4_kernel_v3, fmt=fmt, block_k=block_k, chunk=chunk,
                                    scale=scale, precision=precision, interpret=interpret,
                                    chains=chains, k_words=decode in ("v5", "v6"),
-                                   v_words=decode == "v6")
+                                   v_words=decode == "v6",
+                                   late_vt=LATE_VT if late_vt is None else late_vt)
         o_block = (d2, gp)  # transposed partial outputs
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
         o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), partial_dtype)

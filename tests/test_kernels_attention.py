@@ -704,3 +704,17 @@ def test_append_and_reference_attention_name_bad_rows_and_lengths():
                              ((k[:1], k[:1]), [3, 3], "B = 2")]:
         with pytest.raises(ValueError, match=msg):
             ops.decode_attention_reference(q, *kv, jnp.asarray(lengths))
+
+
+@pytest.mark.parametrize("fmt,prec", [("nvfp4", "f32"), ("mxfp4", "bf16")])
+def test_v6_late_v_transpose_gives_the_same_attention(fmt, prec):
+    """``late_vt`` only moves each V plane's transpose to its own MMA: the same output as the
+    default to the bit, and float64's within the kernel's tolerance (lengths 1 and not a
+    multiple of the block, several splits)."""
+    d = 64
+    q, kw, vw, lengths, want = _v6_case(33, fmt, [192, 77, 1], d)
+    out = [np.asarray(AT.decode_attention_triton(
+        q, kw, vw, jnp.asarray(lengths), sm_scale=d ** -0.5, num_splits=3, precision=prec,
+        late_vt=late, out_dtype=jnp.float32, interpret=True)) for late in (False, True)]
+    np.testing.assert_array_equal(out[1], out[0])
+    assert _rel(out[1], want) < (2e-5 if prec == "f32" else 5e-3)
