@@ -8,6 +8,9 @@
 # Prediction (before the run): on an H100 (NVFP4 already at 92-95% of copy) NVFP4 f32 P with
 # late_vt within -3..+2% of the default; on an H200 0-4% faster; MXFP4 f32 P 0-3% slower
 # (fewer warps); bf16 P within 1%. Relative errors identical (same arithmetic).
+# (After the run: the warp counts above came from a resident_warps without CUDA's register
+# sub-partition rule; with it MXFP4 f32 P and bf16 P hold 12 warps either way, NVFP4 f32 P
+# 10 -> 12 stands. NOTES_attention session 39.)
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session39d.sh
 source "$(dirname "$0")/gpu_prelude.sh" r39d
 install_wheels

@@ -474,7 +474,8 @@ SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 # None)``, read at trace time). Session 39, sm_90 compile (`attention_compilecheck`): NVFP4 f32
 # P 16.0 instead of 20.0 KB of shared memory (the two transposes share one buffer) at 168
 # instead of 136 registers: 12 instead of 10 warps per SM, 32.1 instead of 32.4 SASS per row;
-# MXFP4 f32 P 12 instead of 14 warps (now register bound). Not yet timed: off.
+# MXFP4 f32 P 167 instead of 136 registers, 12 warps either way. On an H100 (session 39d):
+# NVFP4 f32 P -0.5%, MXFP4 f32 P +4-7%; off until an H200 says (NOTES_attention session 39).
 LATE_VT = False
 COMBINE_TD = 16  # D2 columns per combine program
 COMBINE_WARPS = 4  # warps per combine program

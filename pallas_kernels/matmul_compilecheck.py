@@ -221,22 +221,24 @@ def loop_stats(sass: str, units: int, warps: int) -> dict:
                 mix={k: round(v * per, 2) for k, v in ops.most_common(12)})
 
 
-# sm_90 (H100 / H200) per-SM limits, from NVIDIA's occupancy rules (CUDA Programming Guide,
-# compute capability 9.0): 64K 32-bit registers allocated per warp in units of 256, 228 KB of
-# shared memory of which each block reserves 1 KB, at most 32 blocks and 64 warps.
-SM90 = dict(regs=65536, reg_unit=256, smem=228 * 1024, smem_reserved=1024, blocks=32, warps=64)
+# sm_90 (H100 / H200) per-SM limits, as CUDA's occupancy calculator (cuda_occupancy.h) takes
+# them: 64K 32-bit registers in 4 sub-partitions of 16K, allocated per warp in units of 256
+# (a warp's registers come from one sub-partition); 228 KB of shared memory, allocated per block
+# in units of 128 B with 1 KB reserved by the driver; at most 32 blocks and 64 warps.
+SM90 = dict(regs=65536, sub_partitions=4, reg_unit=256, smem=228 * 1024, smem_unit=128,
+            smem_reserved=1024, blocks=32, warps=64)
 
 
 def resident_warps(regs: int, num_warps: int, shared_bytes: int, sm: dict = SM90) -> int:
     """Warps of one kernel an SM holds at once (blocks resident x ``num_warps``), from its
-    registers per thread and shared memory per block: the occupancy a decode kernel hides its
-    load -> decode -> MMA latency with (session 39: the FP4 attention's time on an H100 ordered
-    by it, NOTES_attention). An estimate: the driver's own rounding of shared memory (its
-    allocation unit) is not modelled."""
+    registers per thread and shared memory per block, by the rules of CUDA's occupancy
+    calculator (the largest shared-memory carveout assumed). Session 39: the FP4 attention's
+    time on an H100 followed it for the sub-tile variants, not for ``late_vt`` (NOTES_attention)."""
     per_warp = -(-regs * 32 // sm["reg_unit"]) * sm["reg_unit"]
-    by_regs = sm["regs"] // (per_warp * num_warps)
-    by_smem = sm["smem"] // (shared_bytes + sm["smem_reserved"])
-    blocks = min(by_regs, by_smem, sm["blocks"], sm["warps"] // num_warps)
+    warps_by_regs = (sm["regs"] // sm["sub_partitions"] // per_warp) * sm["sub_partitions"]
+    smem = -(-(shared_bytes + sm["smem_reserved"]) // sm["smem_unit"]) * sm["smem_unit"]
+    blocks = min(warps_by_regs // num_warps, sm["smem"] // smem, sm["blocks"],
+                 sm["warps"] // num_warps)
     return blocks * num_warps
 
 

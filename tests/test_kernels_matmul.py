@@ -549,16 +549,20 @@ def test_grouped_matmuls_refuse_bad_group_sizes():
 
 
 def test_resident_warps_follow_the_sm90_limits():
-    """Registers (allocated per warp in units of 256), shared memory (+1 KB reserved per block),
-    32 blocks and 64 warps per SM: whichever binds first, worked by hand."""
+    """Registers (per warp in units of 256, each warp from one of 4 sub-partitions of 16K),
+    shared memory (+1 KB reserved per block, 128 B units), 32 blocks and 64 warps per SM:
+    whichever binds first, worked by hand as cuda_occupancy.h does."""
     from pallas_kernels.matmul_compilecheck import resident_warps
 
-    assert resident_warps(136, 1, 20480) == 10  # shared memory: 228 KB // 21 KB
-    assert resident_warps(136, 1, 0) == 15  # registers: 65536 // (136 * 32 = 4352)
-    assert resident_warps(255, 1, 0) == 8  # 255 * 32 = 8160 -> 8192 per warp
-    assert resident_warps(128, 4, 0) == 16  # 4 blocks of 4 warps
+    assert resident_warps(136, 1, 20480) == 10  # shared memory: 233472 // 21504
+    assert resident_warps(136, 1, 0) == 12  # registers: 4352 per warp, 3 per 16K sub-partition
+    assert resident_warps(182, 1, 0) == 8  # 5888 per warp: 2 per sub-partition
+    assert resident_warps(255, 1, 0) == 8  # 8160 -> 8192 per warp: 2 per sub-partition
+    assert resident_warps(128, 4, 0) == 16  # 4096 per warp: 16 warps, 4 blocks of 4
+    assert resident_warps(96, 3, 0) == 18  # 3072 per warp: 5 per sub-partition, 20 // 3 blocks
     assert resident_warps(32, 1, 0) == 32  # the 32-block limit
     assert resident_warps(16, 2, 0) == 64  # the 64-warp limit
+    assert resident_warps(32, 1, 233472 // 7 - 1024 - 60) == 6  # 60 B short of 7, rounded up
 
 
 def test_attention_compilecheck_counts_the_default_tile(tmp_path):
