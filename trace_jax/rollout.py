@@ -186,7 +186,8 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
     if T > cfg.max_seq_len:
         raise ValueError(f"prompt width {P} + max_new_tokens {sampling.max_new_tokens} = {T} exceeds "
                          f"model.max_seq_len={cfg.max_seq_len}")
-    V = cfg.vocab_size  # (an embedding lookup would clamp an id outside it without a word)
+    V = cfg.vocab_size  # (inside the rollout's jit an id outside it would embed as NaN: refused
+    # here, on the host, where the prompts of every process can be read)
     if not 0 <= sampling.pad_id < V or not (sampling.eos_id == -1 or 0 <= sampling.eos_id < V):
         raise ValueError(f"sampling pad_id={sampling.pad_id} / eos_id={sampling.eos_id} outside "
                          f"the model's vocabulary [0, {V}) (eos_id=-1: no EOS)")
