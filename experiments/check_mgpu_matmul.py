@@ -9,7 +9,8 @@ bf16 dot at the issue-6 decode shapes; then a (tk, pipeline steps) sweep at 8192
 Per row: time per call (device time of all its kernels, 5 profiled calls), bytes the FP4 kernel
 streams (codes + scales) / time as % of a copy measured the same way, relative error (Frobenius)
 against ``fp4_matmul_mgpu_reference`` (dequantize to f32 + f32 dot, cast to bf16). GPU only.
-The sweep's ``raw_scales_diag`` row skips the scale conversion (wrong values: a timing probe).
+The sweep's ``diag=raw_scales`` row skips the scale conversion; ``--diag`` times the dense kernel
+with parts left out (``fp4_matmul_mgpu._DIAG``: wrong values, timing probes).
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ MS = (1, 8, 32, 64)
 rel = devtime.relerr
 
 # The plain dense kernel's trace-time knobs (fp4_matmul_mgpu): what maxdiff_t1 compares against.
-_PLAIN = dict(_DIAG_RAW_SCALES=False, DENSE_OUT_SCOPED=True, DENSE_TOKEN_MAJOR=False)
+_PLAIN = dict(_DIAG=None, DENSE_OUT_SCOPED=True, DENSE_TOKEN_MAJOR=False)
 
 
 @contextlib.contextmanager
 def _knobs(**values):
     """fp4_matmul_mgpu's module knobs set to ``values`` inside, restored after (an exception
     included). The inner jits' caches are cleared on both sides: a knob that their static
-    arguments do not carry (``_DIAG_RAW_SCALES``, read when ``_decode_tile`` traces) would
+    arguments do not carry (``_DIAG``, read when the K loop traces) would
     otherwise reuse another config's trace."""
     old = {name: getattr(FM, name) for name in values}
 
@@ -63,7 +64,7 @@ def _knobs(**values):
 
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
 _KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
-          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"))  # fused: 28e's runs
+          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"), ("diag", "diag"))  # fused: 28e's runs
 
 
 def summary_lines(path: str) -> list[str]:
@@ -77,7 +78,7 @@ def summary_lines(path: str) -> list[str]:
     out = []
     for r in sorted(rows, key=lambda r: (r["k"], r["n"], r["m"], r["mgpu_us"])):
         knobs = " ".join(f"{short}={int(r[c]) if isinstance(r[c], bool) else r[c]}"
-                         for c, short in _KNOBS if c in r)
+                         for c, short in _KNOBS if r.get(c, "") != "")
         bf16 = r.get("bf16_us")
         out.append(f"{r['k']}x{r['n']} M={r['m']:>3} {knobs} {r['mgpu_us']:7.2f} us "
                    f"{r['mgpu_pct_copy']:5.1f}% err={r['mgpu_relerr']:.1e} "
@@ -136,6 +137,10 @@ def main(argv=None) -> int:
                     help="dense: fp4_matmul_mgpu.DENSE_TOKEN_MAJOR values to time, e.g. 0,1 "
                          "(1: partials stored [splits, M, N] from registers, no transpose; "
                          "auto: default_token_major)")
+    ap.add_argument("--diag", default="",
+                    help="dense: also time each config with these timing probes, e.g. "
+                         "no_decode,stream_only (fp4_matmul_mgpu.DIAGS; wrong values: no "
+                         "relerr or maxdiff_t1 is judged for them)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="dense: skip the configs left after this many seconds (the results "
                          "so far are still written)")
@@ -150,6 +155,9 @@ def main(argv=None) -> int:
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
     a = ap.parse_args(argv)
+    unknown = sorted({v for v in a.diag.split(",") if v} - set(FM.DIAGS))
+    if unknown:
+        ap.error(f"--diag: unknown probe(s) {unknown}; expected some of {list(FM.DIAGS)}")
     if a.summary:
         print("\n".join(summary_lines(a.summary)))
         return 0
@@ -175,6 +183,7 @@ def main(argv=None) -> int:
     serials = [v == "1" for v in a.serial.split(",")]
     scopeds = [v == "1" for v in a.out_scoped.split(",")]
     tmajors = [None if v == "auto" else v == "1" for v in a.token_major.split(",")]
+    diags = [None] + [v for v in a.diag.split(",") if v]
     deadline = time.time() + a.max_seconds
     baselines = [b for b in a.baselines.split(",") if b]
     for k, n in shapes:
@@ -188,16 +197,17 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             mp = max(8, -(-m // 8) * 8)
             stepss = [int(v) for v in a.steps.split(",")] if a.steps else [FM.default_steps(mp)]
-            configs = ([(*c, False, False, 1, None, True, True, False)
+            configs = ([(*c, False, None, 1, None, True, True, False)
                         for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, True, 1, None, True, True, False)] if a.sweep
-                       else [(min(tk, k // (sp or 1)), steps, a.chunked, False, sp, tl, se, sc,
+                       + [(256, 4, False, "raw_scales", 1, None, True, True, False)] if a.sweep
+                       else [(min(tk, k // (sp or 1)), steps, a.chunked, dg, sp, tl, se, sc,
                               tm)
                              for tm in tmajors for sc in scopeds
                              for sp in splits for tl in tiles
                              for se in serials for steps in stepss
                              for tk in ([int(v) for v in a.tk.split(",")] if a.tk
-                                        else [FM.default_dense_tk(mp)])])
+                                        else [FM.default_dense_tk(mp)])
+                             for dg in diags])
             plains = {}  # (splits, tk) -> the plain call's output (maxdiff_t1)
 
             def plain_out(sp, tk, steps):
@@ -229,7 +239,7 @@ def main(argv=None) -> int:
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
-                with _knobs(_DIAG_RAW_SCALES=diag, DENSE_SERIAL_TILES=se, DENSE_OUT_SCOPED=sc,
+                with _knobs(_DIAG=diag, DENSE_SERIAL_TILES=se, DENSE_OUT_SCOPED=sc,
                             DENSE_TOKEN_MAJOR=tm):
                     try:
                         out = f(x, wm)
@@ -249,7 +259,7 @@ def main(argv=None) -> int:
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
                            auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
                            token_major=FM.default_token_major(mp) if tm is None else tm,
-                           ctas=(n // (FM.ROWS * tl)) * sp, raw_scales_diag=diag,
+                           ctas=(n // (FM.ROWS * tl)) * sp, diag=diag or "",
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)
                 if a.breakdown:

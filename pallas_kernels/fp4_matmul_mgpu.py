@@ -38,9 +38,14 @@ from trace_jax import quant
 from trace_jax.quant import QTensor
 
 ROWS = 64  # weight rows (N) per warpgroup: wgmma's M
-# Diagnostic for benchmarks only (wrong results): skip the E4M3 -> bf16 scale conversion and use
-# the raw scale words as multipliers, to measure what the conversion costs.
-_DIAG_RAW_SCALES = False
+# Timing probes for benchmarks only (wrong results; None for the kernel itself), read when the K
+# loop traces (``experiments/check_mgpu_matmul.py --diag``):
+# - "raw_scales": the raw scale words as multipliers (no E4M3 -> bf16 conversion);
+# - "no_decode": wgmma's A operand is the code words themselves, each word in the four registers
+#   its decode would fill (no decode, no scales): the streams and the wgmma without the decode;
+# - "stream_only": neither decode nor wgmma: the pipeline's TMA streams alone (output zeros).
+_DIAG: str | None = None
+DIAGS = ("raw_scales", "no_decode", "stream_only")
 SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
 
 
@@ -172,7 +177,7 @@ def _decode_tile(uw, srows, tk):
         for s in range(tk // MG.SPAN):
             for h in range(2):  # rows r and r + 8 of the thread
                 sw = mu.bitcast(s_fas[s].registers[0, 0, h, 0, 0], i32)
-                if _DIAG_RAW_SCALES:
+                if _DIAG in ("raw_scales", "no_decode"):
                     spairs = [sw] * 2
                 else:
                     sp = llvm.inline_asm(struct2, [sw], _SCALE_ASM, "=r,=r,r")
@@ -180,6 +185,11 @@ def _decode_tile(uw, srows, tk):
                 ureg = u_fa.registers[0, s, 0, 0, h, 0, 0, 0, 0]  # vector<2 x i32>
                 for e in range(2):
                     word = vector.extract(ureg, [], [e])
+                    if _DIAG == "no_decode":  # the word in all four registers (timing probe)
+                        for p in range(4):
+                            out[0, 8 * s + 4 * e + p, 0, 0, h, 0, 0, 0, 0] = mu.bitcast(word,
+                                                                                         bf2)
+                        continue
                     d = llvm.inline_asm(struct4, [word, spairs[e]], _DECODE_ASM,
                                         "=r,=r,=r,=r,r,r")
                     for p in range(4):
@@ -207,6 +217,8 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
     def compute(*acc_refs):
         def step(_, *smem):
             x_smem = smem[2 * nw]
+            if _DIAG == "stream_only":  # timing probe: the TMA streams, nothing computed
+                return
             for acc_ref, u_smem, s_smem in zip(acc_refs, smem[:nw], smem[nw:2 * nw]):
                 if chunked:  # one wgmma per 64-column span: the next span decodes under it
                     for j in range(tk // MG.SPAN):

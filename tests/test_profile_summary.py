@@ -159,7 +159,8 @@ def test_mgpu_attention_check_variants_and_summary(tmp_path):
 
 def test_mgpu_matmul_check_summary(tmp_path):
     """check_mgpu_matmul.py --summary: one line per dense row, sorted by shape, M and time, with
-    the knobs a row carries (booleans as 0 / 1) and the bf16 time where measured."""
+    the knobs a row carries (booleans as 0 / 1, a timing probe by name, none where empty) and the
+    bf16 time where measured."""
     from experiments import check_mgpu_matmul as CM
     from pallas_kernels import devtime
     rows = [dict(k=64, n=128, m=8, tk=256, steps=4, splits=2, tiles=1, serial=False,
@@ -168,10 +169,21 @@ def test_mgpu_matmul_check_summary(tmp_path):
             dict(k=64, n=128, m=8, tk=256, steps=4, splits=2, tiles=2, serial=True,
                  mgpu_us=11.0, mgpu_pct_copy=76.0, mgpu_relerr=5e-5, maxdiff_t1=0.0),
             dict(k=64, n=128, m=1, tk=128, steps=2, splits=1, mgpu_us=20.0,
-                 mgpu_pct_copy=40.0, mgpu_relerr=1e-4)]
+                 mgpu_pct_copy=40.0, mgpu_relerr=1e-4, diag=""),
+            dict(k=64, n=128, m=1, tk=128, steps=2, splits=1, mgpu_us=15.0,
+                 mgpu_pct_copy=53.3, mgpu_relerr=0.9, diag="no_decode")]
     devtime.write_sweep(str(tmp_path), "kernels_matmul_mgpu", ["# t"], rows, 4.3e12)
     assert CM.summary_lines(str(tmp_path / "kernels_matmul_mgpu.json")) == [
+        "64x128 M=  1 tk=128 st=2 sp=1 diag=no_decode   15.00 us  53.3% err=9.0e-01 d1=None",
         "64x128 M=  1 tk=128 st=2 sp=1   20.00 us  40.0% err=1.0e-04 d1=None",
         "64x128 M=  8 tk=256 st=4 sp=2 t=2 ser=1   11.00 us  76.0% err=5.0e-05 d1=0.0",
         "64x128 M=  8 tk=256 st=4 sp=2 t=1 ser=0   12.00 us  70.0% err=5.0e-05 d1=None "
         "bf16=30.5"]
+
+
+def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
+    """check_mgpu_matmul.py --diag: a misspelt probe stops before any GPU work, naming it."""
+    from experiments import check_mgpu_matmul as CM
+    with pytest.raises(SystemExit):
+        CM.main(["--diag", "no_decode,nodecode"])
+    assert "unknown probe(s) ['nodecode']" in capsys.readouterr().err

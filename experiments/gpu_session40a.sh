@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Session 40 (issue 6), one GPU: where the dense Mosaic FP4 kernel's time goes at 8192 x 28672,
+# M = 1 / 8 / 32 / 64, with its default knobs. Each M is timed as is and with two timing probes
+# (`check_mgpu_matmul.py --diag`, fp4_matmul_mgpu._DIAG; wrong values): `no_decode` (wgmma's A
+# operand is the code words themselves: the streams and the wgmma without the decode) and
+# `stream_only` (no decode, no wgmma: the pipeline's TMA streams alone); `raw_scales` as in
+# session 14. Two runs, the second without the bf16 baseline, for the spread.
+# Prediction (before the run), device time on an H200 (full: 41 / 42 / 51 / 74 us, session 38):
+# - stream_only 34-38 us at M = 1 / 8 (83-90% of copy), 35-42 at M = 32 / 64;
+# - no_decode within 2 us of stream_only at M <= 8, 42-48 us at M = 32, 60-72 at M = 64 (session
+#   28's budget: at M = 64 the wgmma and its shared-memory reads, not the decode, set the time);
+# - raw_scales within 1 us of the full kernel (session 14: 2-4 us faster at M <= 8, before the
+#   paired scale conversion).
+# If no_decode stays near the full time at M = 64, the decode is hidden and the bf16 wgmma with
+# x from shared memory is the limit; if it falls to stream_only, the decode's issue slots are.
+# On an H100 (copy 3.03 TB/s) the streams take ~1.4x longer and cover more of the rest.
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_session40a.sh
+source "$(dirname "$0")/gpu_prelude.sh" r40a
+install_wheels
+for i in 1 2; do
+  timeout 150 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8,32,64 \
+    --splits auto --diag no_decode,stream_only,raw_scales \
+    --baselines "$([ $i = 1 ] && echo bf16)" --max-seconds 120 --out "$R/probes_$i" \
+    > "$R/probes_$i.txt" 2>&1
+  echo "probes_$i rc=$?"
+done
+tar -C "$R" -czf "$OUT/r40a.tar.gz" .
+dense_summary probes_1 probes_2
+exit 0
