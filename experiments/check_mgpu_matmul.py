@@ -52,15 +52,19 @@ def _knobs(**values):
     otherwise reuse another config's trace."""
     old = {name: getattr(FM, name) for name in values}
 
+    def clear():
+        FM._matmul_t.clear_cache()
+        FM._grouped_direct.clear_cache()
+
     for name, v in values.items():
         setattr(FM, name, v)
-    FM._matmul_t.clear_cache()
+    clear()
     try:
         yield
     finally:
         for name, v in old.items():
             setattr(FM, name, v)
-        FM._matmul_t.clear_cache()
+        clear()
 
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
 _KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
@@ -138,9 +142,10 @@ def main(argv=None) -> int:
                          "(1: partials stored [splits, M, N] from registers, no transpose; "
                          "auto: default_token_major)")
     ap.add_argument("--diag", default="",
-                    help="dense: also time each config with these timing probes, e.g. "
-                         "no_decode,stream_only (fp4_matmul_mgpu.DIAGS; wrong values: no "
-                         "relerr or maxdiff_t1 is judged for them)")
+                    help="also time each dense config (with --grouped: the first Mosaic "
+                         "config, columns mgpu_<probe>) with these timing probes, e.g. "
+                         "no_decode,stream_only (fp4_matmul_mgpu.DIAGS; wrong values: their "
+                         "relerr and maxdiff_t1 are not judged)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="dense: skip the configs left after this many seconds (the results "
                          "so far are still written)")
@@ -351,7 +356,7 @@ def grouped(a, argv) -> int:
             row = dict(k=k, n=n, tokens=t, rows=m, experts_touched=touched,
                        max_group=int(jnp.max(gs)))
             runs = [] if a.aligned else [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
-                x, w, g, backend="triton")), wt, None)]
+                x, w, g, backend="triton")), wt, None, None)]
             lay = "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
             knobs = (PREFILL_KNOBS if a.prefill else
                      (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
@@ -361,7 +366,7 @@ def grouped(a, argv) -> int:
                 runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
                                            FM.fp4_grouped_matmul_mgpu(
                                                x, w, g, mp=mp, tk=tk, steps=steps,
-                                               backend="mgpu", x_layout=lay)), wm, "body"))
+                                               backend="mgpu", x_layout=lay)), wm, "body", None))
             row["default_nt"] = (FM.default_tiles(n, 1) if FM.GROUPED_TILES is None  # the mgpu
                                  else FM.GROUPED_TILES)  # column's tiles per program
             mp0, tk0, steps0 = knobs[0]
@@ -370,28 +375,36 @@ def grouped(a, argv) -> int:
                     runs.append((f"mgpu_nt{nt}", jax.jit(
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                            x_layout=lay, nt=nt)), wm, "body"))
+                            x_layout=lay, nt=nt)), wm, "body", None))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                    x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body"))
+                    x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body", None))
             if a.aligned:
                 for amp in (16, 8):
                     runs.append((f"mgpu_al{amp}", jax.jit(
                         lambda x, w, g, amp=amp: FM.fp4_grouped_matmul_mgpu(
-                            x, w, g, mp=amp, backend="mgpu", x_layout="aligned")), wm, "body"))
+                            x, w, g, mp=amp, backend="mgpu", x_layout="aligned")), wm, "body",
+                        None))
+            for probe in filter(None, a.diag.split(",")):  # timing probes of the first config
+                runs.append((f"mgpu_{probe}", jax.jit(
+                    lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
+                        x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
+                        x_layout=lay)), wm, "body", probe))
             first = None  # the rows-layout Mosaic output (--aligned compares with it)
-            for name, f, w, kname in runs:
+            for name, f, w, kname, probe in runs:
                 try:
-                    out = f(x, w, gs)
-                    row[f"{name}_relerr"] = rel(out, ref)
-                    if a.aligned:
-                        first = out if name == "mgpu" else first
-                        row[f"{name}_maxdiff"] = float("nan") if first is None else float(
-                            jnp.max(jnp.abs(out.astype(jnp.float32) - first.astype(jnp.float32))))
-                    tt = devtime.device_seconds(f, x, w, gs)
-                    if kname:  # the Mosaic kernel alone (without the wrapper's small XLA ops)
-                        row[f"{name}_kernel_us"] = 1e6 * devtime.device_seconds(
-                            f, x, w, gs, kernel=kname)
+                    with _knobs(_DIAG=probe) if probe else contextlib.nullcontext():
+                        out = f(x, w, gs)
+                        row[f"{name}_relerr"] = rel(out, ref)
+                        if a.aligned:
+                            first = out if name == "mgpu" else first
+                            row[f"{name}_maxdiff"] = float("nan") if first is None else float(
+                                jnp.max(jnp.abs(out.astype(jnp.float32)
+                                                - first.astype(jnp.float32))))
+                        tt = devtime.device_seconds(f, x, w, gs)
+                        if kname:  # the Mosaic kernel alone (without the wrapper's XLA ops)
+                            row[f"{name}_kernel_us"] = 1e6 * devtime.device_seconds(
+                                f, x, w, gs, kernel=kname)
                 except Exception as e:  # noqa: BLE001
                     devtime.report_failure(f"{name} K={k} N={n} T={t}", e)
                     continue

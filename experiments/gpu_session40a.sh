@@ -13,17 +13,33 @@
 #   paired scale conversion).
 # If no_decode stays near the full time at M = 64, the decode is hidden and the bf16 wgmma with
 # x from shared memory is the limit; if it falls to stream_only, the decode's issue slots are.
+# Then the grouped kernel (`--grouped`: 2048 x 768 and 768 x 2048, 27 / 111 tokens = 216 / 888
+# rows; kernel alone 29.7 / 37.9 and 30.4 / 38.2 us in session 29) with the same probes:
+# stream_only 22-27 / 28-33 us (kernel alone), no_decode within 2 us of it (2-7 rows per
+# expert: the wgmma is small), so the decode is most of the gap to stream_only.
 # On an H100 (copy 3.03 TB/s) the streams take ~1.4x longer and cover more of the rest.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session40a.sh
 source "$(dirname "$0")/gpu_prelude.sh" r40a
 install_wheels
 for i in 1 2; do
-  timeout 150 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8,32,64 \
+  timeout 140 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8,32,64 \
     --splits auto --diag no_decode,stream_only,raw_scales \
-    --baselines "$([ $i = 1 ] && echo bf16)" --max-seconds 120 --out "$R/probes_$i" \
+    --baselines "$([ $i = 1 ] && echo bf16)" --max-seconds 110 --out "$R/probes_$i" \
     > "$R/probes_$i.txt" 2>&1
   echo "probes_$i rc=$?"
 done
+timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --diag no_decode,stream_only \
+  --out "$R/grouped" > "$R/grouped.txt" 2>&1
+echo "grouped rc=$?"
 tar -C "$R" -czf "$OUT/r40a.tar.gz" .
 dense_summary probes_1 probes_2
+python3 - "$R/grouped/kernels_matmul_mgpu_grouped.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    print(f"{r['k']}x{r['n']} rows={r['rows']:>4} kernel us: " + "  ".join(
+        f"{label}={r.get(f'mgpu{c}_kernel_us', float('nan')):.2f}" for label, c in
+        (("full", ""), ("no_decode", "_no_decode"), ("stream_only", "_stream_only")))
+        + f"  call {r.get('mgpu_us', float('nan')):.2f} us")
+PY
+grep -hiE "Error|Traceback" "$R"/*.txt | sort | uniq -c | head -6
 exit 0

@@ -638,23 +638,36 @@ def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
                                                ("no_decode", False, True),
                                                ("stream_only", False, False)])
 def test_dense_timing_probes_leave_out_their_parts(monkeypatch, diag, decode, mma):
-    """``_DIAG`` (check_mgpu_matmul --diag, timing only): the dense kernel lowers for CUDA with
-    each probe, and the probe leaves out exactly its part: no_decode has the wgmma but no decode
-    multiply, stream_only neither; raw_scales keeps both (without the scale asm's mad)."""
+    """``_DIAG`` (check_mgpu_matmul --diag, timing only): the dense and grouped kernels lower for
+    CUDA with each probe, and the probe leaves out exactly its part: no_decode has the wgmma but
+    no decode multiply, stream_only neither; raw_scales keeps both (without the scale asm's
+    mad)."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     q = quantize(jax.random.normal(jax.random.PRNGKey(5), (512, 128)), "nvfp4", axis=-2,
                  global_scope="tensor")
     w = FM.prepare_mgpu(q)
+    wg = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(6), (2, 512, 128)),
+                                  "nvfp4", axis=-2, global_scope="tensor"))
+    gs = jnp.array([3, 20], jnp.int32)
     monkeypatch.setattr(FM, "_DIAG", diag)
-    FM._matmul_t.clear_cache()  # the probe is read when the kernel traces, not a static arg
+    caches = (FM._matmul_t, FM._grouped_direct)  # the probe is read when the K loop traces
+    for c in caches:
+        c.clear_cache()
     try:
-        txt = jax.jit(lambda c, s, x: FM._matmul_t(c, s, x, tk=256, steps=2)).trace(
+        dense = jax.jit(lambda c, s, x: FM._matmul_t(c, s, x, tk=256, steps=2)).trace(
             w.codes, w.scales, jnp.zeros((8, 512), jnp.bfloat16)).lower(
             lowering_platforms=("cuda",)).as_text()
+        grouped = jax.jit(lambda *a: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
+                                                        scaled=False)).trace(
+            wg.codes, wg.scales, jnp.zeros((48, 512), jnp.bfloat16), gs, jnp.cumsum(gs),
+            jnp.ones((2,), jnp.float32), jnp.ones((2,), jnp.float32)).lower(
+            lowering_platforms=("cuda",)).as_text()
     finally:
-        FM._matmul_t.clear_cache()
-    assert "mosaic_gpu" in txt
-    assert ("mul.rn.bf16x2" in txt) == decode
-    assert ("wgmma.mma_async" in txt) == mma
-    assert ("mad.lo.u32" in txt) == (diag is None)  # the E4M3 -> bf16 scale conversion
+        for c in caches:
+            c.clear_cache()
+    for txt in (dense, grouped):
+        assert "mosaic_gpu" in txt
+        assert ("mul.rn.bf16x2" in txt) == decode
+        assert ("wgmma.mma_async" in txt) == mma
+        assert ("mad.lo.u32" in txt) == (diag is None)  # the E4M3 -> bf16 scale conversion
