@@ -67,8 +67,9 @@ def _knobs(**values):
         clear()
 
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
+# (fused: 28e's runs; diag: a timing probe, empty for the kernel itself)
 _KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
-          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"), ("diag", "diag"))  # fused: 28e's runs
+          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"), ("diag", "diag"))
 
 
 def summary_lines(path: str) -> list[str]:
