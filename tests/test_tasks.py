@@ -392,3 +392,32 @@ def test_config_eval_fraction_reaches_every_data_stream():
     assert not held & rl and not held & sft
     del config.task["eval_fraction"]
     assert X.build(config).eval_data.eval_fraction == 0.05
+
+
+@pytest.mark.parametrize(
+    "lines,msg",
+    [(['{"prompt": "q", "answer": " "}'], "answer' is empty"),
+     (['{"prompt": "lang?", "answer": "c#"}'], "final answer .* is '', not the answer 'c#'"),
+     (['{"prompt": "q", "answer": "4", "solution": "two plus two is 4"}'],
+      "final answer .* is 'two plus two is 4', not the answer '4'"),
+     (['{"prompt": "q", "answer": "x"}', '{"prompt": "q", "answer": "y"}'],
+      "has answer 'y' here and 'x' on line 3")],
+)
+def test_jsonl_lines_the_reward_cannot_score_are_refused(tmp_path, lines, msg):
+    """A line whose exact-match reward would be wrong is refused at load, naming the line: an
+    empty answer (free reward for an empty completion), a solution that would score 0, an answer
+    containing the answer mark, a prompt repeated with another answer."""
+    good = json.dumps({"prompt": "1+1=", "answer": "2", "solution": "1+1#2"})
+    path = _write(tmp_path / "bad.jsonl", [good, good, *lines])
+    with pytest.raises(ValueError, match=rf"bad\.jsonl:{len(lines) + 2}: .*{msg}"):
+        get_task("jsonl", path=str(path))
+
+
+def test_jsonl_bytes_not_utf8_and_a_byte_order_mark(tmp_path):
+    good = json.dumps({"prompt": "1+1=", "answer": "2"}).encode()
+    path = tmp_path / "enc.jsonl"
+    path.write_bytes(good + b"\n" + b'{"prompt": "caf\xe9", "answer": "1"}\n')
+    with pytest.raises(ValueError, match=r"enc\.jsonl:2: not UTF-8"):
+        get_task("jsonl", path=str(path))
+    path.write_bytes(b"\xef\xbb\xbf" + good + b"\n" + good + b"\n")  # BOM; a repeat is fine
+    assert [e.prompt for e in get_task("jsonl", path=str(path)).examples] == ["1+1=", "1+1="]

@@ -4,7 +4,11 @@
 
 Each non-blank line is a JSON object with string fields ``prompt`` and ``answer`` and an optional
 string ``solution`` (the SFT target; defaults to ``answer``); other keys are ignored. A line that
-is not such an object raises ``ValueError`` naming the file and the 1-based line number.
+is not such an object raises ``ValueError`` naming the file and the 1-based line number, and so
+does one that the exact-match reward could not score as the file means it: an empty answer (an
+empty completion would earn 1.0), a solution whose final answer (after its last ``#``) is not the
+answer (SFT would train on a completion that scores 0; an answer containing ``#`` can never
+match), text that is not UTF-8, or a prompt repeated with another answer.
 ``sample`` draws lines uniformly with replacement. The reward is exact match of the extracted
 answer (text after the last ``#`` of the completion, or the whole completion, stripped) against
 ``answer.strip()``. For another scoring rule pass ``reward_fn=`` to ``get_task``.
@@ -15,16 +19,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trace_jax.tasks.base import Example, Task, register_task
+from trace_jax.tasks.base import Example, Task, extract_answer, register_task
 
 
 def load_jsonl(path: str | Path) -> list[Example]:
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    answers: dict[str, tuple[str, int]] = {}  # prompt -> (answer, line of its first occurrence)
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{where}: not UTF-8 text ({e.reason} at byte "
+                                 f"{e.start})") from None
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
@@ -41,7 +53,20 @@ def load_jsonl(path: str | Path) -> list[Example]:
                     raise ValueError(
                         f"{where}: field {key!r} must be a string, got {type(value).__name__}"
                     )
-            examples.append(Example(prompt=obj["prompt"], answer=obj["answer"], solution=solution))
+            prompt, answer = obj["prompt"], obj["answer"]
+            if not answer.strip():
+                raise ValueError(f"{where}: field 'answer' is empty (an empty completion would "
+                                 f"earn reward 1.0)")
+            if extract_answer(solution) != answer.strip():
+                raise ValueError(
+                    f"{where}: the solution's final answer (the text after its last '#') is "
+                    f"{extract_answer(solution)!r}, not the answer {answer.strip()!r}: the "
+                    f"exact-match reward would score it 0 (an answer may not contain '#')")
+            first = answers.setdefault(prompt, (answer, lineno))
+            if first[0] != answer:
+                raise ValueError(f"{where}: prompt {prompt!r} has answer {answer!r} here and "
+                                 f"{first[0]!r} on line {first[1]}: exact match can reward one")
+            examples.append(Example(prompt=prompt, answer=answer, solution=solution))
     if not examples:
         raise ValueError(f"{path}: no examples")
     return examples
