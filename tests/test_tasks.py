@@ -421,3 +421,27 @@ def test_jsonl_bytes_not_utf8_and_a_byte_order_mark(tmp_path):
         get_task("jsonl", path=str(path))
     path.write_bytes(b"\xef\xbb\xbf" + good + b"\n" + good + b"\n")  # BOM; a repeat is fine
     assert [e.prompt for e in get_task("jsonl", path=str(path)).examples] == ["1+1=", "1+1="]
+
+
+def test_jsonl_examples_go_through_the_tokenizer_when_the_run_is_built(tmp_path):
+    """A JSONL example the run's tokenizer cannot encode stops ``experiment.build`` (naming the
+    example) instead of the first batch that draws it, hours into a run; the prompt width and
+    the max_new_tokens check are measured in tokens over the file's examples."""
+    from configs import tiny
+    from trace_jax import experiment as X
+
+    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(40)]
+    path = _write(tmp_path / "p.jsonl", [json.dumps(r) for r in rows])
+    config = tiny.get_config()
+    config.task.name, config.task.kwargs = "jsonl", {"path": str(path)}
+    exp = X.build(config)
+    assert exp.prompt_width == len("39+39=") + 1  # + BOS
+    config.rollout.max_new_tokens = 2  # "78" + EOS needs 3
+    with pytest.raises(ValueError, match=r"longest solution \(2 tokens\) and EOS"):
+        X.build(config)
+    config.rollout.max_new_tokens = 8
+    path = _write(tmp_path / "p.jsonl", [json.dumps(r) for r in rows]
+                  + [json.dumps({"prompt": "What is 2+2?", "answer": "4"})])
+    with pytest.raises(ValueError, match=r"the prompt of example 41 \('What is 2\+2\?'\) "
+                                         r"cannot be encoded: character 'W'"):
+        X.build(config)

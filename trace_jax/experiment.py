@@ -63,12 +63,15 @@ def build(config, variant: str | None = None) -> Experiment:
                          f"{tokenizer.vocab_size}")
     task = tasks.get_task(config.task.name, **dict(config.task.kwargs))
     rc = config.rollout
-    if (config.get("tokenizer", {}).get("kind", "char") == "char" and task.max_solution_len
-            and task.max_solution_len + 1 > rc.max_new_tokens):  # (one token per character)
+    char = config.get("tokenizer", {}).get("kind", "char") == "char"  # one token per character
+    prompt_len, solution_len = task.max_prompt_len, task.max_solution_len if char else None
+    if task.examples is not None:  # a finite task (JSONL): measured in tokens, checked up front
+        prompt_len, solution_len = _token_lengths(tokenizer, task)
+    if solution_len and solution_len + 1 > rc.max_new_tokens:
         raise ValueError(f"rollout.max_new_tokens={rc.max_new_tokens} cannot hold the task's "
-                         f"longest solution ({task.max_solution_len} tokens) and EOS: SFT "
+                         f"longest solution ({solution_len} tokens) and EOS: SFT "
                          f"targets would be cut and rollouts could not finish; raise it to "
-                         f"{task.max_solution_len + 1}")
+                         f"{solution_len + 1}")
     # (configs saved before session 37 have no task.eval_fraction)
     frac = config.task.get("eval_fraction", tasks.EVAL_FRACTION)
     train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "train", frac)
@@ -76,7 +79,7 @@ def build(config, variant: str | None = None) -> Experiment:
     sampling = R.SamplingConfig(
         max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_k=rc.top_k,
         top_p=rc.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
-    width = task.max_prompt_len + 1  # + BOS
+    width = prompt_len + 1  # + BOS
     v = get_variant(variant or config.variant)
     base = nx.numerics_from_config(config.numerics, "bf16", cfg.n_layers)
     if v.rollout_mode != "bf16":
@@ -92,6 +95,22 @@ def build(config, variant: str | None = None) -> Experiment:
                          f"({rc.max_new_tokens}) exceed model.max_seq_len={cfg.max_seq_len}")
     return Experiment(cfg, tokenizer, task, train_data, eval_data, sampling, width, rollout_num,
                       train_num, v, rc.group_size)
+
+
+def _token_lengths(tokenizer, task) -> tuple[int, int]:
+    """The longest prompt and solution of ``task.examples`` in ``tokenizer``'s tokens. An example
+    the tokenizer cannot encode raises here, naming it, instead of when a batch first draws it."""
+    longest = {"prompt": 0, "solution": 0}
+    for i, ex in enumerate(task.examples):
+        for field in longest:
+            text = getattr(ex, field)
+            try:
+                n = len(tokenizer.encode(text))
+            except ValueError as e:
+                raise ValueError(f"task {task.name}: the {field} of example {i + 1} "
+                                 f"({text[:60]!r}) cannot be encoded: {e}") from None
+            longest[field] = max(longest[field], n)
+    return longest["prompt"], longest["solution"]
 
 
 def encode_prompts(exp: Experiment, examples) -> tuple[jnp.ndarray, jnp.ndarray]:

@@ -43,6 +43,8 @@ class Task:
     format reward is used), and set ``max_prompt_len`` / ``max_solution_len``: upper bounds, in
     characters (= :class:`~trace_jax.tokenizer.CharTokenizer` tokens), over every example the task
     can draw (for JSONL: the longest in the file; ``None`` for a task that cannot tell).
+    ``examples``: the finite list a task draws from, where it has one (JSONL), else ``None``;
+    ``experiment.build`` puts each of them through the run's tokenizer once.
 
     ``reward(example, completion)`` is 1.0 when the extracted answer is correct, else
     ``format_reward`` (default 0.0) when it is well formed, else 0.0.
@@ -52,6 +54,7 @@ class Task:
     format_reward: float = 0.0
     max_prompt_len: int | None = None
     max_solution_len: int | None = None
+    examples: Sequence[Example] | None = None
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Example]:
         raise NotImplementedError
@@ -85,7 +88,7 @@ class RewardOverride(Task):
 
     def __init__(self, task: Task, reward_fn: RewardFn) -> None:
         self.task, self.reward_fn = task, reward_fn
-        self.name = task.name
+        self.name, self.examples = task.name, task.examples
         self.max_prompt_len, self.max_solution_len = task.max_prompt_len, task.max_solution_len
 
     def sample(self, rng: np.random.Generator, n: int) -> list[Example]:
