@@ -64,7 +64,7 @@ def build(config, variant: str | None = None) -> Experiment:
     task = tasks.get_task(config.task.name, **dict(config.task.kwargs))
     rc = config.rollout
     char = config.get("tokenizer", {}).get("kind", "char") == "char"  # one token per character
-    prompt_len, solution_len = task.max_prompt_len, task.max_solution_len if char else None
+    prompt_len, solution_len = task.max_prompt_len, (task.max_solution_len if char else None)
     if task.examples is not None:  # a finite task (JSONL): measured in tokens, checked up front
         prompt_len, solution_len = _token_lengths(tokenizer, task)
     if solution_len and solution_len + 1 > rc.max_new_tokens:
