@@ -52,19 +52,15 @@ def _knobs(**values):
     otherwise reuse another config's trace."""
     old = {name: getattr(FM, name) for name in values}
 
-    def clear():
-        FM._matmul_t.clear_cache()
-        FM._grouped_direct.clear_cache()
-
     for name, v in values.items():
         setattr(FM, name, v)
-    clear()
+    FM.clear_trace_caches()
     try:
         yield
     finally:
         for name, v in old.items():
             setattr(FM, name, v)
-        clear()
+        FM.clear_trace_caches()
 
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
 # (fused: 28e's runs; diag: a timing probe, empty for the kernel itself)

@@ -46,6 +46,13 @@ ROWS = 64  # weight rows (N) per warpgroup: wgmma's M
 # - "stream_only": neither decode nor wgmma: the pipeline's TMA streams alone (output zeros).
 _DIAG: str | None = None
 DIAGS = ("raw_scales", "no_decode", "stream_only")
+
+
+def clear_trace_caches() -> None:
+    """Drop the jitted kernels' traces, so that the next call reads the trace-time knobs
+    (``_DIAG`` and the others that no static argument carries) anew."""
+    _matmul_t.clear_cache()
+    _grouped_direct.clear_cache()
 SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
 
 

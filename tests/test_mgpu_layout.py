@@ -651,9 +651,7 @@ def test_dense_timing_probes_leave_out_their_parts(monkeypatch, diag, decode, mm
                                   "nvfp4", axis=-2, global_scope="tensor"))
     gs = jnp.array([3, 20], jnp.int32)
     monkeypatch.setattr(FM, "_DIAG", diag)
-    caches = (FM._matmul_t, FM._grouped_direct)  # the probe is read when the K loop traces
-    for c in caches:
-        c.clear_cache()
+    FM.clear_trace_caches()  # the probe is read when the K loop traces
     try:
         dense = jax.jit(lambda c, s, x: FM._matmul_t(c, s, x, tk=256, steps=2)).trace(
             w.codes, w.scales, jnp.zeros((8, 512), jnp.bfloat16)).lower(
@@ -664,8 +662,7 @@ def test_dense_timing_probes_leave_out_their_parts(monkeypatch, diag, decode, mm
             jnp.ones((2,), jnp.float32), jnp.ones((2,), jnp.float32)).lower(
             lowering_platforms=("cuda",)).as_text()
     finally:
-        for c in caches:
-            c.clear_cache()
+        FM.clear_trace_caches()
     for txt in (dense, grouped):
         assert "mosaic_gpu" in txt
         assert ("mul.rn.bf16x2" in txt) == decode
