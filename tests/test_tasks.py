@@ -358,14 +358,45 @@ def test_jsonl_malformed_line(tmp_path, bad, msg):
         get_task("jsonl", path=str(path))
 
 
-def test_jsonl_empty_split_raises(tmp_path):
+def test_jsonl_empty_split_raises_at_first_batch(tmp_path):
     path = _write(tmp_path / "one.jsonl", [json.dumps({"prompt": "1+1=", "answer": "2"})])
     task = get_task("jsonl", path=str(path))
-    from trace_jax.tasks import prompt_split
+    from trace_jax.tasks import split_of
 
-    other = "train" if prompt_split("1+1=", 0.5) == "eval" else "eval"
-    with pytest.raises(ValueError, match="split"):
+    other = "train" if split_of("1+1=", 0.5) == "eval" else "eval"
+    with pytest.raises(ValueError, match=f"split '{other}' of task 'jsonl:one.jsonl' is empty"):
         Dataset(task, 2, seed=0, split=other, eval_fraction=0.5).batch(0)
+    # a tiny held-out share of a finite task: refused at once, not after a billion draws
+    with pytest.raises(ValueError, match="'eval' .* is empty: none of its 1 examples"):
+        Dataset(task, 2, seed=0, split="eval", eval_fraction=1e-9).batch(0)
+    Dataset(task, 2, seed=0, split=split_of("1+1=", 0.5), eval_fraction=0.5).batch(0)
+
+
+@pytest.mark.parametrize(
+    "name,kw,same",
+    [("addition", {"digits": 2}, ["12+34=", "34+12="]),
+     ("multiplication", {"digits": 2}, ["7*45=", "45*7="]),
+     ("countdown", {}, ["3,5,7,2->22:", "7,2,5,3->22:", "2,3,5,7->22:"]),
+     ("sorting", {"length": 3}, ["sort(5,31,9)=", "sort(31,9,5)="])],
+)
+def test_heldout_split_keeps_each_problem_on_one_side(name, kw, same):
+    """Prompts that pose one problem in another order (commuted operands, reordered numbers)
+    share a split key, so a held-out problem is never trained on in another wording; the
+    prompt-text hash put about half of the held-out problems' twins in training."""
+    task = get_task(name, **kw)
+    exs = [Example(prompt=p, answer="", solution="") for p in same]
+    assert len({task.split_key(e) for e in exs}) == 1
+    assert len({task.split_key(e) for e in task.sample(_rng(), 200)}) > 20  # not one key for all
+    # over many drawn problems: no key (problem) on both sides
+    frac = 0.3
+    held = Dataset(task, 64, seed=0, split="eval", eval_fraction=frac)
+    train = Dataset(task, 64, seed=0, split="train", eval_fraction=frac)
+    ev = {task.split_key(e) for s in range(8) for e in held.batch(s)}
+    tr = {task.split_key(e) for s in range(8) for e in train.batch(s)}
+    assert ev and tr and not ev & tr
+    # the override keeps the task's key
+    custom = get_task(name, reward_fn=lambda e, c: 0.0, **kw)
+    assert custom.split_key(exs[0]) == task.split_key(exs[-1])
 
 
 def test_config_eval_fraction_reaches_every_data_stream():

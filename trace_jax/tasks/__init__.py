@@ -4,13 +4,15 @@ Public API:
 
     Example(prompt, answer, solution)                 frozen dataclass
     Task: sample(rng, n) -> list[Example]; reward(example, completion) -> float;
-          rewards(examples, completions) -> np.float32 [B]; max_prompt_len, max_solution_len
+          rewards(examples, completions) -> np.float32 [B]; max_prompt_len, max_solution_len;
+          split_key(example) -> str (one key per problem, however worded: the held-out split's)
     extract_answer(completion) -> str                 text after the last "#", stripped
     get_task(name, *, reward_fn=None, **difficulty_kwargs) -> Task
     register_task(name, factory=None)                 (decorator or call)
     register_reward(name, fn=None), get_reward(name), with_reward(task, reward_fn)
     task_names() -> list[str]
     Dataset(task, batch_size, seed, split="train"|"eval", eval_fraction=0.05).batch(step)
+    split_of(task.split_key(example), eval_fraction) -> "train" | "eval"
     JsonlTask(path), load_jsonl(path)
 
 Registered tasks (formats in each module's docstring):
@@ -55,13 +57,13 @@ from trace_jax.tasks.base import (
 )
 from trace_jax.tasks.arithmetic import Addition, Multiplication
 from trace_jax.tasks.countdown import Countdown, parse_expression, parse_prompt
-from trace_jax.tasks.dataset import EVAL_FRACTION, Dataset, prompt_split
+from trace_jax.tasks.dataset import EVAL_FRACTION, Dataset, split_of
 from trace_jax.tasks.jsonl import JsonlTask, load_jsonl
 from trace_jax.tasks.sorting import Sorting
 
 __all__ = [
     "ANSWER_MARK", "EVAL_FRACTION", "Addition", "Countdown", "Dataset", "Example", "JsonlTask",
     "Multiplication", "RewardFn", "Sorting", "Task", "extract_answer", "get_reward", "get_task",
-    "load_jsonl", "parse_expression", "parse_prompt", "prompt_split", "register_reward",
-    "register_task", "task_names", "with_reward",
+    "load_jsonl", "parse_expression", "parse_prompt", "register_reward", "register_task",
+    "split_of", "task_names", "with_reward",
 ]

@@ -19,6 +19,8 @@ Operands are drawn by first drawing a digit count uniformly from ``[min_digits, 
 then a number with exactly that many digits uniformly (one-digit numbers include 0).
 Answers are canonical decimal (no leading zeros, no sign); the reward is exact match of the text
 after the last ``#`` of the completion (or the whole completion).
+Both operations commute, so the held-out split's key is the operand pair in ascending order:
+``12+34=`` and ``34+12=`` are held out together or trained on together.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def _check_digits(name: str, min_digits: int, digits: int) -> None:
 
 def _render(answer: str, reverse: bool) -> str:
     return answer[::-1] if reverse else answer
+
+
+def _commutative_key(prompt: str, op: str) -> str:
+    """``"34+12="`` -> ``"12+34"``: the operands in ascending numeric order."""
+    a, b = prompt.rstrip("=").split(op)
+    return op.join(sorted((a, b), key=int))
 
 
 @dataclasses.dataclass
@@ -93,6 +101,9 @@ class Addition(Task):
     def is_well_formed(self, answer: str) -> bool:
         return _DIGITS_RE.fullmatch(answer) is not None
 
+    def split_key(self, example: Example) -> str:
+        return _commutative_key(example.prompt, "+")
+
 
 @dataclasses.dataclass
 class Multiplication(Task):
@@ -137,6 +148,9 @@ class Multiplication(Task):
 
     def is_well_formed(self, answer: str) -> bool:
         return _DIGITS_RE.fullmatch(answer) is not None
+
+    def split_key(self, example: Example) -> str:
+        return _commutative_key(example.prompt, "*")
 
 
 register_task("addition", Addition)

@@ -45,6 +45,9 @@ class Task:
     can draw (for JSONL: the longest in the file; ``None`` for a task that cannot tell).
     ``examples``: the finite list a task draws from, where it has one (JSONL), else ``None``;
     ``experiment.build`` puts each of them through the run's tokenizer once.
+    ``split_key(example)``: the text the held-out split hashes. Prompts that pose the same problem
+    (``12+34=`` and ``34+12=``) must share a key, so that they fall in the same split; the
+    default is the prompt itself.
 
     ``reward(example, completion)`` is 1.0 when the extracted answer is correct, else
     ``format_reward`` (default 0.0) when it is well formed, else 0.0.
@@ -65,6 +68,9 @@ class Task:
 
     def is_well_formed(self, answer: str) -> bool:
         return False
+
+    def split_key(self, example: Example) -> str:
+        return example.prompt
 
     def reward(self, example: Example, completion: str) -> float:
         answer = extract_answer(completion)
@@ -102,6 +108,9 @@ class RewardOverride(Task):
 
     def is_well_formed(self, answer: str) -> bool:
         return self.task.is_well_formed(answer)
+
+    def split_key(self, example: Example) -> str:
+        return self.task.split_key(example)
 
 
 def with_reward(task: Task, reward_fn: RewardFn | str) -> Task:

@@ -12,7 +12,9 @@ parse under the grammar ``expr := term (("+"|"-") term)*``, ``term := factor ("*
 minus; spaces allowed between tokens), use each given number at most once (all of them exactly
 once with ``use_all=True``; a number given twice may be used twice), and evaluate (integer
 arithmetic) to the target. The numbers and target are read back from the prompt, so a JSONL of
-countdown prompts can be scored too. Parsing never calls ``eval``.
+countdown prompts can be scored too. Parsing never calls ``eval``. The held-out split's key is
+the numbers in ascending order and the target: the same numbers in another order are the same
+puzzle.
 
 Generation: ``count`` numbers uniform in ``[1, max_num]``; a random subset of ``min_use..count``
 of them (all with ``use_all``) is combined pairwise in random order with random operators
@@ -199,6 +201,10 @@ class Countdown(Task):
         except ParseError:
             return False
         return True
+
+    def split_key(self, example: Example) -> str:
+        nums, target = parse_prompt(example.prompt)
+        return ",".join(map(str, sorted(nums))) + f"->{target}"
 
 
 register_task("countdown", Countdown)

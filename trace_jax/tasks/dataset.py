@@ -7,13 +7,15 @@ it draws from ``np.random.default_rng([seed, split_stream, step])``, so a run re
 position ``step`` sees exactly the batches an uninterrupted run would, with no state to save
 beyond the step.
 
-Held-out split: every prompt is assigned to ``"eval"`` when
-``blake2b(prompt) / 2**64 < eval_fraction`` and to ``"train"`` otherwise, and each split keeps only
-its own prompts (rejection sampling). So no eval prompt ever appears in a train batch, even for
+Held-out split: every example is assigned to ``"eval"`` when
+``blake2b(task.split_key(example)) / 2**64 < eval_fraction`` and to ``"train"`` otherwise, and
+each split keeps only its own examples (rejection sampling). The key names the problem, not its
+wording: ``12+34=`` and ``34+12=`` share one (each task's ``split_key`` says how; the default is
+the prompt). So no held-out problem is ever trained on, in any order of its operands, even for
 small problem spaces where the two seed streams would draw the same problem. With
-``eval_fraction=0`` no filtering happens and the splits differ only by seed stream. A split that
-the task almost never reaches (e.g. a JSONL file with no line hashed to ``"eval"``) raises
-``ValueError`` instead of looping.
+``eval_fraction=0`` no filtering happens and the splits differ only by seed stream. A split
+with no examples raises ``ValueError`` from ``batch``: at once for a task with a finite example
+list (JSONL), else after a bounded number of draws.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ _SPLIT_STREAM = {"train": 0, "eval": 1}
 EVAL_FRACTION = 0.05
 
 
-def prompt_split(prompt: str, eval_fraction: float) -> str:
-    """``"eval"`` or ``"train"``: a fixed function of the prompt text."""
-    h = int.from_bytes(hashlib.blake2b(prompt.encode("utf-8"), digest_size=8).digest(), "little")
+def split_of(key: str, eval_fraction: float) -> str:
+    """``"eval"`` or ``"train"``: a fixed function of a split key (``Task.split_key``)."""
+    h = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
     return "eval" if h < eval_fraction * 2.0**64 else "train"
 
 
@@ -54,16 +56,25 @@ class Dataset:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.task, self.batch_size, self.seed = task, batch_size, int(seed)
         self.split, self.eval_fraction = split, eval_fraction
+        self._checked = False  # a finite task's split is checked for emptiness at first use
 
     def in_split(self, example: Example) -> bool:
         if self.eval_fraction == 0.0:
             return True
-        return prompt_split(example.prompt, self.eval_fraction) == self.split
+        return split_of(self.task.split_key(example), self.eval_fraction) == self.split
 
     def batch(self, step: int) -> list[Example]:
         """The ``batch_size`` examples at data position ``step`` (>= 0)."""
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
+        if not self._checked:
+            examples = self.task.examples
+            if examples is not None and not any(self.in_split(e) for e in examples):
+                raise ValueError(
+                    f"split {self.split!r} of task {self.task.name!r} is empty: none of its "
+                    f"{len(examples)} examples hashes there at eval_fraction="
+                    f"{self.eval_fraction}")
+            self._checked = True
         rng = np.random.default_rng([self.seed, _SPLIT_STREAM[self.split], int(step)])
         p = 1.0
         if self.eval_fraction > 0.0:

@@ -6,7 +6,8 @@
 
 Lists have ``min_length..length`` elements (``min_length`` defaults to ``length``), each uniform
 in ``[0, 10**digits)``; duplicates can occur and are kept. The reward is exact match of the
-comma-separated ascending list (no spaces).
+comma-separated ascending list (no spaces). The held-out split's key is that sorted list: the
+same numbers in another order are the same problem.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class Sorting(Task):
 
     def is_well_formed(self, answer: str) -> bool:
         return _LIST_RE.fullmatch(answer) is not None
+
+    def split_key(self, example: Example) -> str:
+        return example.answer
 
 
 register_task("sorting", Sorting)
