@@ -41,7 +41,7 @@ def base_config():
 
     c.tokenizer = ml_collections.ConfigDict(dict(kind="char", path=""))
     # Task: trace_jax.tasks.get_task(name, **kwargs); eval_fraction: the share of the task's
-    # prompts held out for evaluation (by a hash of the prompt: never trained on, SFT included)
+    # problems held out for evaluation (by a hash of Task.split_key: never trained on, SFT included)
     c.task = ml_collections.ConfigDict(dict(name="addition", kwargs=ml_collections.ConfigDict(
         dict(digits=2)), eval_fraction=0.05))  # (tasks.EVAL_FRACTION)
 
