@@ -18,10 +18,11 @@
 # stream_only 22-27 / 28-33 us (kernel alone), no_decode within 2 us of it (2-7 rows per
 # expert: the wgmma is small), so the decode is most of the gap to stream_only.
 # On an H100 (copy 3.03 TB/s) the streams take ~1.4x longer and cover more of the rest.
-# Usage (repo root, with .whl/ carried): bash experiments/gpu_session40a.sh
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_session40a.sh (REPEATS=1: the
+# dense probes once, with the bf16 baseline; default 2)
 source "$(dirname "$0")/gpu_prelude.sh" r40a
 install_wheels
-for i in 1 2; do
+for i in $(seq 1 "${REPEATS:-2}"); do
   timeout 140 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8,32,64 \
     --splits auto --diag no_decode,stream_only,raw_scales \
     --baselines "$([ $i = 1 ] && echo bf16)" --max-seconds 110 --out "$R/probes_$i" \
@@ -32,7 +33,7 @@ timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --diag no_decode,
   --out "$R/grouped" > "$R/grouped.txt" 2>&1
 echo "grouped rc=$?"
 tar -C "$R" -czf "$OUT/r40a.tar.gz" .
-dense_summary probes_1 probes_2
+dense_summary $(seq -f "probes_%g" 1 "${REPEATS:-2}")
 python3 - "$R/grouped/kernels_matmul_mgpu_grouped.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
