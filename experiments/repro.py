@@ -792,6 +792,11 @@ def main(argv):
               f"config `{_config_path()}`, seeds {seeds}, "
               f"device {_DEVICE.value or _device()}; mean ± sample std (ddof=1) over seeds.")
     runs = [r for r in runs if r.study != "warm_start"]
+    for spec in runs:  # a finished run of another config (an --out reused) must not be averaged
+        try:
+            check_same_config(spec.workdir, make_config(base, spec))
+        except ValueError as e:
+            sys.exit(f"not writing the {study} tables: {e}")
     rc = next((c for c in (run_config(r.workdir) for r in runs) if c is not None), None)
     if rc is not None:
         ws = run_config(rc.init_from) if rc.get("init_from", "") else None

@@ -265,6 +265,38 @@ def test_aggregate_leaves_unfinished_runs_out_of_the_means(tmp_path):
     assert f"fp4_naive seed 0 (5 of {N_STEPS} RL steps)" in note
 
 
+def test_aggregate_refuses_runs_of_another_config(tmp_path):
+    """A reused --out can hold finished runs of another config (session 41: a deployment study at
+    another eval_fraction in the same folder): the tables are refused, naming the run and the
+    differing fields, instead of averaging its numbers as this config's."""
+    from configs import tiny
+    from experiments import repro
+
+    out = str(tmp_path / "runs")
+    spec = repro.plan("headline", [0], out, N_STEPS, ["bf16"])[0]
+    _fake_run(spec.workdir, [0.5] * N_STEPS, [0.1] * N_STEPS)
+    other = tiny.get_config()
+    with open(os.path.join(spec.workdir, "config.json"), "w") as f:  # this config's own run
+        f.write(repro.make_config(other, spec).to_json_best_effort())
+    md = str(tmp_path / "res") + "_tiny_headline.md"
+    _aggregate_headline(tmp_path, out, "0")
+    assert "| bf16 | 1 |" in open(md).read()
+    os.remove(md)
+    other.task.eval_fraction = 0.25
+    with open(os.path.join(spec.workdir, "config.json"), "w") as f:
+        f.write(repro.make_config(other, spec).to_json_best_effort())
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--config=configs/tiny.py", "--study=headline", "--seeds=0",
+         f"--out={out}", f"--results={tmp_path / 'res'}", f"--steps={N_STEPS}",
+         "--aggregate_only", "--skip_diagnose"], capture_output=True, text=True, cwd=REPO,
+        timeout=120)
+    assert proc.returncode != 0
+    assert "not writing the headline tables" in proc.stderr
+    assert "headline/bf16/seed0 holds a run of a different config" in proc.stderr
+    assert "(fields ['task'])" in proc.stderr
+    assert not os.path.exists(md)
+
+
 def _legacy_result(header):
     """A results JSON as repro.py wrote it before the train-rollout rename and the unfinished-run
     split: "final_accuracy" / "final_reward" keys, every run with metrics in the means."""
