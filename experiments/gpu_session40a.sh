@@ -19,7 +19,7 @@
 # expert: the wgmma is small), so the decode is most of the gap to stream_only.
 # On an H100 (copy 3.03 TB/s) the streams take ~1.4x longer and cover more of the rest.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session40a.sh (REPEATS=1: the
-# dense probes once, with the bf16 baseline; default 2)
+# dense probes once, with the bf16 baseline; default 2; GROUPED=0: no grouped probes)
 source "$(dirname "$0")/gpu_prelude.sh" r40a
 install_wheels
 for i in $(seq 1 "${REPEATS:-2}"); do
@@ -29,12 +29,14 @@ for i in $(seq 1 "${REPEATS:-2}"); do
     > "$R/probes_$i.txt" 2>&1
   echo "probes_$i rc=$?"
 done
-timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --diag no_decode,stream_only \
-  --out "$R/grouped" > "$R/grouped.txt" 2>&1
-echo "grouped rc=$?"
+if [ "${GROUPED:-1}" = 1 ]; then
+  timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --diag no_decode,stream_only \
+    --out "$R/grouped" > "$R/grouped.txt" 2>&1
+  echo "grouped rc=$?"
+fi
 tar -C "$R" -czf "$OUT/r40a.tar.gz" .
 dense_summary $(seq -f "probes_%g" 1 "${REPEATS:-2}")
-python3 - "$R/grouped/kernels_matmul_mgpu_grouped.json" <<'PY'
+[ -f "$R/grouped/kernels_matmul_mgpu_grouped.json" ] && python3 - "$R/grouped/kernels_matmul_mgpu_grouped.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
     print(f"{r['k']}x{r['n']} rows={r['rows']:>4} kernel us: " + "  ".join(
