@@ -41,9 +41,11 @@ def base_config():
 
     c.tokenizer = ml_collections.ConfigDict(dict(kind="char", path=""))
     # Task: trace_jax.tasks.get_task(name, **kwargs); eval_fraction: the share of the task's
-    # problems held out for evaluation (by a hash of Task.split_key: never trained on, SFT included)
+    # problems held out for evaluation (never trained on, SFT included); split_by: what the split
+    # hashes, "problem" (Task.split_key: 12+34= and 34+12= together) or "prompt" (the text; runs
+    # from before session 41, whose config.json has no split_by)
     c.task = ml_collections.ConfigDict(dict(name="addition", kwargs=ml_collections.ConfigDict(
-        dict(digits=2)), eval_fraction=0.05))  # (tasks.EVAL_FRACTION)
+        dict(digits=2)), eval_fraction=0.05, split_by="problem"))  # (tasks.EVAL_FRACTION)
 
     # Rollout (trace_jax.rollout): prompts per step, samples per prompt, sampler.
     c.rollout = ml_collections.ConfigDict(dict(

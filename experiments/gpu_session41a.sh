@@ -9,8 +9,9 @@
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_session41a.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
 here=$(dirname "$0")
-if nvidia-smi -L | grep -q H200; then
+if grep -q H200 <<<"$(nvidia-smi -L)"; then
   OUT=/tmp/r39d_out bash "$here/gpu_session39d.sh"
   tar -C /tmp/r39d_out -czf "$OUT/r39d.tar.gz" .
   REPEATS=1 GROUPED=${GROUPED:-0} bash "$here/gpu_session40a.sh"

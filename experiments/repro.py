@@ -631,12 +631,13 @@ def render_markdown(result: dict, png: str | None) -> str:
     diag_res = result.get("diagnose")
     if diag_res:
         md += ["", f"Code-distance histogram (diagnose on `{diag_res['_checkpoint']}` final "
-                   "checkpoint, one held-out batch; counts at distance 0..6):", ""]
+                   "checkpoint, one held-out batch; counts at distance 0..6, then > 6):", ""]
         for k, h in diagnose_hists(diag_res).items():
             h = [int(x) for x in h]
             mism = sum(h[1:])
             one = h[1] / mism if mism else float("nan")
-            md.append(f"- {k}: {h[:7]}; mismatches one step apart: {one:.4f}")
+            md.append(f"- {k}: {h[:7]} + {sum(h[7:])}; {mism:,} of {sum(h):,} codes differ, "
+                      f"{one:.4f} of them one step apart")
     if png:
         md += ["", f"![curves]({png})"]
     return "\n".join(md) + "\n"
@@ -808,8 +809,9 @@ def main(argv):
         from trace_jax.tasks.dataset import EVAL_FRACTION
 
         held = rc.task.get("eval_fraction", EVAL_FRACTION)
+        unit = "problems" if rc.task.get("split_by", "prompt") == "problem" else "prompts"
         header += (f"\n\nRecorded run config (`config.json` of the runs): task {rc.task.name} "
-                   f"{dict(rc.task.kwargs)} ({held:g} of its prompts held out), model "
+                   f"{dict(rc.task.kwargs)} ({held:g} of its {unit} held out), model "
                    f"{rc.model.n_layers} layers d_model "
                    f"{rc.model.d_model} {rc.model.n_experts} experts top-{rc.model.top_k}, "
                    f"{sft} + RL {rc.train.steps} steps at lr {rc.train.lr:g}, "

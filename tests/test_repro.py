@@ -297,6 +297,20 @@ def test_aggregate_refuses_runs_of_another_config(tmp_path):
     assert not os.path.exists(md)
 
 
+def test_histogram_line_counts_every_differing_code():
+    """The code-distance line names all the codes that differ, the bins past distance 6 too (the
+    session 41 README quoted the sum of bins 1-6 and so undercounted), and the one-step share."""
+    from experiments import repro
+
+    hist = [100, 6, 1, 0, 0, 0, 0, 2, 0, 1]  # 10 of 110 differ, 6 of them one step apart
+    md = repro.render_markdown({"header": "# t", "study": "headline", "variants": {},
+                                "diagnose": {"_checkpoint": "ck",
+                                             "trace": {"code_distance_hist": hist}}}, None)
+    line = [ln for ln in md.splitlines() if ln.startswith("- trace:")][0]
+    assert line == "- trace: [100, 6, 1, 0, 0, 0, 0] + 3; 10 of 110 codes differ, 0.6000 of them " \
+                   "one step apart"
+
+
 def _legacy_result(header):
     """A results JSON as repro.py wrote it before the train-rollout rename and the unfinished-run
     split: "final_accuracy" / "final_reward" keys, every run with metrics in the means."""

@@ -421,6 +421,10 @@ def test_config_eval_fraction_reaches_every_data_stream():
     assert len(held) >= 15  # 30% of one-digit addition's 100 prompts
     assert len(sft) >= 40  # (decoded prompts: BOS dropped)
     assert not held & rl and not held & sft
+    # ... split by problem in every stream: no commuted twin of a held-out prompt either
+    key = lambda p: exp.task.split_key(Example(p, "", ""))  # noqa: E731
+    assert exp.train_data.split_by == exp.eval_data.split_by == "problem"
+    assert not {key(p) for p in held} & {key(p) for p in rl | sft}
     del config.task["eval_fraction"]
     assert X.build(config).eval_data.eval_fraction == 0.05
 

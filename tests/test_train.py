@@ -463,6 +463,33 @@ def test_resume_with_another_config_is_refused(finished_run, tmp_path):
                                                              "checkpoint.every": 5}))
 
 
+def test_resume_of_a_run_from_before_the_problem_split(finished_run, tmp_path):
+    """A run saved before ``task.split_by`` existed split its data by prompt text: resuming it
+    with today's config (split by problem) would change which prompts it trains on mid-run, so
+    it is refused, naming the field; with ``split_by="prompt"`` it resumes, and that config's
+    data is the old split's."""
+    import json
+
+    from trace_jax import experiment as X
+
+    shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
+    with open(tmp_path / "config.json") as f:
+        saved = json.load(f)
+    del saved["task"]["split_by"]
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(saved, f)
+    with pytest.raises(ValueError, match=r"task.split_by: 'prompt' -> 'problem'"):
+        RUN.check_resume_config(str(tmp_path), small(tmp_path))
+    old = small(tmp_path, **{"task.split_by": "prompt"})
+    RUN.check_resume_config(str(tmp_path), old)
+    assert X.build(old).train_data.split_by == "prompt"
+    del old.task["split_by"]  # a config.json from before: its own run's split
+    assert X.build(old).train_data.split_by == "prompt"
+    with pytest.raises(ValueError, match=r"task.split_by must be one of \('problem', 'prompt'\), "
+                                         r"got 'problems'"):
+        X.build(small(tmp_path, **{"task.split_by": "problems"}))
+
+
 def test_config_errors_before_compute(tmp_path):
     with pytest.raises(ValueError, match="unknown train config fields"):
         c = small(tmp_path)

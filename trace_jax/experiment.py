@@ -74,8 +74,12 @@ def build(config, variant: str | None = None) -> Experiment:
                          f"{solution_len + 1}")
     # (configs saved before session 37 have no task.eval_fraction)
     frac = config.task.get("eval_fraction", tasks.EVAL_FRACTION)
-    train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "train", frac)
-    eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "eval", frac)
+    # (configs saved before session 41 have no task.split_by: their runs split by prompt text)
+    split_by = config.task.get("split_by", "prompt")
+    if split_by not in tasks.SPLIT_BY:
+        raise ValueError(f"task.split_by must be one of {tasks.SPLIT_BY}, got {split_by!r}")
+    train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "train", frac, split_by)
+    eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "eval", frac, split_by)
     sampling = R.SamplingConfig(
         max_new_tokens=rc.max_new_tokens, temperature=rc.temperature, top_k=rc.top_k,
         top_p=rc.top_p, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)

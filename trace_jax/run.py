@@ -222,16 +222,24 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
+# Fields added after runs were saved whose absence means what the code did before them: a saved
+# config without one is compared as if it held this value.
+ADDED_FIELDS = {"task.eval_fraction": 0.05, "task.split_by": "prompt"}
+
+
 def check_resume_config(workdir: str, config) -> None:
     """Raise a ValueError naming the fields, if ``workdir``'s config.json (the run being resumed)
-    differs from ``config`` outside :data:`RESUMABLE`. Fields only one side has (a run from
-    before a field existed) are not compared; a workdir without config.json is not checked."""
+    differs from ``config`` outside :data:`RESUMABLE`. A field the saved config lacks is compared
+    as its :data:`ADDED_FIELDS` value where it has one (a run from before it split by prompt
+    text); other fields only one side has are not compared; a workdir without config.json is not
+    checked."""
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         return
     with open(path) as f:
         saved = _flat(json.load(f))
     now = _flat(json.loads(config.to_json_best_effort()))
+    saved = {**{k: v for k, v in ADDED_FIELDS.items() if k in now}, **saved}
     diff = sorted(k for k in saved.keys() & now.keys()
                   if saved[k] != now[k] and not k.startswith(RESUMABLE))
     if diff:
@@ -277,8 +285,9 @@ def sft_optimizer(config):
 
 def sft_batch(exp: X.Experiment, step: int, batch_size: int):
     """BOS + prompt + solution + EOS, right-padded; the loss covers solution and EOS."""
-    examples = tasks.Dataset(exp.task, batch_size, exp.train_data.seed + 7919, "train",
-                             exp.train_data.eval_fraction).batch(step)
+    d = exp.train_data
+    examples = tasks.Dataset(exp.task, batch_size, d.seed + 7919, "train", d.eval_fraction,
+                             d.split_by).batch(step)
     T = exp.prompt_width + exp.sampling.max_new_tokens
     toks = np.full((len(examples), T), exp.tokenizer.pad_id, np.int32)
     mask = np.zeros((len(examples), T), bool)

@@ -11,7 +11,8 @@ Public API:
     register_task(name, factory=None)                 (decorator or call)
     register_reward(name, fn=None), get_reward(name), with_reward(task, reward_fn)
     task_names() -> list[str]
-    Dataset(task, batch_size, seed, split="train"|"eval", eval_fraction=0.05).batch(step)
+    Dataset(task, batch_size, seed, split="train"|"eval", eval_fraction=0.05,
+            split_by="problem"|"prompt").batch(step)
     split_of(task.split_key(example), eval_fraction) -> "train" | "eval"
     JsonlTask(path), load_jsonl(path)
 
@@ -57,12 +58,12 @@ from trace_jax.tasks.base import (
 )
 from trace_jax.tasks.arithmetic import Addition, Multiplication
 from trace_jax.tasks.countdown import Countdown, parse_expression, parse_prompt
-from trace_jax.tasks.dataset import EVAL_FRACTION, Dataset, split_of
+from trace_jax.tasks.dataset import EVAL_FRACTION, SPLIT_BY, Dataset, split_of
 from trace_jax.tasks.jsonl import JsonlTask, load_jsonl
 from trace_jax.tasks.sorting import Sorting
 
 __all__ = [
-    "ANSWER_MARK", "EVAL_FRACTION", "Addition", "Countdown", "Dataset", "Example", "JsonlTask",
+    "ANSWER_MARK", "EVAL_FRACTION", "SPLIT_BY", "Addition", "Countdown", "Dataset", "Example", "JsonlTask",
     "Multiplication", "RewardFn", "Sorting", "Task", "extract_answer", "get_reward", "get_task",
     "load_jsonl", "parse_expression", "parse_prompt", "register_reward", "register_task",
     "split_of", "task_names", "with_reward",

@@ -1,6 +1,6 @@
 """Deterministic, resumable batches of examples, with a content-disjoint held-out split.
 
-``Dataset(task, batch_size, seed, split="train" | "eval", eval_fraction=0.05)``
+``Dataset(task, batch_size, seed, split="train" | "eval", eval_fraction=0.05, split_by="problem")``
 
 ``batch(step)`` depends only on ``(task settings, batch_size, seed, split, eval_fraction, step)``:
 it draws from ``np.random.default_rng([seed, split_stream, step])``, so a run resumed at data
@@ -12,7 +12,9 @@ Held-out split: every example is assigned to ``"eval"`` when
 each split keeps only its own examples (rejection sampling). The key names the problem, not its
 wording: ``12+34=`` and ``34+12=`` share one (each task's ``split_key`` says how; the default is
 the prompt). So no held-out problem is ever trained on, in any order of its operands, even for
-small problem spaces where the two seed streams would draw the same problem. With
+small problem spaces where the two seed streams would draw the same problem. ``split_by="prompt"``
+hashes the prompt text instead: the split before session 41 (kept so that runs from then resume
+and reproduce on their own split; it can put ``34+12=`` in training and ``12+34=`` in eval). With
 ``eval_fraction=0`` no filtering happens and the splits differ only by seed stream. A split
 with no examples raises ``ValueError`` from ``batch``: at once for a task with a finite example
 list (JSONL), else after a bounded number of draws.
@@ -31,6 +33,7 @@ _SPLIT_STREAM = {"train": 0, "eval": 1}
 
 # The held-out share when a config does not name one (``task.eval_fraction``).
 EVAL_FRACTION = 0.05
+SPLIT_BY = ("problem", "prompt")  # what the held-out split hashes (``task.split_by``)
 
 
 def split_of(key: str, eval_fraction: float) -> str:
@@ -47,6 +50,7 @@ class Dataset:
         seed: int,
         split: str = "train",
         eval_fraction: float = EVAL_FRACTION,
+        split_by: str = "problem",
     ) -> None:
         if split not in _SPLIT_STREAM:
             raise ValueError(f"split must be one of {sorted(_SPLIT_STREAM)}, got {split!r}")
@@ -54,6 +58,9 @@ class Dataset:
             raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if split_by not in SPLIT_BY:
+            raise ValueError(f"split_by must be one of {SPLIT_BY}, got {split_by!r}")
+        self.split_by = split_by
         self.task, self.batch_size, self.seed = task, batch_size, int(seed)
         self.split, self.eval_fraction = split, eval_fraction
         self._checked = False  # a finite task's split is checked for emptiness at first use
@@ -61,7 +68,8 @@ class Dataset:
     def in_split(self, example: Example) -> bool:
         if self.eval_fraction == 0.0:
             return True
-        return split_of(self.task.split_key(example), self.eval_fraction) == self.split
+        key = self.task.split_key(example) if self.split_by == "problem" else example.prompt
+        return split_of(key, self.eval_fraction) == self.split
 
     def batch(self, step: int) -> list[Example]:
         """The ``batch_size`` examples at data position ``step`` (>= 0)."""

@@ -58,7 +58,8 @@ class Sorting(Task):
         return _LIST_RE.fullmatch(answer) is not None
 
     def split_key(self, example: Example) -> str:
-        return example.answer
+        values = example.prompt[len("sort("):-len(")=")].split(",")
+        return ",".join(sorted(values, key=int))
 
 
 register_task("sorting", Sorting)
