@@ -224,7 +224,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 # Fields added after runs were saved whose absence means what the code did before them: a saved
 # config without one is compared as if it held this value.
-ADDED_FIELDS = {"task.eval_fraction": 0.05, "task.split_by": "prompt"}
+ADDED_FIELDS = {"task.eval_fraction": tasks.EVAL_FRACTION, "task.split_by": "prompt"}
 
 
 def check_resume_config(workdir: str, config) -> None:
