@@ -63,8 +63,8 @@ from trace_jax.tasks.jsonl import JsonlTask, load_jsonl
 from trace_jax.tasks.sorting import Sorting
 
 __all__ = [
-    "ANSWER_MARK", "EVAL_FRACTION", "SPLIT_BY", "Addition", "Countdown", "Dataset", "Example", "JsonlTask",
-    "Multiplication", "RewardFn", "Sorting", "Task", "extract_answer", "get_reward", "get_task",
-    "load_jsonl", "parse_expression", "parse_prompt", "register_reward", "register_task",
-    "split_of", "task_names", "with_reward",
+    "ANSWER_MARK", "EVAL_FRACTION", "SPLIT_BY", "Addition", "Countdown", "Dataset", "Example",
+    "JsonlTask", "Multiplication", "RewardFn", "Sorting", "Task", "extract_answer", "get_reward",
+    "get_task", "load_jsonl", "parse_expression", "parse_prompt", "register_reward",
+    "register_task", "split_of", "task_names", "with_reward",
 ]

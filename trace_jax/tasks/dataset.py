@@ -1,11 +1,12 @@
 """Deterministic, resumable batches of examples, with a content-disjoint held-out split.
 
-``Dataset(task, batch_size, seed, split="train" | "eval", eval_fraction=0.05, split_by="problem")``
+``Dataset(task, batch_size, seed, split="train" | "eval", eval_fraction=0.05,
+split_by="problem")``
 
-``batch(step)`` depends only on ``(task settings, batch_size, seed, split, eval_fraction, step)``:
-it draws from ``np.random.default_rng([seed, split_stream, step])``, so a run resumed at data
-position ``step`` sees exactly the batches an uninterrupted run would, with no state to save
-beyond the step.
+``batch(step)`` depends only on ``(task settings, batch_size, seed, split, eval_fraction,
+split_by, step)``: it draws from ``np.random.default_rng([seed, split_stream, step])``, so a run
+resumed at data position ``step`` sees exactly the batches an uninterrupted run would, with no
+state to save beyond the step.
 
 Held-out split: every example is assigned to ``"eval"`` when
 ``blake2b(task.split_key(example)) / 2**64 < eval_fraction`` and to ``"train"`` otherwise, and
