@@ -3,7 +3,7 @@
 # and a short RL run of configs/small.py. Writes logs/JSON under ${OUT:-experiments/results/gpu}.
 # Usage on the H200 host (repo root): bash experiments/gpu_smoke.sh [RL_STEPS]
 # The RL run logs to TensorBoard: install tensorboardX (requirements.txt) first; the lent host
-# lacks it (carry its wheel as experiments/gpu_session27b.sh does).
+# lacks it (carry its wheel as experiments/gpu_sessions/gpu_session27b.sh does).
 set -uo pipefail
 OUT=${OUT:-experiments/results/gpu}
 STEPS=${1:-20}

@@ -189,8 +189,8 @@ def sweep(a, argv) -> int:
     return 0
 
 
-# (session 14a, experiments/gpu_session14a.sh; 14b measured split counts that do not divide the
-# blocks at commit 286fe87, NOTES_attention.md)
+# (session 14a, experiments/gpu_sessions/gpu_session14a.sh; 14b measured split counts that do not
+# divide the blocks at commit 286fe87, NOTES_attention.md)
 SPLITS = {(128, 32768): (2, 4, 8, 16, 32), (32, 131072): (8, 16, 32, 64, 128),
           (32, 32768): (8, 16, 32, 64)}
 VARIANTS = (dict(block_k=16, num_stages=3), dict(block_k=16, num_stages=4),

@@ -35,8 +35,9 @@ DEFAULTS = {  # the default variant (v5) and v4 side by side
 
 
 # Opcodes issued to the integer/logic ALU pipe (16 lanes per scheduler on Hopper: half the issue
-# rate), which the H200 profile found 80-86% busy in this kernel (experiments/gpu_session12d.sh);
-# IMAD, FADD/FMUL/FFMA go to the FMA pipes. An estimate from opcode names, for comparisons.
+# rate), which the H200 profile found 80-86% busy in this kernel
+# (experiments/gpu_sessions/gpu_session12d.sh); IMAD, FADD/FMUL/FFMA go to the FMA pipes. An
+# estimate from opcode names, for comparisons.
 ALU_PIPE = ("LOP3", "ISETP", "VIMNMX", "VIMNMX3", "SHF", "SEL", "LEA", "PRMT", "SGXT", "IADD3",
             "VIADD", "VIADDMNMX", "FSEL", "FSETP", "FMNMX", "PLOP3", "MOV", "FLO", "POPC", "BMSK")
 

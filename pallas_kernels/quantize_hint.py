@@ -43,8 +43,9 @@ layout in which one thread holds a whole block: x is viewed as [M, K / bs, bs / 
 eight-element part is its own [block_m, chunk / bs, 8] load, so the per-block steps (block max,
 E4M3 scale, IEEE reciprocal) run once per block instead of in each of the 2 (NVFP4) or 4
 (MXFP4) threads that v4's contiguous 8-element loads spread a block over (H200: 1.15-1.19x v4,
-``experiments/gpu_session13q.sh``). ``variant="v3"`` is session 10's compare-and-select rounding
-and byte packing. v3 and v4 are kept for side-by-side runs (``sweep_quantize.py``).
+``experiments/gpu_sessions/gpu_session13q.sh``). ``variant="v3"`` is session 10's
+compare-and-select rounding and byte packing. v3 and v4 are kept for side-by-side runs
+(``sweep_quantize.py``).
 """
 
 from __future__ import annotations
@@ -128,11 +129,11 @@ def _round_code(z, lim, sign_mask):
     """RNE E2M1 code ``sign << 3 | magnitude index`` of f32 ``z`` with ``|z| < 2**100`` (the
     kernel's ``|x * r| <= ~9``), in ~11 ops of which ~6 on the integer ALU pipe (v3's
     :func:`_round_magnitude` + sign: ~16, ~12 on the ALU pipe, which the H200 profile found 86%
-    busy, ``experiments/gpu_session12d.sh``). The rounding is one f32 add of a magic constant:
-    with ``e = max(exponent(|z|), 0)``, ``|z| + 2**(e + 22)`` lands in the binade whose spacing
-    is E2M1's step there (``2**(e - 1)``; 0.5 below 1), so the add rounds ``|z|`` to the E2M1
-    grid, ties to even, and its low bits count the steps ``k``; the index is ``k + 2 e``,
-    clamped to ``lim``. The integer bookkeeping is two multiply-adds (the FMA pipe).
+    busy, ``experiments/gpu_sessions/gpu_session12d.sh``). The rounding is one f32 add of a magic
+    constant: with ``e = max(exponent(|z|), 0)``, ``|z| + 2**(e + 22)`` lands in the binade
+    whose spacing is E2M1's step there (``2**(e - 1)``; 0.5 below 1), so the add rounds ``|z|``
+    to the E2M1 grid, ties to even, and its low bits count the steps ``k``; the index is
+    ``k + 2 e``, clamped to ``lim``. The integer bookkeeping is two multiply-adds (the FMA pipe).
 
     ``lim`` (7, or 0 for a block whose reciprocal is NaN) and ``sign_mask`` (8, or 0) broadcast
     to ``z``: such a block's codes are 0 whatever its ``z`` (NaN there; the reference's NaN -> 0
@@ -307,8 +308,8 @@ def default_knobs(k: int, block_size: int = 16, variant: str = DEFAULT_VARIANT) 
     when a knob is not given): 2 rows per program at K = 2048..4096 (1 above, up to 8 below),
     at most 8K elements per program, which the single walk keeps in registers, in chunks of
     ~2K elements (``block_m * chunk_k``). Session 12's device-time sweep of v4
-    (``pallas_kernels/sweep_quantize.py``, H200, ``experiments/gpu_session12f.sh``): 2 rows x
-    1024 best at 65536 x 4096 and 8192 x 2048, within 1% of the best at 32768 x 2048;
+    (``pallas_kernels/sweep_quantize.py``, H200, ``experiments/gpu_sessions/gpu_session12f.sh``):
+    2 rows x 1024 best at 65536 x 4096 and 8192 x 2048, within 1% of the best at 32768 x 2048;
     1 row per program 1.5x slower (NOTES_attention.md). v5 loads a block's eight-element parts
     as [block_m, chunk_k / block_size, 8] tensors, which need >= 8 elements per thread (else
     Triton splits a part over threads and adds layout conversions): chunk_k >= 128 threads x
