@@ -480,3 +480,23 @@ def test_jsonl_examples_go_through_the_tokenizer_when_the_run_is_built(tmp_path)
     with pytest.raises(ValueError, match=r"the prompt of example 41 \('What is 2\+2\?'\) "
                                          r"cannot be encoded: character 'W'"):
         X.build(config)
+
+
+def test_sft_batch_refuses_a_target_it_would_cut():
+    """A solution (with EOS) longer than max_new_tokens leaves after the prompt would lose its
+    end, and SFT would teach the policy never to stop: refused, naming the prompt and the
+    field. (The build checks this up front where it can measure solutions: the char tokenizer or
+    a JSONL task; here the measured width is bypassed as an HF tokenizer's would be.)"""
+    import dataclasses
+
+    from configs import tiny
+    from trace_jax import experiment as X
+    from trace_jax import run as RUN
+
+    exp = X.build(tiny.get_config())
+    toks, mask = RUN.sft_batch(exp, 0, 4)  # one-digit addition: at most 2 digits + EOS fit
+    assert mask.sum(1).max() <= exp.sampling.max_new_tokens
+    short = dataclasses.replace(exp, sampling=dataclasses.replace(exp.sampling, max_new_tokens=1))
+    with pytest.raises(ValueError, match=r"SFT target of '\d\+\d=' is \d tokens with EOS.*"
+                                         r"rollout.max_new_tokens=1"):
+        RUN.sft_batch(short, 0, 4)

@@ -66,6 +66,36 @@ def test_group_advantages():
         grpo.group_advantages(r, 4)
 
 
+@pytest.mark.parametrize("value,size", [(0.1, 8), (0.2, 16), (0.7, 16), (1 / 3, 5)])
+def test_group_of_equal_inexact_rewards_has_no_advantage(value, size):
+    """Rewards that f32 cannot hold exactly (a format reward of 0.1, say): the group mean is a
+    rounding step off each reward, and that step divided by its own std was a same-signed
+    advantage of up to ~0.1 for every sample. Exactly 0 now; a mixed group as by the formula."""
+    r = jnp.full((size,), value, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(grpo.group_advantages(r, size)), 0.0)
+    np.testing.assert_array_equal(np.asarray(grpo.group_advantages(r, size, std_norm=False)), 0.0)
+    mixed = np.array([value] * (size - 1) + [value + 0.5], np.float32)
+    want = (mixed.astype(np.float64) - mixed.mean(dtype=np.float64)) / (mixed.std(dtype=np.float64)
+                                                                        + 1e-6)
+    np.testing.assert_allclose(np.asarray(grpo.group_advantages(jnp.asarray(mixed), size)), want,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_kl_term_ignores_positions_outside_the_mask():
+    """A pad position whose log-prob sits ~90 nats below the reference's: exp of the difference
+    overflows f32, and inf * 0 made the loss and gradient NaN. Masked out before the exp now."""
+    cfg = grpo.GRPOConfig(kl_coef=0.1)
+    logp = jnp.asarray([[-1.0, -2.0, -95.0]])
+    ref = jnp.asarray([[-1.5, -1.0, -3.0]])
+    mask = jnp.asarray([[True, True, False]])
+    loss_fn = lambda lp: grpo.policy_loss(lp, lp, jnp.asarray([1.0]), mask, cfg, 3, ref)[0]  # noqa: E731
+    loss, g = jax.value_and_grad(loss_fn)(logp)
+    d = np.array([-0.5, 1.0])
+    want = np.mean(-1.0 + 0.1 * (np.exp(d) - d - 1))
+    assert float(loss) == pytest.approx(want, rel=1e-6)
+    assert np.all(np.isfinite(np.asarray(g))) and float(g[0, 2]) == 0.0
+
+
 @pytest.mark.parametrize("how", grpo.TRUNCATED)
 def test_truncated_responses(how):
     """Group of 3 with one truncated response scored 1: ``score`` keeps its reward, ``fail``
@@ -293,7 +323,11 @@ def test_corrupted_latest_checkpoint_is_skipped(finished_run, tmp_path, capsys):
     # restored state compiles its own) it reads from the compilation cache
     RUN.run(c)
     out = capsys.readouterr().out
-    assert "skipping unreadable checkpoint step 6" in out and "resumed from checkpoint step 4" in out
+    assert "skipping checkpoint step 6: incomplete, corrupted" in out
+    assert "resumed from checkpoint step 4" in out
+    # the unreadable step is deleted at once: it would count toward checkpoint.keep, and a
+    # resumed run saving more often would rotate out the good checkpoints before it
+    assert "deleting checkpoint step 6, which does not restore" in out
     got = read_metrics(tmp_path)
     assert [m["step"] for m in got] == [0, 1, 2, 3]
     for a, b in zip(read_metrics(finished_run), got):
@@ -359,8 +393,10 @@ def test_warm_start_from_a_finished_run(tmp_path, monkeypatch):
         return real(exp, tc, ts, *a, **k)
 
     monkeypatch.setattr(RUN, "rl_iteration", spy)
-    warm = small(tmp_path / "rl", init_from=str(tmp_path / "sft"), **{"sft.steps": 0,
-                                                                     "train.steps": 1})
+    # (the source's run state has neither a KL reference nor two stale versions: only its params
+    # are read)
+    warm = small(tmp_path / "rl", init_from=str(tmp_path / "sft"), **{
+        "sft.steps": 0, "train.steps": 1, "train.kl_coef": 0.05, "train.max_version_diff": 2})
     RUN.run(warm)
     assert [m["step"] for m in read_metrics(tmp_path / "rl")] == [0]
     jax.tree.map(np.testing.assert_array_equal, seen[0], jax.tree.map(np.asarray, sft_params))
@@ -368,10 +404,20 @@ def test_warm_start_from_a_finished_run(tmp_path, monkeypatch):
         RUN.X.build(warm), warm, RUN.train_config(warm))["params"])
     assert not np.array_equal(cold["embed"], seen[0]["embed"])
     with pytest.raises(FileNotFoundError, match="init_from"):
-        RUN.run(small(tmp_path / "x", init_from=str(tmp_path / "nowhere")))
-    with pytest.raises(ValueError, match="init_from=.*model shapes"):
+        RUN.run(small(tmp_path / "x", init_from=str(tmp_path / "nowhere"), **{"sft.steps": 0}))
+    with pytest.raises(ValueError, match="init_from=.*params of this config's model"):
         RUN.run(small(tmp_path / "y", init_from=str(tmp_path / "sft"),
                       **{"model.d_model": 64, "sft.steps": 0}))
+    # a source that trained on problems this run would hold out: another split key, or a
+    # larger held-out fraction than the source's
+    for over in ({"task.split_by": "prompt"}, {"task.eval_fraction": 0.5}):
+        with pytest.raises(ValueError, match="some of its held-out problems were trained on"):
+            RUN.run(small(tmp_path / "z", init_from=str(tmp_path / "sft"), **over,
+                          **{"sft.steps": 0}))
+    # a resume never reads init_from: the source may be gone
+    shutil.rmtree(tmp_path / "sft")
+    RUN.run(warm)
+    assert [m["step"] for m in read_metrics(tmp_path / "rl")] == [0]
 
 
 def test_repeated_nonfinite_steps_stop_with_message(tmp_path, monkeypatch):
@@ -451,7 +497,9 @@ def test_micro_batches_refuse_leaves_of_another_batch():
 def test_resume_with_another_config_is_refused(finished_run, tmp_path):
     """Rerunning a finished workdir with another variant (or model, numerics, hyperparameter)
     stops before any step and changes nothing, where it used to "resume" the old run's
-    checkpoint and relabel its results; a longer run or other checkpoint cadence resumes."""
+    checkpoint and relabel its results. A task option added or dropped counts as a change, and
+    so does a longer run (train.steps sets the learning-rate schedule: the message says to warm
+    start a new workdir instead); another checkpoint cadence resumes."""
     shutil.copytree(finished_run, tmp_path, dirs_exist_ok=True)
     before = open(tmp_path / "config.json").read()
     with pytest.raises(ValueError, match=r"another config \(variant: 'trace' -> 'fp4_naive'\)"):
@@ -459,8 +507,20 @@ def test_resume_with_another_config_is_refused(finished_run, tmp_path):
     assert open(tmp_path / "config.json").read() == before
     with pytest.raises(ValueError, match=r"numerics.fmt: 'nvfp4' -> 'mxfp4'.*new --config.workdir"):
         RUN.check_resume_config(str(tmp_path), small(tmp_path, **{"numerics.fmt": "mxfp4"}))
-    RUN.check_resume_config(str(tmp_path), small(tmp_path, **{"train.steps": 9,
-                                                             "checkpoint.every": 5}))
+    with pytest.raises(ValueError, match=r"train.steps: 4 -> 9.*learning-rate schedule.*"
+                                         r"--config.init_from="):
+        RUN.check_resume_config(str(tmp_path), small(tmp_path, **{"train.steps": 9}), step=6)
+    # (a checkpoint that has taken no RL step yet, e.g. an SFT-only run's, takes a new length)
+    RUN.check_resume_config(str(tmp_path), small(tmp_path, **{"train.steps": 9}), step=2)
+    added = small(tmp_path)
+    added.task.kwargs.reverse = True
+    with pytest.raises(ValueError, match=r"task.kwargs.reverse: \(absent\) -> True"):
+        RUN.check_resume_config(str(tmp_path), added)
+    dropped = small(tmp_path)
+    del dropped.task.kwargs["digits"]
+    with pytest.raises(ValueError, match=r"task.kwargs.digits: 1 -> \(absent\)"):
+        RUN.check_resume_config(str(tmp_path), dropped)
+    RUN.check_resume_config(str(tmp_path), small(tmp_path, **{"checkpoint.every": 5}))
 
 
 def test_resume_of_a_run_from_before_the_problem_split(finished_run, tmp_path):
@@ -675,13 +735,14 @@ def _toy_batch(tmp_path, loss_agg, rows=None, in_loss=None, router_z_coef=1e-4):
 
 
 def _sgd_step(exp, tc, params, batch, micro_batches):
-    """(new params, loss, pg_loss) of one rl_step with SGD at lr 1 (new params = params - grads)."""
+    """(new params, loss, pg_loss, metrics) of one rl_step with SGD at lr 1 (new params = params
+    - grads)."""
     opt = optax.sgd(1.0)
     st = TR.TrainState(jax.tree.map(jnp.copy, params), opt.init(params))
     st, m, _ = TR.rl_step(st, batch, None, cfg=exp.cfg, numerics=exp.train_numerics,
                           tc=dataclasses.replace(tc, micro_batches=micro_batches), opt=opt,
                           max_len=batch.tokens.shape[1])
-    return st.params, float(m["loss"]), float(m["pg_loss"])
+    return st.params, float(m["loss"]), float(m["pg_loss"]), jax.tree.map(np.asarray, m)
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean"])
@@ -703,14 +764,24 @@ def test_trajectories_out_of_the_loss_are_as_if_absent(loss_agg, tmp_path):
 def test_micro_batches_give_the_full_batch_gradient(loss_agg, tmp_path):
     """train.micro_batches accumulates the full batch's gradient: with token_mean each
     micro-batch's policy loss counts by its response tokens (a 1-token and a 4-token response in
-    different micro-batches weigh as in one batch), not as a mean of per-micro-batch means."""
+    different micro-batches weigh as in one batch), not as a mean of per-micro-batch means. The
+    logged alignment metrics are the full batch's too (they were means of the micro-batches'
+    means: 3x off in a case like this), and a micro-batch with no loss tokens does not count."""
     exp, tc, params, batch = _toy_batch(tmp_path, loss_agg)
     out = {n: _sgd_step(exp, tc, params, batch, n) for n in (1, 2, 4)}
+    same_metrics = ("logprob_gap_mean", "kl_k3", "is_clip_frac", "entropy", "is_weight_mean",
+                    "routing_agreement", "logprob_gap_max")
     for n in (2, 4):
         assert out[n][1] == pytest.approx(out[1][1], rel=1e-5, abs=1e-7)
         assert out[n][2] == pytest.approx(out[1][2], rel=1e-5, abs=1e-7)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                      out[n][0], out[1][0])
+        for k in same_metrics:
+            assert out[n][3][k] == pytest.approx(out[1][3][k], rel=1e-5, abs=1e-7), (n, k)
+    # rows 0 and 1 out of the loss: micro-batch 0 of 2 has no loss tokens
+    exp, tc, params, masked = _toy_batch(tmp_path, loss_agg, in_loss=[False, False, True, True])
+    one, two = (_sgd_step(exp, tc, params, masked, n)[3] for n in (1, 2))
+    assert two["is_weight_mean"] == pytest.approx(one["is_weight_mean"], rel=1e-5)
 
 
 def test_truncated_mask_runs_end_to_end(tmp_path):

@@ -1,8 +1,8 @@
 """Orbax checkpoints of the whole run state: saved atomically every N steps, keeping the last K;
 restore takes the newest checkpoint that reads back completely and skips (with a warning) any
-that is incomplete or corrupted. When checkpoints exist and none of them restores (a config that
-changed the state's shapes, unreadable storage), restore raises rather than let a fresh run
-overwrite them."""
+that is incomplete or corrupted, deleting it once an older one has restored. When checkpoints
+exist and none of them restores (a config that changed the state's shapes, unreadable storage),
+restore raises rather than let a fresh run overwrite them."""
 
 from __future__ import annotations
 
@@ -38,34 +38,76 @@ class Checkpointer:
         """(step, state) from the newest checkpoint that restores into ``abstract_state``, or
         (None, None) if the directory holds none. Raises :class:`CheckpointMismatchError` when
         there are checkpoints but none restores. ``defaults``: top-level entries of the state
-        that older checkpoints may lack, each with the value such a checkpoint restores with."""
+        that older checkpoints may lack, each with the value such a checkpoint restores with.
+        Newer checkpoints that did not restore are deleted once one has: they count toward
+        ``keep`` and would otherwise outlive the good ones the resumed run's saves rotate out."""
+
+        def read(step):
+            saved = self.mngr.item_metadata(step) if defaults else {}
+            missing = {k: v for k, v in (defaults or {}).items()
+                       if k in abstract_state and k not in saved}
+            abstract = {k: v for k, v in abstract_state.items() if k not in missing}
+            return {**self.mngr.restore(step, args=ocp.args.StandardRestore(abstract)), **missing}
+
+        step, state, skipped = self._newest(read, "this run's state")
+        for bad in skipped:
+            if jax.process_index() == 0:
+                print(f"WARNING: deleting checkpoint step {bad}, which does not restore; the run "
+                      f"resumes from step {step}", flush=True)
+            self.mngr.delete(bad)
+        return step, state
+
+    def restore_latest_params(self, abstract_params):
+        """(step, params) from the newest checkpoint whose ``params`` entry restores into
+        ``abstract_params``, reading that entry alone (the optimizer state, stale versions and
+        KL reference may have any structure), or (None, None) if there are no checkpoints.
+        Raises :class:`CheckpointMismatchError` when there are some and none restores."""
+        item = {"params": abstract_params}
+        args = ocp.args.PyTreeRestore(
+            item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+            partial_restore=True)
+        reader = ocp.CheckpointManager(self.directory,
+                                       item_handlers=ocp.PyTreeCheckpointHandler())
+
+        def read(step):
+            out = reader.restore(step, args=args)
+            got = jax.tree.map(lambda a: (tuple(a.shape), a.dtype), out)
+            want = jax.tree.map(lambda a: (tuple(a.shape), a.dtype), item)
+            if got != want:  # (a target without shardings reads numpy arrays as stored)
+                raise ValueError("stored params differ in shape or dtype from the requested ones")
+            return out
+
+        try:
+            step, out, _ = self._newest(read, "this config's params")
+        finally:
+            reader.close()
+        return step, None if out is None else out["params"]
+
+    def _newest(self, read, what: str):
+        """(step, read(step), newer steps whose read failed) for the newest step that reads,
+        or (None, None, []) without checkpoints."""
         self.mngr.reload()
-        failures = []
+        failures, skipped = [], []
         for step in sorted(self.mngr.all_steps(), reverse=True):
             try:
-                saved = self.mngr.item_metadata(step) if defaults else {}
-                missing = {k: v for k, v in (defaults or {}).items()
-                           if k in abstract_state and k not in saved}
-                abstract = {k: v for k, v in abstract_state.items() if k not in missing}
-                state = self.mngr.restore(step, args=ocp.args.StandardRestore(abstract))
-                state = {**state, **missing}
+                return step, read(step), skipped
             except Exception as e:  # noqa: BLE001 - any read failure means unusable
                 failures.append(f"step {step}: {type(e).__name__}: {str(e)[:300]}")
-                log.warning("checkpoint %s/%d is incomplete or corrupted (%s: %s); skipping it",
-                            self.directory, step, type(e).__name__, str(e)[:200])
+                skipped.append(step)
+                log.warning("checkpoint %s/%d does not restore into %s (%s: %s); skipping it",
+                            self.directory, step, what, type(e).__name__, str(e)[:200])
                 if jax.process_index() == 0:
-                    print(f"WARNING: skipping unreadable checkpoint step {step} "
-                          f"({type(e).__name__}: {str(e)[:120]})", flush=True)
-                continue
-            return step, state
+                    print(f"WARNING: skipping checkpoint step {step}: incomplete, corrupted or "
+                          f"not shaped like {what} ({type(e).__name__}: {str(e)[:120]})",
+                          flush=True)
         if failures:
             raise CheckpointMismatchError(
-                f"none of the {len(failures)} checkpoints in {self.directory} restores into this "
-                f"run's state, so the run cannot resume, and starting fresh would overwrite them. "
+                f"none of the {len(failures)} checkpoints in {self.directory} restores into "
+                f"{what}, so the run cannot resume, and starting fresh would overwrite them. "
                 f"A config that changes the state (model shapes, param_dtype, train.kl_coef, "
                 f"train.max_version_diff) needs a new workdir; to start over, remove "
                 f"{self.directory}. Errors: " + "; ".join(failures))
-        return None, None
+        return None, None, []
 
     def close(self):
         self.mngr.close()
@@ -92,17 +134,17 @@ def load_params(path: str, config):
     # onto this process's first device, whatever mesh or process count saved it
     dev = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=dev),
-                            jax.eval_shape(lambda: RUN.initial_state(exp, config, tc)))
+                            jax.eval_shape(lambda: RUN.initial_state(exp, config, tc))["params"])
     ck = Checkpointer(d)
     try:
-        step, state = ck.restore_latest(abstract, defaults=RUN.STATE_DEFAULTS)
+        step, params = ck.restore_latest_params(abstract)
     except CheckpointMismatchError as e:  # (its advice is the training loop's; this only reads)
         raise ValueError(
-            f"no checkpoint under {d!r} fits this config's run state: pass the config the run "
-            f"was trained with (its workdir's config.json lists it). Checkpoint errors: "
+            f"no checkpoint under {d!r} holds params of this config's model: pass the config the "
+            f"run was trained with (its workdir's config.json lists it). Checkpoint errors: "
             f"{str(e).split('Errors: ', 1)[-1]}") from None
     finally:
         ck.close()
-    if state is None:
+    if params is None:
         raise FileNotFoundError(f"no complete, readable checkpoint under {d!r}")
-    return state["params"]
+    return params

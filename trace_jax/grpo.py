@@ -44,14 +44,19 @@ class GRPOConfig:
 
 def group_advantages(rewards_B, group_size: int, std_norm: bool = True, eps: float = 1e-6):
     """A_i = (r_i - mean_group) / (std_group + eps); without std_norm just r_i - mean_group.
-    Trajectories of one prompt are consecutive (see ``rollout.repeat_prompts``)."""
+    Trajectories of one prompt are consecutive (see ``rollout.repeat_prompts``). A group of
+    equal rewards gets exactly 0: the rewards are taken relative to the group's first before
+    the mean (the same advantages in exact arithmetic), since the f32 mean of e.g. eight 0.1s
+    is not 0.1, and dividing that rounding error by its own std would give every sample of the
+    group a push of the same sign."""
     B = rewards_B.shape[0]
     if B % group_size:
         raise ValueError(f"{B} trajectories are not a whole number of groups of {group_size}")
     r = rewards_B.reshape(B // group_size, group_size).astype(jnp.float32)
-    a = r - jnp.mean(r, axis=1, keepdims=True)
+    c = r - r[:, :1]
+    a = c - jnp.mean(c, axis=1, keepdims=True)
     if std_norm:
-        a = a / (jnp.std(r, axis=1, keepdims=True) + eps)
+        a = a / (jnp.std(c, axis=1, keepdims=True) + eps)
     return a.reshape(B)
 
 
@@ -105,7 +110,9 @@ def policy_loss(logp_BxT, rollout_lp_BxT, adv_B, mask_BxT, cfg: GRPOConfig, max_
     w = is_weights(old, rollout_lp_BxT, mask_BxT, cfg)
     per_tok = w * pg
     if cfg.kl_coef and ref_lp_BxT is not None:
-        d = ref_lp_BxT - logp_BxT
+        # (0 outside the mask: exp of a pad position's difference could overflow, and inf * 0
+        # would make the loss NaN)
+        d = jnp.where(mask_BxT, ref_lp_BxT - logp_BxT, 0.0)
         per_tok = per_tok + cfg.kl_coef * (jnp.exp(d) - d - 1)
     loss = aggregate(per_tok, m, cfg.loss_agg, max_len)
     return loss, {"is_weight_mean": jnp.sum(w * m) / jnp.maximum(jnp.sum(m), 1.0)}

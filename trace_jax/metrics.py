@@ -67,6 +67,15 @@ def code_stats(trainer: dict, rollout: dict, valid_BxT,
 
 
 def code_metrics(trainer_codes: dict, rollout_codes: dict, valid_BxT, hinted: frozenset) -> dict:
+    """Code agreement at hinted and unhinted sites, the distance histogram and the share of
+    mismatches one step apart (NaN where nothing was compared or nothing mismatched)."""
+    return code_metrics_and_counts(trainer_codes, rollout_codes, valid_BxT, hinted)[0]
+
+
+def code_metrics_and_counts(trainer_codes: dict, rollout_codes: dict, valid_BxT,
+                            hinted: frozenset) -> tuple[dict, dict]:
+    """:func:`code_metrics` and, for each ratio among them, the count it divides by (to combine
+    the metrics of several micro-batches, weighted)."""
     names = sorted(set(trainer_codes) & set(rollout_codes))
     h_names = [n for n in names if n in hinted]
     u_names = [n for n in names if n not in hinted]
@@ -80,7 +89,8 @@ def code_metrics(trainer_codes: dict, rollout_codes: dict, valid_BxT, hinted: fr
         "code_agreement_unhinted": jnp.where(n_u > 0, eq_u / jnp.maximum(n_u, 1), nan),
         "code_distance_hist": hist,
         "mismatch_one_step_frac": jnp.where(mism > 0, hist[1] / jnp.maximum(mism, 1), nan),
-    }
+    }, {"code_agreement_hinted": n_h, "code_agreement_unhinted": n_u,
+        "mismatch_one_step_frac": mism}
 
 
 def routing_agreement(a_LxBxTxK, b_LxBxTxK, valid_BxT) -> jax.Array:

@@ -188,9 +188,9 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
                          f"model.max_seq_len={cfg.max_seq_len}")
     V = cfg.vocab_size  # (inside the rollout's jit an id outside it would embed as NaN: refused
     # here, on the host, where the prompts of every process can be read)
-    if not 0 <= sampling.pad_id < V or not (sampling.eos_id == -1 or 0 <= sampling.eos_id < V):
+    if not 0 <= sampling.pad_id < V or not sampling.eos_id < V:
         raise ValueError(f"sampling pad_id={sampling.pad_id} / eos_id={sampling.eos_id} outside "
-                         f"the model's vocabulary [0, {V}) (eos_id=-1: no EOS)")
+                         f"the model's vocabulary [0, {V}) (a negative eos_id: no EOS)")
     if not isinstance(prompts_BxP, jax.core.Tracer):
         ids = D.to_host(prompts_BxP)
         if ids.size and (ids.min() < 0 or ids.max() >= V):

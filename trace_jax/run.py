@@ -96,9 +96,7 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
             f"loss and its importance weights treat the responses as samples of the policy "
             f"itself (temperature 1, no truncation), so RL runs sample that way; evaluation "
             f"(experiments/evaluate.py) takes its own sampling settings")
-    init_from = config.get("init_from", "")
-    if init_from and not os.path.isdir(init_from):
-        raise FileNotFoundError(f"init_from={init_from!r}: no such run directory")
+    init_from = config.get("init_from", "")  # (read only by a fresh start: warm_start_params)
     if init_from and config.sft.steps:
         raise ValueError(f"init_from={init_from!r} starts from that run's params in place of the "
                          f"SFT warm start; set sft.steps=0 (it is {config.sft.steps})")
@@ -106,16 +104,45 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
 
 def warm_start_params(config, pl: Placement | None):
     """The trainer params of the finished run ``config.init_from`` (its newest readable
-    checkpoint), placed like a fresh run's params; its model must match this config's."""
+    checkpoint), placed like a fresh run's params; its model must match this config's, and its
+    held-out split must not have trained on this run's (:func:`check_warm_start_split`)."""
+    src = config.init_from
+    if not os.path.isdir(src):
+        raise FileNotFoundError(f"init_from={src!r}: no such run directory")
+    check_warm_start_split(src, config)
     try:
-        params = C.load_params(config.init_from, config)
-    except Exception as e:  # none there, or none that restores into this config's state tree
-        raise ValueError(f"init_from={config.init_from!r}: no checkpoint there restores into this "
-                         f"config's state; the source run's model shapes, train.max_version_diff "
-                         f"and train.kl_coef must match this run's ({type(e).__name__}: {e})") from e
+        params = C.load_params(src, config)
+    except Exception as e:  # none there, or none whose params fit this config's model
+        raise ValueError(f"init_from={src!r}: no checkpoint there holds params of this config's "
+                         f"model ({type(e).__name__}: {e})") from e
     return params if pl is None else D.put_global(params, pl.params)
 
 
+def check_warm_start_split(src: str, config) -> None:
+    """Raise a ValueError if the run in ``src`` (same task) may have trained on problems that
+    ``config`` holds out. The split is a fixed function of each problem's key
+    (:func:`tasks.split_of`), so this run's held-out set lies inside the source's exactly when
+    both split by the same key and this run holds out no larger a fraction (or none at all).
+    A source without config.json (a bare checkpoints folder) is not checked."""
+    path = os.path.join(src, "config.json")
+    frac = config.task.get("eval_fraction", tasks.EVAL_FRACTION)
+    if not frac or not os.path.exists(path):
+        return
+    with open(path) as f:
+        saved = json.load(f).get("task", {})
+    if saved.get("name") != config.task.name:
+        return  # another task's problems: none of them is held out here
+    # (configs saved before sessions 37 / 41 lack the fields: ADDED_FIELDS' values)
+    src_frac = saved.get("eval_fraction", ADDED_FIELDS["task.eval_fraction"])
+    src_by = saved.get("split_by", ADDED_FIELDS["task.split_by"])
+    by = config.task.get("split_by", "prompt")
+    if src_by != by or frac > src_frac:
+        raise ValueError(
+            f"init_from={src!r} trained on task {saved.get('name')!r} holding out "
+            f"eval_fraction={src_frac} split by {src_by!r}; this run holds out "
+            f"eval_fraction={frac} split by {by!r}, so some of its held-out problems were "
+            f"trained on (by SFT or RL) in the source run. Use the source's task.split_by "
+            f"and an eval_fraction <= {src_frac}, or start without init_from")
 @dataclasses.dataclass(frozen=True)
 class Placement:
     """Where state lives on a multi-device mesh: trainer params/optimizer by the training rules
@@ -206,10 +233,21 @@ def place_state(state: dict, pl: Placement | None, opt) -> dict:
     return out
 
 
-# Config fields a resumed run may change: its length, checkpoint cadence, device layout, memory
-# split and stopping rule. Any other difference from the run's config.json is another experiment.
-RESUMABLE = ("train.steps", "train.micro_batches", "train.max_nonfinite_steps", "checkpoint.",
-             "distributed.", "mesh.", "workdir", "init_from")
+# Config fields a resumed run may change: its checkpoint cadence, device layout, memory split and
+# stopping rule. Any other difference from the run's config.json is another experiment; that
+# includes train.steps, which sets the learning-rate schedule's cosine horizon.
+RESUMABLE = ("train.micro_batches", "train.max_nonfinite_steps", "checkpoint.", "distributed.",
+             "mesh.", "workdir", "init_from")
+# Free-form dicts: an entry that only one side has is a difference (a task option added or dropped).
+FREE_FORM = ("task.kwargs.",)
+
+
+class _Absent:
+    def __repr__(self):
+        return "(absent)"
+
+
+_ABSENT = _Absent()
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -227,12 +265,15 @@ def _flat(d: dict, prefix: str = "") -> dict:
 ADDED_FIELDS = {"task.eval_fraction": tasks.EVAL_FRACTION, "task.split_by": "prompt"}
 
 
-def check_resume_config(workdir: str, config) -> None:
+def check_resume_config(workdir: str, config, step: int | None = None) -> None:
     """Raise a ValueError naming the fields, if ``workdir``'s config.json (the run being resumed)
-    differs from ``config`` outside :data:`RESUMABLE`. A field the saved config lacks is compared
+    differs from ``config`` outside :data:`RESUMABLE`. ``train.steps`` may change too while the
+    checkpoint being resumed (global ``step``) has taken no RL step: an SFT-only run continued
+    with RL has not used the schedule yet. A field the saved config lacks is compared
     as its :data:`ADDED_FIELDS` value where it has one (a run from before it split by prompt
-    text); other fields only one side has are not compared; a workdir without config.json is not
-    checked."""
+    text); an entry of a :data:`FREE_FORM` dict that one side lacks is a difference; other fields
+    only one side has (schema fields of another code version) are not compared. A workdir without
+    config.json is not checked."""
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         return
@@ -240,14 +281,23 @@ def check_resume_config(workdir: str, config) -> None:
         saved = _flat(json.load(f))
     now = _flat(json.loads(config.to_json_best_effort()))
     saved = {**{k: v for k, v in ADDED_FIELDS.items() if k in now}, **saved}
-    diff = sorted(k for k in saved.keys() & now.keys()
-                  if saved[k] != now[k] and not k.startswith(RESUMABLE))
+    keys = (saved.keys() & now.keys()) | {k for k in saved.keys() ^ now.keys()
+                                          if k.startswith(FREE_FORM)}
+    resumable = RESUMABLE + (("train.steps",) if step is not None and step <= config.sft.steps
+                             else ())
+    diff = sorted(k for k in keys if saved.get(k, _ABSENT) != now.get(k, _ABSENT)
+                  and not k.startswith(resumable))
     if diff:
-        shown = ", ".join(f"{k}: {saved[k]!r} -> {now[k]!r}" for k in diff[:5])
+        shown = ", ".join(f"{k}: {saved.get(k, _ABSENT)!r} -> {now.get(k, _ABSENT)!r}"
+                          for k in diff[:5])
+        steps = (" train.steps sets the learning-rate schedule (warmup-cosine over train.steps), "
+                 "so a run cannot be lengthened in place: to train a finished run further, start "
+                 "a new workdir with --config.init_from=" + workdir + " --config.sft.steps=0."
+                 if "train.steps" in diff else "")
         raise ValueError(
             f"{workdir} holds a run with another config ({shown}{', ...' if len(diff) > 5 else ''}"
             f"); resuming it would mix two experiments. Use a new --config.workdir, or the run's "
-            f"own config (a resume may change only {', '.join(RESUMABLE)})")
+            f"own config (a resume may change only {', '.join(RESUMABLE)}).{steps}")
 
 
 def workdir_of(config) -> str:
@@ -293,7 +343,12 @@ def sft_batch(exp: X.Experiment, step: int, batch_size: int):
     mask = np.zeros((len(examples), T), bool)
     for i, e in enumerate(examples):
         p = exp.tokenizer.encode(e.prompt, add_bos=True)
-        s = exp.tokenizer.encode(e.solution, add_eos=True)[: T - len(p)]
+        s = exp.tokenizer.encode(e.solution, add_eos=True)
+        if len(p) + len(s) > T:  # (a cut target would teach the policy never to stop)
+            raise ValueError(
+                f"SFT target of {e.prompt!r} is {len(s)} tokens with EOS, more than the "
+                f"{T - len(p)} that rollout.max_new_tokens={exp.sampling.max_new_tokens} leaves "
+                f"after its prompt; raise rollout.max_new_tokens")
         toks[i, : len(p) + len(s)] = p + s
         mask[i, len(p): len(p) + len(s)] = True
     return jnp.asarray(toks), jnp.asarray(mask)
@@ -427,7 +482,7 @@ def run(config) -> dict:
         else:
             log(f"starting {config.variant} run in {workdir}")
     else:
-        check_resume_config(workdir, config)
+        check_resume_config(workdir, config, step0)
         log(f"resumed from checkpoint step {step0} in {workdir}")
     del fresh
     main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar

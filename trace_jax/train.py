@@ -141,11 +141,19 @@ def _apply_if_finite(opt, state: TrainState, loss, grads):
                       jax.tree.map(keep, new_opt, state.opt_state)), finite
 
 
-def _reduce_metrics(ms: dict) -> dict:
-    """Average over micro-batches; *_max keys take the max; histograms add."""
+def _reduce_metrics(ms: dict, ws: dict) -> dict:
+    """The full batch's metrics from the micro-batches' [n] values: a metric with weights ``ws``
+    (the count its mean divides by, per micro-batch) is their weighted mean, NaN where every
+    count is 0, so it does not depend on train.micro_batches; *_max keys take the max;
+    histograms add; any other metric (the router terms) is the mean over micro-batches."""
     out = {}
     for k, v in ms.items():
-        if k.endswith("_max"):
+        if k in ws:
+            w = ws[k]
+            total = jnp.sum(w)
+            out[k] = jnp.where(total > 0, jnp.sum(jnp.where(w > 0, v, 0.0) * w)
+                               / jnp.maximum(total, 1.0), jnp.nan)
+        elif k.endswith("_max"):
             out[k] = jnp.max(v)
         elif k.endswith("_hist"):
             out[k] = jnp.sum(v, axis=0)
@@ -175,8 +183,9 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
             ref_logits, _, _ = M.forward(ref_params, mb.tokens, cfg=cfg, numerics=numerics,
                                          forced_experts_LxBxTxK=experts)
             ref_lp = jax.lax.stop_gradient(R.token_logprobs(ref_logits, mb.tokens))
-        pl, parts = grpo.policy_loss(logp, mb.rollout_logprobs, mb.advantages, loss_mask(mb),
-                                     tc.grpo, max_len, ref_lp)
+        lm = loss_mask(mb)
+        pl, parts = grpo.policy_loss(logp, mb.rollout_logprobs, mb.advantages, lm, tc.grpo,
+                                     max_len, ref_lp)
         router = tc.router_aux_coef * aux.lb_loss + tc.router_z_coef * aux.z_loss
         loss = pl + router
         m = dict(MT.logprob_metrics(logp, mb.rollout_logprobs, mb.response_mask, tc.grpo.is_cap))
@@ -184,20 +193,28 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
                  z_loss=aux.z_loss,
                  entropy=grpo.entropy(logits, mb.response_mask),
                  routing_agreement=MT.routing_agreement(aux.experts, experts, mb.valid))
+        # the positions each mean divides by, to weight the micro-batches' means
+        n_resp = jnp.sum(mb.response_mask, dtype=jnp.float32)
+        w = {k: n_resp for k in ("logprob_gap_mean", "kl_k3", "is_clip_frac", "entropy")}
+        w.update(is_weight_mean=jnp.sum(lm, dtype=jnp.float32),
+                 routing_agreement=jnp.sum(mb.valid, dtype=jnp.float32))
         if mb.rollout_codes:
-            cm = MT.code_metrics(aux.codes, mb.rollout_codes, mb.recorded, numerics.hinted)
-            m.update({k: v for k, v in cm.items()})
-        return loss, m
+            cm, counts = MT.code_metrics_and_counts(aux.codes, mb.rollout_codes, mb.recorded,
+                                                    numerics.hinted)
+            m.update(cm)
+            w.update(counts)
+        return loss, (m, w)
 
     xs, rebuild = _split_micro(batch, tc.micro_batches)
     n = tc.micro_batches
     share_N = pg_shares(loss_mask(batch), n, tc.grpo.loss_agg)
 
     def scaled_loss(params, mb: Batch, share):
-        """This micro-batch's part of the full batch's loss: its share of the policy loss, 1/n
-        of the router terms (so the summed gradients are the full batch's)."""
-        _, m = loss_fn(params, mb)
-        return share * m["pg_loss"] + m["router_loss"] / n, m
+        """This micro-batch's part of the full batch's loss: its share of the policy loss (so
+        the summed policy gradients are the full batch's), 1/n of its own router terms (the
+        load-balancing and z losses of its tokens: close to, not equal to, the full batch's)."""
+        _, (m, w) = loss_fn(params, mb)
+        return share * m["pg_loss"] + m["router_loss"] / n, (m, w)
 
     def body(acc, xs_i):
         xs_i, share = xs_i
@@ -206,10 +223,10 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
         return jax.tree.map(jnp.add, acc, g), (loss, m)
 
     zeros = jax.tree.map(jnp.zeros_like, state.params)
-    grads, (losses, ms) = jax.lax.scan(body, zeros, (xs, share_N))
+    grads, (losses, (ms, ws)) = jax.lax.scan(body, zeros, (xs, share_N))
     loss = jnp.sum(losses)
     state, finite = _apply_if_finite(opt, state, loss, grads)
-    m = _reduce_metrics(ms)
+    m = _reduce_metrics(ms, ws)
     m["loss"], m["pg_loss"] = loss, jnp.sum(share_N * ms["pg_loss"])
     m["grad_norm"] = optax.tree.norm(grads)
     return state, m, finite
