@@ -6,7 +6,7 @@ import ml_collections
 def base_config():
     c = ml_collections.ConfigDict()
     c.seed = 0  # PRNG seed for everything
-    c.workdir = ""  # output directory (metrics, checkpoints); "" = runs/<config name>
+    c.workdir = ""  # output directory (metrics, checkpoints); "" = runs/default
     # warm start: a finished run's directory whose newest checkpoint's params (not its optimizer)
     # start this run instead of a random init; "" = random init (then config.sft)
     c.init_from = ""
@@ -30,8 +30,8 @@ def base_config():
     c.numerics = ml_collections.ConfigDict(dict(
         fmt="nvfp4",  # "nvfp4" (16-blocks, E4M3 scales) or "mxfp4" (32-blocks, E8M0 scales)
         # site kinds (all layers) or regexes over names like "layers/3/moe/expert_in"
-        sites=["moe/expert_in", "moe/expert_hidden", "moe/expert_weights", "attn/kv"],
-        hint_sites=["moe/expert_in", "moe/expert_hidden", "attn/kv"],
+        sites=("moe/expert_in", "moe/expert_hidden", "moe/expert_weights", "attn/kv"),
+        hint_sites=("moe/expert_in", "moe/expert_hidden", "attn/kv"),
         hint_layers="last_half",  # "last_half" | "all" | "none" | fraction of last layers | [layers]
         hint_kind="mantissa",  # "mantissa" (TRACE's 1-bit hint) | "exact" (full codes)
     ))
@@ -39,7 +39,10 @@ def base_config():
     # Which runs: the experiment variant (trace_jax.experiment.VARIANTS).
     c.variant = "trace"  # bf16 | fp4_naive | fp4_qat_rtn | fp4_qat_w4a16 | trace
 
-    c.tokenizer = ml_collections.ConfigDict(dict(kind="char", path=""))
+    # kind "char" (one token per character) or "hf" (path: a tokenizer.json; pad / bos / eos
+    # token spellings, "" = the first of the common ones the vocabulary has)
+    c.tokenizer = ml_collections.ConfigDict(dict(kind="char", path="", pad_token="", bos_token="",
+                                                 eos_token=""))
     # Task: trace_jax.tasks.get_task(name, **kwargs); eval_fraction: the share of the task's
     # problems held out for evaluation (never trained on, SFT included); split_by: what the split
     # hashes, "problem" (Task.split_key: 12+34= and 34+12= together) or "prompt" (the text; runs
@@ -108,4 +111,10 @@ def base_config():
     c.distributed = ml_collections.ConfigDict(dict(
         enabled="auto", coordinator_address="", num_processes=0, process_id=-1,
         local_device_ids=""))
+    # Locked: a config file that sets a field this schema lacks (a typo: rollout.max_new_token)
+    # fails when it loads, naming the field, as a --config.* override does; task.kwargs (the
+    # task's own options) and mesh.rules stay open.
+    c.lock()
+    c.task.kwargs.unlock()
+    c.mesh.rules.unlock()
     return c

@@ -49,11 +49,12 @@ def evaluate(config, params, numerics: nx.Numerics, n_batches: int, *,
         raise ValueError(f"n_batches must be >= 1, got {n_batches}")
     exp = X.build(config)
     sampling = dataclasses.replace(exp.sampling, temperature=0.0, top_k=0, top_p=1.0)
-    rparams = pack_params_ptq(params, numerics, scale_rule)
+    rparams = pack_params_ptq(params, numerics, scale_rule, dtype=exp.cfg.dtype)  # (as the run's)
     key = jax.random.key(0)  # unused at temperature 0
-    correct, comps_all = [], []
+    correct, comps_all, prompts_seen = [], [], set()
     for b in range(n_batches):
         examples = exp.eval_data.batch(b)
+        prompts_seen.update(e.prompt for e in examples)
         prompts, lens = X.encode_prompts(exp, examples)
         ro = R.generate(rparams, prompts, lens, key, cfg=exp.cfg, numerics=numerics,
                         sampling=sampling, capture_hints=False)
@@ -63,5 +64,7 @@ def evaluate(config, params, numerics: nx.Numerics, n_batches: int, *,
         comps_all += comps
     acc = float(np.mean(correct))
     if return_details:
-        return acc, {"n": len(correct), "completions": comps_all}
+        # (batches draw held-out problems with replacement: a small split repeats prompts)
+        return acc, {"n": len(correct), "distinct_prompts": len(prompts_seen),
+                     "completions": comps_all}
     return acc

@@ -425,6 +425,7 @@ def test_config_eval_fraction_reaches_every_data_stream():
     key = lambda p: exp.task.split_key(Example(p, "", ""))  # noqa: E731
     assert exp.train_data.split_by == exp.eval_data.split_by == "problem"
     assert not {key(p) for p in held} & {key(p) for p in rl | sft}
+    config.task.unlock()  # (a config.json from before the field: loaded unlocked)
     del config.task["eval_fraction"]
     assert X.build(config).eval_data.eval_fraction == 0.05
 

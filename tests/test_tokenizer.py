@@ -141,3 +141,44 @@ def test_hf_tokenizer(hf_json):
     assert (toks[0, : 8 - lens[0]] == 0).all()
     cfg = ml_collections.ConfigDict({"tokenizer": {"kind": "hf", "path": str(path)}})
     assert get_tokenizer(cfg).encode("5+5=") == tok.encode("5+5=")
+
+
+def _bpe_without_unknown(tmp_path):
+    """A BPE with no unknown token and no byte fallback: it drops characters it lacks."""
+    tokenizers = pytest.importorskip("tokenizers", reason="HuggingFace tokenizers not installed")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.decoder = decoders.Fuse()
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.BpeTrainer(vocab_size=40, special_tokens=["<pad>", "<s>", "</s>"],
+                                  initial_alphabet=list("0123456789+="), show_progress=False)
+    tok.train_from_iterator([f"{a}+{b}=" for a in range(20) for b in range(20)], trainer)
+    path = tmp_path / "no_unk.json"
+    tok.save(str(path))
+    return str(path), tok
+
+
+def test_hf_tokenizer_refuses_text_it_would_drop(tmp_path):
+    """The raw tokenizer drops the 'x' of '12+x=3' (the prompt silently becomes '12+=3');
+    HFTokenizer names the character instead. Whitespace a pre-tokenizer splits on is not text."""
+    path, raw = _bpe_without_unknown(tmp_path)
+    assert raw.decode(raw.encode("12+x=3", add_special_tokens=False).ids) == "12+=3"
+    tok = HFTokenizer(path)
+    with pytest.raises(ValueError, match=r"character 'x' \(position 3 of '12\+x=3'\) is dropped or changed"):
+        tok.encode("12+x=3")
+    assert tok.decode(tok.encode("12+ 3=")) == "12+3="
+
+
+def test_hf_tokenizer_reads_special_token_spellings_as_text(hf_json, tmp_path):
+    """'</s>' inside a prompt is four characters, not the EOS id (which ended the prompt at
+    decode); the special-token names come from the config's tokenizer fields."""
+    path, _ = hf_json
+    tok = HFTokenizer(str(path))
+    with pytest.raises(ValueError, match="not in the vocabulary"):  # ('<', '/', 's', '>')
+        tok.encode("1+</s>2=")
+    cfg = ml_collections.ConfigDict({"tokenizer": {"kind": "hf", "path": str(path),
+                                                   "pad_token": "</s>", "bos_token": "",
+                                                   "eos_token": "<pad>"}})
+    named = get_tokenizer(cfg)
+    assert (named.pad_id, named.eos_id, named.bos_id) == (2, 0, 1)

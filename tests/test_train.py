@@ -151,6 +151,9 @@ def test_learning_rate_schedule_warms_up_from_the_first_update():
     assert all(a >= b for a, b in zip(got[warmup - 1:], got[warmup:]))  # then decays
     np.testing.assert_allclose(got[-1], lr / 10, rtol=1e-5)
     np.testing.assert_allclose(float(TR.learning_rate_schedule(lr, 0, steps)(0)), lr, rtol=1e-6)
+    for steps in (0, 1):  # (no warmup and at most one update: optax refused an empty cosine)
+        np.testing.assert_allclose(float(TR.learning_rate_schedule(lr, 0, steps)(0)), lr,
+                                   rtol=1e-6)
 
 
 # ------------------------------------------------------------------------- the loop
@@ -543,6 +546,7 @@ def test_resume_of_a_run_from_before_the_problem_split(finished_run, tmp_path):
     old = small(tmp_path, **{"task.split_by": "prompt"})
     RUN.check_resume_config(str(tmp_path), old)
     assert X.build(old).train_data.split_by == "prompt"
+    old.task.unlock()
     del old.task["split_by"]  # a config.json from before: its own run's split
     assert X.build(old).train_data.split_by == "prompt"
     with pytest.raises(ValueError, match=r"task.split_by must be one of \('problem', 'prompt'\), "
@@ -572,6 +576,11 @@ def test_config_errors_before_compute(tmp_path):
     with pytest.raises(ValueError, match="max_new_tokens=2 cannot hold the task's longest "
                                          "solution \\(2 tokens\\) and EOS"):
         RUN.run(small(tmp_path, **{"rollout.max_new_tokens": 2}))
+    for field, value in (("train.warmup_steps", -1), ("sft.warmup_steps", -2),
+                         ("rollout.batch_prompts", 0), ("seed", -1)):
+        bound = ">= 1" if field == "rollout.batch_prompts" else ">= 0"
+        with pytest.raises(ValueError, match=f"{field} must be {bound}, got {value}"):
+            RUN.run(small(tmp_path, **{field: value}))
     for field in ("train.micro_batches", "checkpoint.every", "checkpoint.keep"):
         with pytest.raises(ValueError, match=f"{field} must be >= 1, got 0"):
             RUN.run(small(tmp_path, **{field: 0}))

@@ -66,7 +66,11 @@ def build(config, variant: str | None = None) -> Experiment:
     char = config.get("tokenizer", {}).get("kind", "char") == "char"  # one token per character
     prompt_len, solution_len = task.max_prompt_len, (task.max_solution_len if char else None)
     if task.examples is not None:  # a finite task (JSONL): measured in tokens, checked up front
-        prompt_len, solution_len = _token_lengths(tokenizer, task)
+        prompt_len, solution_len = _token_lengths(tokenizer, task, task.examples)
+    elif not char:  # a generated task in another tokenizer: measured on a fixed sample
+        p, solution_len = _token_lengths(tokenizer, task, task.sample(
+            np.random.default_rng(0), SAMPLED_FOR_LENGTHS))
+        prompt_len = max(prompt_len, p)
     if solution_len and solution_len + 1 > rc.max_new_tokens:
         raise ValueError(f"rollout.max_new_tokens={rc.max_new_tokens} cannot hold the task's "
                          f"longest solution ({solution_len} tokens) and EOS: SFT "
@@ -78,6 +82,10 @@ def build(config, variant: str | None = None) -> Experiment:
     split_by = config.task.get("split_by", "prompt")
     if split_by not in tasks.SPLIT_BY:
         raise ValueError(f"task.split_by must be one of {tasks.SPLIT_BY}, got {split_by!r}")
+    if rc.batch_prompts < 1:
+        raise ValueError(f"rollout.batch_prompts must be >= 1, got {rc.batch_prompts}")
+    if config.seed < 0:
+        raise ValueError(f"seed must be >= 0, got {config.seed}")
     train_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "train", frac, split_by)
     eval_data = tasks.Dataset(task, rc.batch_prompts, config.seed, "eval", frac, split_by)
     sampling = R.SamplingConfig(
@@ -101,11 +109,17 @@ def build(config, variant: str | None = None) -> Experiment:
                       train_num, v, rc.group_size)
 
 
-def _token_lengths(tokenizer, task) -> tuple[int, int]:
-    """The longest prompt and solution of ``task.examples`` in ``tokenizer``'s tokens. An example
+# Examples of a generated task whose token lengths size the prompt width and check
+# rollout.max_new_tokens when the tokenizer is not one token per character. A rarer longer
+# prompt is refused, naming it, when a batch draws it (Tokenizer.encode_batch).
+SAMPLED_FOR_LENGTHS = 2048
+
+
+def _token_lengths(tokenizer, task, examples) -> tuple[int, int]:
+    """The longest prompt and solution of ``examples`` in ``tokenizer``'s tokens. An example
     the tokenizer cannot encode raises here, naming it, instead of when a batch first draws it."""
     longest = {"prompt": 0, "solution": 0}
-    for i, ex in enumerate(task.examples):
+    for i, ex in enumerate(examples):
         for field in longest:
             text = getattr(ex, field)
             try:

@@ -506,17 +506,24 @@ def guided_quantize(x: jax.Array, hint: Hint) -> QTensor:
     code is reproduced whenever it is one of the two candidates, and every element that
     round-to-nearest on this grid reproduces is reproduced too. (When the rollout's code is not a
     candidate -- x moved by more than a code step -- the result is at most one step farther from
-    it than round-to-nearest.) An ``exact`` hint returns the rollout's codes unchanged.
+    it than round-to-nearest.) An ``exact`` hint returns the rollout's codes unchanged. As in
+    :func:`quantize`, a block of ``x`` holding a NaN or an infinity gets a NaN scale (it
+    dequantizes to NaN, never to finite values the hint's scale would make of it).
     """
     x = jnp.asarray(x)
     _check_hint(x.shape, hint)
     f = FORMATS[hint.fmt]
-    if hint.kind == "exact":
-        return QTensor(hint.bits, hint.scales, hint.global_scale, hint.fmt, hint.axis)
     xm = jnp.moveaxis(x.astype(jnp.float32), hint.axis, -1)
     xb = _blocks(xm, f.block_size)
     scales = jnp.moveaxis(hint.scales, hint.axis, -1)
+    bad_b = jnp.any(~jnp.isfinite(xb), axis=-1)
+    nan_scale = jax.lax.bitcast_convert_type(jnp.uint8(255 if f.name == "mxfp4" else 0x7F),
+                                             scales.dtype)
+    scales = jnp.where(bad_b, nan_scale, scales)
     g = jnp.moveaxis(hint.global_scale, hint.axis, -1)
+    if hint.kind == "exact":
+        return QTensor(hint.bits, jnp.moveaxis(scales, -1, hint.axis), hint.global_scale,
+                       hint.fmt, hint.axis)
     bits = e2m1.unpack_bits(jnp.moveaxis(hint.bits, hint.axis, -1))
     z = _scaled(xb, scales, g, f)
     codes = e2m1.encode_guided(z, _blocks(bits, f.block_size))
@@ -562,13 +569,14 @@ def fake_quant(
 
     With ``hint`` the codes follow :func:`guided_quantize` on the hint's grid, otherwise
     :func:`quantize` with local scales. ``ste="identity"`` passes the gradient through unchanged;
-    ``"clipped"`` zeroes it where ``|x|`` lies beyond the grid's +-6 range.
+    ``"clipped"`` zeroes it where ``|x|`` lies beyond the grid's +-6 range (without a hint, a
+    block's largest element never counts as beyond: its rounded scale was made for it).
     """
     q = quantize_for_training(
         x, fmt, axis=axis, hint=hint, global_scope=global_scope, rounding=rounding, key=key,
         scale_rule=scale_rule,
     )
-    return straight_through_dequant(x, q, ste=ste)
+    return straight_through_dequant(x, q, ste=ste, own_scales=hint is None)
 
 
 def quantize_for_training(
@@ -587,8 +595,13 @@ def quantize_for_training(
     )
 
 
-def straight_through_dequant(x, q: QTensor, *, ste="identity") -> jax.Array:
-    """``dequantize(q)`` in ``x``'s dtype with the gradient of the identity w.r.t. ``x``."""
+def straight_through_dequant(x, q: QTensor, *, ste="identity", own_scales: bool = False
+                             ) -> jax.Array:
+    """``dequantize(q)`` in ``x``'s dtype with the gradient of the identity w.r.t. ``x``
+    (``ste="identity"``), or zero where ``|x|`` lies beyond ``q``'s +-6 grid (``"clipped"``).
+    ``own_scales``: ``q``'s scales were computed from ``x`` itself, so a block's largest element
+    is in range even where its E4M3 / E8M0 scale rounded below ``amax / 6`` (in about half the
+    blocks), instead of losing its gradient."""
     y = dequantize(q, x.dtype)
     if ste == "identity":
         return straight_through(x, y)
@@ -598,7 +611,10 @@ def straight_through_dequant(x, q: QTensor, *, ste="identity") -> jax.Array:
                      f.block_size)
         s = scales_to_f32(jnp.moveaxis(q.scales, q.axis, -1), f) * jnp.moveaxis(
             q.global_scale, q.axis, -1)
-        keep = (jnp.abs(xm) <= e2m1.MAX * s[..., None]).reshape(*xm.shape[:-2], -1)
+        lim = e2m1.MAX * s[..., None]
+        if own_scales:
+            lim = jnp.maximum(lim, jnp.max(jnp.abs(xm), axis=-1, keepdims=True))
+        keep = (jnp.abs(xm) <= lim).reshape(*xm.shape[:-2], -1)
         return straight_through(x, y, jnp.moveaxis(keep, -1, q.axis))
     raise ValueError(f"ste must be 'identity' or 'clipped', got {ste!r}")
 

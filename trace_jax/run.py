@@ -69,6 +69,10 @@ def validate(config, exp: X.Experiment, tc: TR.TrainConfig):
                          f"by train.micro_batches={tc.micro_batches}")
     if config.sft.steps < 0 or tc.steps < 0:
         raise ValueError("sft.steps and train.steps must be >= 0")
+    for name, value in (("train.warmup_steps", tc.warmup_steps),
+                        ("sft.warmup_steps", config.sft.warmup_steps)):
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
     for name, value in (("train.lr", tc.lr), ("sft.lr", config.sft.lr),
                         ("train.grad_clip", tc.grad_clip)):
         if not value > 0:  # (also NaN)

@@ -178,7 +178,9 @@ class HFTokenizer(Tokenizer):
     ``<|endoftext|>``, ...). A tokenizer without an EOS or PAD token is rejected. Without a BOS
     token, ``bos_id`` is the EOS id (the GPT-2 convention). The tokenizer's own post-processor
     (automatic special tokens) is not applied: framing is controlled by ``add_bos`` / ``add_eos``.
-    An input that maps to the tokenizer's unknown token raises ``ValueError`` naming the text.
+    Text is encoded as text: a special token's spelling inside it (``"</s>"``) is not the control
+    token. An input that maps to the tokenizer's unknown token, or that the tokenizer drops (a
+    model without an unknown token or byte fallback), raises ``ValueError`` naming the text.
     """
 
     _CANDIDATES = {
@@ -198,6 +200,7 @@ class HFTokenizer(Tokenizer):
         tokenizers = _tokenizers_module()
         self.path = str(path)
         self._tok = tokenizers.Tokenizer.from_file(self.path)
+        self._tok.encode_special_tokens = True  # (text, not control tokens)
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.eos_id = self._special("eos", eos_token, required=True)
         self.pad_id = self._special("pad", pad_token, required=True)
@@ -226,6 +229,17 @@ class HFTokenizer(Tokenizer):
                 f"text {text[start:end]!r} (position {start} of {text[:40]!r}) is not in the "
                 f"vocabulary of {self.path} (it maps to the unknown token)"
             )
+        # (offsets do not show a dropped character: they shift the later tokens onto it)
+        back = self._tok.decode(enc.ids, skip_special_tokens=False)
+        got, want = "".join(back.split()), "".join(text.split())  # (up to whitespace)
+        if got != want:
+            i = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), len(got))
+            pos = [k for k, c in enumerate(text) if not c.isspace()][min(i, len(want) - 1)]
+            raise ValueError(
+                f"character {text[pos]!r} (position {pos} of {text[:40]!r}) is dropped or "
+                f"changed by {self.path}: the text decodes back as {back[:40]!r} (the model "
+                f"has no unknown token or byte fallback for it, or normalizes it)"
+            )
         return list(enc.ids)
 
     def _decode_ids(self, ids: list[int]) -> str:
@@ -246,5 +260,6 @@ def get_tokenizer(config: Any) -> Tokenizer:
         path = getattr(cfg, "path", None)
         if not path:
             raise ValueError("config.tokenizer.path must name a tokenizer.json when kind='hf'")
-        return HFTokenizer(path)
+        names = {f"{k}_token": getattr(cfg, f"{k}_token", "") or None for k in ("pad", "bos", "eos")}
+        return HFTokenizer(path, **names)
     raise ValueError(f"config.tokenizer.kind must be 'char' or 'hf', got {kind!r}")

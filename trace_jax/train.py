@@ -47,7 +47,8 @@ def learning_rate_schedule(lr: float, warmup: int, steps: int):
     """The learning rate of update i (0-based): linear warmup lr * (i + 1) / warmup over the first
     `warmup` updates (so the first update is not a no-op, and update warmup - 1 takes lr), then
     cosine decay to lr / 10 at update steps - 1."""
-    base = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(steps, warmup + 1),
+    warmup = max(warmup, 1)  # (0 and 1 alike: the first update takes lr)
+    base = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(steps, warmup + 1),
                                               end_value=lr * 0.1)
     return lambda count: base(count + 1)
 
