@@ -386,15 +386,16 @@ def aggregate_runs(runs: list[RunSpec], base) -> dict:
     logged, so the table names it instead of averaging numbers from earlier in training. The
     curves average the finished runs (the unfinished ones where none finished), up to the
     shortest; "curve_seeds" lists them. Every summary has "n_steps" (logged) and "rl_steps"
-    (configured)."""
+    (configured). A run that started (its workdir exists) but logged no RL step, e.g. one killed
+    in its SFT phase, is unfinished with "n_steps" 0, so a row never loses a seed without naming
+    it; runs not started yet are left out."""
     by_var: dict[str, dict] = {}
     for spec in runs:
-        rows = read_metrics(spec.workdir)
-        if not rows:
+        rows = sorted(read_metrics(spec.workdir), key=lambda r: r["step"])
+        if not rows and not os.path.isdir(spec.workdir):
             continue
-        rows = sorted(rows, key=lambda r: r["step"])
         n_rl = configured_rl_steps(base, spec)
-        summary = dict(summarize_run(rows), rl_steps=n_rl)
+        summary = dict(summarize_run(rows) if rows else {"n_steps": 0}, rl_steps=n_rl)
         finished = set(range(n_rl)) <= {r["step"] for r in rows}
         v = by_var.setdefault(spec.variant, {"done": {}, "unfinished": {}, "rows": {}})
         v["done" if finished else "unfinished"][spec.seed] = summary
@@ -402,8 +403,8 @@ def aggregate_runs(runs: list[RunSpec], base) -> dict:
     out = {}
     for name, v in by_var.items():
         per = {str(s): p for s, p in v["done"].items()}
-        curve_seeds = list(v["done"] or v["unfinished"])
-        n = min(len(v["rows"][s]) for s in curve_seeds)
+        curve_seeds = list(v["done"] or [s for s in v["unfinished"] if v["rows"][s]])
+        n = min((len(v["rows"][s]) for s in curve_seeds), default=0)
         curves = {key: [_nanmean([v["rows"][s][i].get(key) for s in curve_seeds])
                         for i in range(n)]
                   for key in ("reward_mean", "accuracy", "logprob_gap_max", "logprob_gap_mean")}

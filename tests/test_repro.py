@@ -246,6 +246,8 @@ def test_aggregate_leaves_unfinished_runs_out_of_the_means(tmp_path):
               finished=False)  # every step logged, final checkpoint missing: its metrics count
     _fake_run(os.path.join(out, "headline", "fp4_naive", "seed0"), [0.9] * 5, [1.0] * 5,
               finished=False)
+    # killed in its SFT phase: a workdir (config.json, checkpoints) but no RL step logged
+    os.makedirs(os.path.join(out, "headline", "trace", "seed1"))
     res_prefix = str(tmp_path / "res")  # the tables' prefix, as _aggregate_headline writes them
     res = _aggregate_headline(tmp_path, out, "0,1,2")
     bf = res["variants"]["bf16"]
@@ -263,6 +265,9 @@ def test_aggregate_leaves_unfinished_runs_out_of_the_means(tmp_path):
     note = [l for l in md if l.startswith("Unfinished runs")][0]
     assert f"bf16 seed 1 (12 of {N_STEPS} RL steps)" in note
     assert f"fp4_naive seed 0 (5 of {N_STEPS} RL steps)" in note
+    assert row("trace").startswith("| trace | 0 of 1 finished | – |")
+    assert f"trace seed 1 (0 of {N_STEPS} RL steps)" in note
+    assert res["variants"]["trace"]["curves"]["reward_mean"] == []
 
 
 def test_aggregate_refuses_runs_of_another_config(tmp_path):

@@ -841,3 +841,19 @@ def test_expert_hidden_hints_need_the_rollouts_experts():
         M.forward(params, toks, cfg=cfg, numerics=roll.with_mode("fp4_qat"), hints=aux.hints)
     M.forward(params, toks, cfg=cfg, numerics=roll.with_mode("fp4_qat"), hints=aux.hints,
               hint_experts_LxBxTxK=aux.experts)
+
+
+def test_rtn_reports_code_agreement_over_the_configs_hint_sites(tmp_path):
+    """Vanilla QAT follows no hints, yet its code agreement is split by the config's hint sites
+    as TRACE's is: its "hinted" column is the agreement at the sites TRACE would hint (it was
+    NaN) and its "unhinted" column covers the same sites as TRACE's (it covered every site, so
+    the two variants' unhinted columns measured different sites)."""
+    from trace_jax import experiment as X
+
+    c = small(tmp_path, variant="fp4_qat_rtn", **{"sft.steps": 0, "train.steps": 1})
+    exp = X.build(c)
+    assert not exp.train_numerics.hinted and exp.hint_sites == X.build(
+        small(tmp_path)).train_numerics.hinted
+    RUN.run(c)
+    (m,) = read_metrics(tmp_path)
+    assert 0.0 <= m["code_agreement_hinted"] <= 1.0 and 0.0 <= m["code_agreement_unhinted"] <= 1.0

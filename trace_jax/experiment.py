@@ -53,6 +53,9 @@ class Experiment:
     train_numerics: nx.Numerics
     variant: Variant
     group_size: int
+    # the sites the config's hint_sites / hint_layers name, whatever the variant: the code
+    # agreement metrics split by them, so a variant without hints reports the same two site sets
+    hint_sites: frozenset = frozenset()
 
 
 def build(config, variant: str | None = None) -> Experiment:
@@ -100,13 +103,14 @@ def build(config, variant: str | None = None) -> Experiment:
                                  "rollout.attention_p_precision")  # the trainer's P too
     rollout_num = base.with_mode(v.rollout_mode)
     train_num = base.with_mode(v.train_mode)
+    hint_sites = train_num.hinted
     if not v.hints:
         train_num = dataclasses.replace(train_num, hinted=frozenset())
     if width + rc.max_new_tokens > cfg.max_seq_len:
         raise ValueError(f"task prompts ({width} tokens) + rollout.max_new_tokens "
                          f"({rc.max_new_tokens}) exceed model.max_seq_len={cfg.max_seq_len}")
     return Experiment(cfg, tokenizer, task, train_data, eval_data, sampling, width, rollout_num,
-                      train_num, v, rc.group_size)
+                      train_num, v, rc.group_size, hint_sites)
 
 
 # Examples of a generated task whose token lengths size the prompt width and check

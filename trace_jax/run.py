@@ -616,7 +616,8 @@ def rl_iteration(exp: X.Experiment, tc: TR.TrainConfig, ts: TR.TrainState, stale
     if placement is not None:  # trajectories stay split by trajectory from rollout to train
         batch = placement.put_batch(batch, batch.tokens.shape[0])
     new_ts, m, finite = TR.rl_step(ts, batch, ref, cfg=exp.cfg, numerics=exp.train_numerics,
-                                   tc=tc, opt=opt, max_len=exp.sampling.max_new_tokens)
+                                   tc=tc, opt=opt, max_len=exp.sampling.max_new_tokens,
+                                   metric_hinted=exp.hint_sites)
     m = {k: np.asarray(v) for k, v in m.items()}
     t3 = time.perf_counter()
 

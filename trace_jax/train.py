@@ -163,10 +163,16 @@ def _reduce_metrics(ms: dict, ws: dict) -> dict:
     return out
 
 
-@nx.model_jit(static_argnames=("cfg", "numerics", "tc", "opt", "max_len"), donate_argnums=0)
+@nx.model_jit(static_argnames=("cfg", "numerics", "tc", "opt", "max_len", "metric_hinted"),
+              donate_argnums=0)
 def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
-            numerics: nx.Numerics, tc: TrainConfig, opt, max_len: int):
-    """One GRPO update on a rollout batch. Returns (state, metrics, finite)."""
+            numerics: nx.Numerics, tc: TrainConfig, opt, max_len: int,
+            metric_hinted: frozenset | None = None):
+    """One GRPO update on a rollout batch. Returns (state, metrics, finite). The code agreement
+    metrics split the sites into ``metric_hinted`` and the rest (default: the sites this
+    trainer follows hints at; a run passes its config's hint sites, so a variant without hints
+    reports agreement over the same two site sets as one with them)."""
+    code_hinted = numerics.hinted if metric_hinted is None else metric_hinted
     use_hints = bool(numerics.hinted)
 
     def loss_fn(params, mb: Batch):
@@ -201,7 +207,7 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
                  routing_agreement=jnp.sum(mb.valid, dtype=jnp.float32))
         if mb.rollout_codes:
             cm, counts = MT.code_metrics_and_counts(aux.codes, mb.rollout_codes, mb.recorded,
-                                                    numerics.hinted)
+                                                    code_hinted)
             m.update(cm)
             w.update(counts)
         return loss, (m, w)
