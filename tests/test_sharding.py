@@ -63,10 +63,12 @@ def test_rule_sets_training_fsdp_sampling_replicated():
     m = mesh_of((2, 2, 2, 1))
     train = S.param_shardings(CFG, m, S.make_rules("training"))
     samp = S.param_shardings(CFG, m, S.make_rules("sampling"))
-    # FSDP: embed dim over fsdp+data; experts over expert; tensor axis of size 1 left out
-    assert train["layers"]["attn"]["wq"].spec == P(None, ("fsdp", "data"))
+    # FSDP: a dense weight's embed dim over fsdp+data+expert (the expert axis splits the batch,
+    # so dense weights and their Adam moments are not copied over it); an expert weight's over
+    # fsdp+data, its experts over expert; tensor axis of size 1 left out
+    assert train["layers"]["attn"]["wq"].spec == P(None, ("fsdp", "data", "expert"))
     assert train["layers"]["moe"]["w_gate"].spec == P(None, "expert", ("fsdp", "data"))
-    assert train["lm_head"].spec == P(("fsdp", "data"))
+    assert train["lm_head"].spec == P(("fsdp", "data", "expert"))
     # sampling: replicated over the batch axes, experts still split
     assert samp["layers"]["attn"]["wq"].spec == P()
     assert samp["layers"]["moe"]["w_down"].spec == P(None, "expert")
@@ -309,6 +311,19 @@ def test_placement_checks_batches_by_field_and_skips_sft_without_sft():
         RUN.make_placement(c, exp)
     c.sft.steps = 0
     assert RUN.make_placement(c, exp).mesh.shape["data"] == 4
+    # each micro-batch splits over the batch axes too (it failed at the first train step)
+    c.train.micro_batches = 4
+    with pytest.raises(ValueError, match=r"rollout.group_size / train.micro_batches = 2: batch of "
+                                         r"2 trajectories"):
+        RUN.make_placement(c, exp)
+    c.train.micro_batches = 1
+    # experts that do not split over the expert axis (it failed at the first SFT step)
+    c.mesh.shape = (1, 1, 4, 1)
+    c.model.n_experts = 6
+    with pytest.raises(ValueError, match=r"model.n_experts = 6 does not split over the mesh's "
+                                         r"expert axis of 4 devices"):
+        RUN.make_placement(c, X.build(c))
+    c.model.n_experts, c.mesh.shape = 8, (4, 1, 1, 1)
     c.rollout.batch_prompts = 3
     with pytest.raises(ValueError, match=r"rollout.batch_prompts \* rollout.group_size = 6"):
         RUN.make_placement(c, X.build(c))

@@ -186,11 +186,19 @@ def make_placement(config, exp: X.Experiment) -> Placement | None:
     batches = [("rollout.batch_prompts * rollout.group_size", n)]
     if config.sft.steps:  # (an init_from run has no SFT batches)
         batches.append(("sft.batch_size", config.sft.batch_size))
+    mb = config.train.micro_batches
+    if mb > 1 and config.train.steps:  # (each micro-batch is split over the batch axes)
+        batches.append(("rollout.batch_prompts * rollout.group_size / train.micro_batches",
+                        n // mb))
     for field, batch in batches:
         try:
             SH.check_batch_divisible(batch, mesh, tr)
         except ValueError as e:
             raise ValueError(f"{field} = {batch}: {e}") from e
+    n_expert = dict(mesh.shape).get("expert", 1)
+    if exp.cfg.n_experts % n_expert:
+        raise ValueError(f"model.n_experts = {exp.cfg.n_experts} does not split over the mesh's "
+                         f"expert axis of {n_expert} devices (mesh.shape)")
     kl = X.rollout_kernel_layout(config)
     return Placement(mesh, tr, sa, SH.param_shardings(exp.cfg, mesh, tr),
                      SH.rollout_param_shardings(exp.cfg, mesh, sa, exp.rollout_numerics,
@@ -491,8 +499,9 @@ def run(config) -> dict:
     del fresh
     main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar
     if main:  # (after the restore: a run that cannot resume leaves config.json as it was)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=1))
+        # (atomically: the other processes of a resumed run may be reading it to compare)
+        _replace_file(os.path.join(workdir, "config.json"),
+                      config.to_json_best_effort(indent=1).encode())
     logger = (Logger(workdir, {"sft": step0, "rl": step0 - config.sft.steps}) if main
               else NullLogger())
     total = config.sft.steps + tc.steps

@@ -70,7 +70,8 @@ RULE_TABLE: dict[str, tuple[MeshAxes, MeshAxes]] = {
     # parameters (model.param_axes)
     "layers": (None, None),  # L: stacked layers are scanned/sliced, never split
     "vocab": ("tensor", "tensor"),  # V
-    "embed": (("fsdp", "data"), None),  # M: FSDP dimension of dense weights
+    "embed": (("fsdp", "data", "expert"), None),  # M: FSDP dimension of dense weights (over the
+    # expert axis too: it splits the batch, and dense weights have no experts dimension to use it)
     "embed_moe": (("fsdp", "data"), None),  # M in expert weights
     "q_heads": ("tensor", "tensor"),  # H*D
     "kv_heads": ("tensor", "tensor"),  # K*D in wk/wv, K in the KV cache
