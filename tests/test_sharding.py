@@ -327,3 +327,36 @@ def test_placement_checks_batches_by_field_and_skips_sft_without_sft():
     c.rollout.batch_prompts = 3
     with pytest.raises(ValueError, match=r"rollout.batch_prompts \* rollout.group_size = 6"):
         RUN.make_placement(c, X.build(c))
+
+
+@pytest.mark.parametrize("mesh_shape", [(1, 1, 1, 1), (2, 2, 2, 1)])
+def test_abstract_state_is_the_placed_fresh_state(mesh_shape):
+    """A resume restores into ``abstract_state`` instead of building a fresh state first: it
+    must equal the fresh placed state leaf for leaf (shape, dtype, sharding), the optimizer's
+    moments sharded like the params, on one device and on a mesh, with a KL reference too."""
+    from configs import tiny
+    from trace_jax import checkpoint as C
+    from trace_jax import experiment as X
+    from trace_jax import run as RUN
+
+    c = tiny.get_config()
+    c.model.n_layers = 2
+    c.rollout.update(batch_prompts=8)
+    c.sft.batch_size = 8
+    c.train.kl_coef = 0.01
+    c.mesh.shape = mesh_shape
+    exp, tc = X.build(c), RUN.train_config(c)
+    pl = RUN.make_placement(c, exp)
+    assert (pl is None) == (mesh_shape == (1, 1, 1, 1))
+    fresh = C.abstract_like(RUN.place_state(RUN.initial_state(exp, c, tc, pl), pl,
+                                            RUN.rl_optimizer(tc)))
+    got = RUN.abstract_state(exp, c, tc, pl)
+    assert jax.tree.structure(got) == jax.tree.structure(fresh)
+    assert "ref" in got
+    n_split = 0
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(fresh)):
+        name = jax.tree_util.keystr(path)
+        assert (a.shape, a.dtype) == (b.shape, b.dtype), name
+        assert a.sharding.is_equivalent_to(b.sharding, len(a.shape)), (name, a.sharding, b.sharding)
+        n_split += "mu" in name and not a.sharding.is_fully_replicated
+    assert n_split > 0 or pl is None  # (the moments really are sharded on the mesh)

@@ -65,6 +65,7 @@ class Format:
     block_size: int
     scale_dtype: jnp.dtype
     has_global_scale: bool
+    nan_scale_byte: int  # the scale byte that reads as NaN (E4M3 0x7F, E8M0 0xFF)
 
     @property
     def bits_per_element(self) -> float:
@@ -72,8 +73,8 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {
-    "nvfp4": Format("nvfp4", 16, jnp.dtype(jnp.float8_e4m3fn), True),
-    "mxfp4": Format("mxfp4", 32, jnp.dtype(jnp.float8_e8m0fnu), False),
+    "nvfp4": Format("nvfp4", 16, jnp.dtype(jnp.float8_e4m3fn), True, 0x7F),
+    "mxfp4": Format("mxfp4", 32, jnp.dtype(jnp.float8_e8m0fnu), False, 0xFF),
 }
 
 
@@ -252,7 +253,7 @@ def _mxfp4_block_scale(amax_b, bad_b):
     _, ex = jnp.frexp(amax_b)  # amax = m * 2**ex, m in [0.5, 1)  ->  floor(log2 amax) = ex - 1
     exp = jnp.where(amax_b > 0, ex - 1 - 2, E8M0_MIN_EXP)
     exp = jnp.clip(exp, E8M0_MIN_EXP, E8M0_MAX_EXP)
-    byte = jnp.where(bad_b, 255, exp + 127).astype(jnp.uint8)
+    byte = jnp.where(bad_b, FORMATS["mxfp4"].nan_scale_byte, exp + 127).astype(jnp.uint8)
     return jax.lax.bitcast_convert_type(byte, jnp.float8_e8m0fnu)
 
 
@@ -517,7 +518,7 @@ def guided_quantize(x: jax.Array, hint: Hint) -> QTensor:
     xb = _blocks(xm, f.block_size)
     scales = jnp.moveaxis(hint.scales, hint.axis, -1)
     bad_b = jnp.any(~jnp.isfinite(xb), axis=-1)
-    nan_scale = jax.lax.bitcast_convert_type(jnp.uint8(255 if f.name == "mxfp4" else 0x7F),
+    nan_scale = jax.lax.bitcast_convert_type(jnp.uint8(f.nan_scale_byte),
                                              scales.dtype)
     scales = jnp.where(bad_b, nan_scale, scales)
     g = jnp.moveaxis(hint.global_scale, hint.axis, -1)

@@ -19,6 +19,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from trace_jax import checkpoint as C
 from trace_jax import distributed as D
@@ -336,6 +337,34 @@ def initial_state(exp: X.Experiment, config, tc: TR.TrainConfig, pl: Placement |
     return state
 
 
+def abstract_state(exp: X.Experiment, config, tc: TR.TrainConfig,
+                   pl: Placement | None) -> dict:
+    """Shapes, dtypes and shardings of ``place_state(initial_state(...))`` without building it:
+    a resume restores into this, so it never holds a fresh state beside the restored one."""
+    shapes = jax.eval_shape(lambda: initial_state(exp, config, tc))
+
+    def put(x, sharding):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+    first = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    if pl is None:  # (place_state commits everything to the first local device)
+        return jax.tree.map(lambda x: put(x, first), shapes)
+    rep = jax.sharding.NamedSharding(pl.mesh, jax.sharding.PartitionSpec())
+
+    def like_params(tree):
+        return jax.tree.map(put, tree, pl.params)
+
+    out = {k: jax.tree.map(lambda x: put(x, first), v) for k, v in shapes.items()}  # step, nonfinite
+    out["params"] = like_params(shapes["params"])
+    # opt_init: the moments follow the params' shardings, everything else is replicated
+    out["opt_state"] = optax.tree_map_params(rl_optimizer(tc), put, shapes["opt_state"], pl.params,
+                                             transform_non_params=lambda x: put(x, rep))
+    out["stale"] = [like_params(p) for p in shapes["stale"]]
+    if "ref" in shapes:
+        out["ref"] = like_params(shapes["ref"])
+    return out
+
+
 def rl_optimizer(tc: TR.TrainConfig):
     return TR.make_optimizer(tc.lr, tc.warmup_steps, tc.steps, tc.weight_decay, tc.grad_clip)
 
@@ -481,22 +510,19 @@ def run(config) -> dict:
 
     ckpt = C.Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.checkpoint.keep)
     placement = make_placement(config, exp)
-    fresh = place_state(initial_state(exp, config, tc, placement), placement, rl_optimizer(tc))
-    # restoring into the fresh state's shardings also reshards a checkpoint from another mesh
-    step0, state = ckpt.restore_latest(C.abstract_like(fresh), defaults=STATE_DEFAULTS)
+    # restoring into a fresh state's shardings also reshards a checkpoint from another mesh
+    step0, state = ckpt.restore_latest(abstract_state(exp, config, tc, placement),
+                                       defaults=STATE_DEFAULTS)
     if state is None:
-        state, step0 = fresh, 0
-        if config.get("init_from", ""):
-            state = place_state(initial_state(exp, config, tc, placement,
-                                              params=warm_start_params(config, placement)),
-                                placement, rl_optimizer(tc))
-            log(f"starting {config.variant} run in {workdir} from the params of {config.init_from}")
-        else:
-            log(f"starting {config.variant} run in {workdir}")
+        step0 = 0
+        params = warm_start_params(config, placement) if config.get("init_from", "") else None
+        state = place_state(initial_state(exp, config, tc, placement, params=params),
+                            placement, rl_optimizer(tc))
+        log(f"starting {config.variant} run in {workdir}"
+            + (f" from the params of {config.init_from}" if params is not None else ""))
     else:
         check_resume_config(workdir, config, step0)
         log(f"resumed from checkpoint step {step0} in {workdir}")
-    del fresh
     main = D.is_main_process()  # only process 0 writes metrics / TensorBoard / the progress bar
     if main:  # (after the restore: a run that cannot resume leaves config.json as it was)
         # (atomically: the other processes of a resumed run may be reading it to compare)
