@@ -360,3 +360,31 @@ def test_abstract_state_is_the_placed_fresh_state(mesh_shape):
         assert a.sharding.is_equivalent_to(b.sharding, len(a.shape)), (name, a.sharding, b.sharding)
         n_split += "mu" in name and not a.sharding.is_fully_replicated
     assert n_split > 0 or pl is None  # (the moments really are sharded on the mesh)
+
+
+def test_warm_start_reads_params_straight_into_the_mesh_placement(tmp_path):
+    """init_from on a mesh: the source's params come back with the placement's shardings
+    (read shard by shard, never whole on one device first) and the values saved."""
+    from configs import tiny
+    from trace_jax import checkpoint as C
+    from trace_jax import experiment as X
+    from trace_jax import run as RUN
+
+    c = tiny.get_config()
+    c.model.n_layers = 2
+    c.rollout.update(batch_prompts=8)
+    c.update(init_from=str(tmp_path / "src"))
+    c.sft.update(steps=0, batch_size=8)
+    exp, tc = X.build(c), RUN.train_config(c)
+    saved = RUN.initial_state(exp, c, tc)  # (one device, as a one-device run saves)
+    ck = C.Checkpointer(str(tmp_path / "src" / "checkpoints"))
+    ck.save(3, saved)
+    ck.close()
+    c.mesh.shape = (2, 2, 2, 1)
+    pl = RUN.make_placement(c, exp)
+    got = RUN.warm_start_params(c, pl)
+    jax.tree.map(lambda a, s: None if a.sharding == s else pytest.fail(f"{a.sharding} != {s}"),
+                 got, pl.params)
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got),
+                 jax.tree.map(np.asarray, saved["params"]))
+    assert any(not s.is_fully_replicated for s in jax.tree.leaves(pl.params))

@@ -121,9 +121,10 @@ def abstract_like(tree):
     return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
 
 
-def load_params(path: str, config):
+def load_params(path: str, config, shardings=None):
     """Trainer params from a run directory (its checkpoints/) or a checkpoints directory, from the
-    newest checkpoint that reads back completely."""
+    newest checkpoint that reads back completely; read straight into ``shardings`` (a tree like
+    the params', e.g. a mesh placement's) if given, else onto this process's first device."""
     from trace_jax import experiment as X
     from trace_jax import run as RUN
 
@@ -131,10 +132,13 @@ def load_params(path: str, config):
     if not os.path.isdir(d):
         raise FileNotFoundError(f"no checkpoint directory at {path!r}")
     exp, tc = X.build(config), RUN.train_config(config)
-    # onto this process's first device, whatever mesh or process count saved it
-    dev = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=dev),
-                            jax.eval_shape(lambda: RUN.initial_state(exp, config, tc))["params"])
+    # whatever mesh or process count saved it
+    shapes = jax.eval_shape(lambda: RUN.initial_state(exp, config, tc))["params"]
+    if shardings is None:
+        shardings = jax.tree.map(
+            lambda _: jax.sharding.SingleDeviceSharding(jax.local_devices()[0]), shapes)
+    abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                            shapes, shardings)
     ck = Checkpointer(d)
     try:
         step, params = ck.restore_latest_params(abstract)

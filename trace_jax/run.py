@@ -116,11 +116,11 @@ def warm_start_params(config, pl: Placement | None):
         raise FileNotFoundError(f"init_from={src!r}: no such run directory")
     check_warm_start_split(src, config)
     try:
-        params = C.load_params(src, config)
+        params = C.load_params(src, config, None if pl is None else pl.params)
     except Exception as e:  # none there, or none whose params fit this config's model
         raise ValueError(f"init_from={src!r}: no checkpoint there holds params of this config's "
                          f"model ({type(e).__name__}: {e})") from e
-    return params if pl is None else D.put_global(params, pl.params)
+    return params
 
 
 def check_warm_start_split(src: str, config) -> None:
