@@ -344,6 +344,26 @@ def test_wrong_shape(tmp_path):
         hf.import_hf(path)
 
 
+def test_mixed_stored_dtypes_need_a_dtype(tmp_path):
+    """dtype=None keeps the stored dtype: f32 norms beside bf16 weights are refused by name (a
+    stacked leaf would round an f32 tensor to its first tensor's bf16); a dtype converts all."""
+    name = "model.layers.1.input_layernorm.weight"
+
+    def mix(t):
+        for k in t:
+            t[k] = t[k].astype(ml_dtypes.bfloat16)
+        t[name] = t[name].astype(np.float32)
+        t[name][0] = np.float32(1.0001)  # (not a bf16 value)
+
+    path = _broken(tmp_path, mix)
+    with pytest.raises(ValueError, match=r"stored in 2 dtypes \(BF16: \d+, e\.g\..*F32: 1, e\.g\. "
+                                         r"\['model\.layers\.1\.input_layernorm\.weight'\]"):
+        hf.import_hf(path, dtype=None)
+    cfg, p = hf.import_hf(path, dtype=jnp.float32)
+    assert cfg.param_dtype == "float32"
+    assert float(p["layers"]["attn_norm"][1, 0]) == np.float32(1.0001)
+
+
 @pytest.mark.parametrize("field,value", [
     ("decoder_sparse_step", 2), ("mlp_only_layers", [1]), ("use_sliding_window", True),
     ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}), ("attention_bias", True),

@@ -457,6 +457,10 @@ def test_jsonl_bytes_not_utf8_and_a_byte_order_mark(tmp_path):
         get_task("jsonl", path=str(path))
     path.write_bytes(b"\xef\xbb\xbf" + good + b"\n" + good + b"\n")  # BOM; a repeat is fine
     assert [e.prompt for e in get_task("jsonl", path=str(path)).examples] == ["1+1=", "1+1="]
+    # ... and so is a repeat whose answer differs only in the whitespace the reward strips
+    path.write_bytes(good + b"\n" + json.dumps({"prompt": "1+1=", "answer": "2\n"}).encode())
+    t = get_task("jsonl", path=str(path))
+    assert [t.reward(e, "1+1#2") for e in t.examples] == [1.0, 1.0]
 
 
 def test_jsonl_examples_go_through_the_tokenizer_when_the_run_is_built(tmp_path):
@@ -501,3 +505,27 @@ def test_sft_batch_refuses_a_target_it_would_cut():
     with pytest.raises(ValueError, match=r"SFT target of '\d\+\d=' is \d tokens with EOS.*"
                                          r"rollout.max_new_tokens=1"):
         RUN.sft_batch(short, 0, 4)
+
+
+def test_a_task_without_length_bounds_is_measured_on_a_sample():
+    """A registered task that leaves max_prompt_len / max_solution_len at None ("cannot tell")
+    gets its prompt width and the max_new_tokens check from a sample of its examples, in the
+    char tokenizer too (it used to fail with a bare TypeError)."""
+    from configs import tiny
+    from trace_jax import experiment as X
+
+    def unbounded(**kw):
+        t = get_task("addition", **kw)
+        t.max_prompt_len = t.max_solution_len = None
+        return t
+
+    register_task("test_unbounded_addition", unbounded)
+    c = tiny.get_config()
+    bounded = X.build(c)
+    c.task.name = "test_unbounded_addition"
+    exp = X.build(c)
+    assert exp.prompt_width == bounded.prompt_width  # (every width is drawn in 2048 samples)
+    c.rollout.max_new_tokens = 2
+    with pytest.raises(ValueError, match=r"max_new_tokens=2 cannot hold the task's longest "
+                                         r"solution \(\d+ tokens\)"):
+        X.build(c)

@@ -70,10 +70,12 @@ def build(config, variant: str | None = None) -> Experiment:
     prompt_len, solution_len = task.max_prompt_len, (task.max_solution_len if char else None)
     if task.examples is not None:  # a finite task (JSONL): measured in tokens, checked up front
         prompt_len, solution_len = _token_lengths(tokenizer, task, task.examples)
-    elif not char:  # a generated task in another tokenizer: measured on a fixed sample
+    elif not char or prompt_len is None:
+        # a generated task in another tokenizer, or one that cannot bound its prompts:
+        # measured on a fixed sample
         p, solution_len = _token_lengths(tokenizer, task, task.sample(
             np.random.default_rng(0), SAMPLED_FOR_LENGTHS))
-        prompt_len = max(prompt_len, p)
+        prompt_len = max(prompt_len or 0, p)
     if solution_len and solution_len + 1 > rc.max_new_tokens:
         raise ValueError(f"rollout.max_new_tokens={rc.max_new_tokens} cannot hold the task's "
                          f"longest solution ({solution_len} tokens) and EOS: SFT "

@@ -291,9 +291,10 @@ def _checkpoint_files(path: str) -> dict[str, str]:
 def import_hf(path, *, dtype=jnp.float32) -> tuple[ModelConfig, dict]:
     """``(cfg, params)`` from a Hugging Face Qwen3-MoE checkpoint directory.
 
-    ``dtype``: the params' dtype (``None`` keeps each tensor's stored dtype); ``cfg.param_dtype``
-    is set to match. Missing or unexpected tensors and shape mismatches raise ``ValueError``
-    before any weight is read."""
+    ``dtype``: the params' dtype (``None`` keeps the stored dtype, which must then be one for
+    every tensor); ``cfg.param_dtype`` is set to match. Missing or unexpected tensors, shape
+    mismatches and mixed stored dtypes with ``dtype=None`` raise ``ValueError`` before any
+    weight is read."""
     from safetensors import safe_open
 
     path = os.fspath(path)
@@ -317,13 +318,21 @@ def import_hf(path, *, dtype=jnp.float32) -> tuple[ModelConfig, dict]:
         for fn in sorted(set(files.values())):
             handles[fn] = safe_open(os.path.join(path, fn), framework="np")
 
-        bad = []
+        bad, stored = [], {}
         for e in entries:
-            got = tuple(handles[files[e.name]].get_slice(e.name).get_shape())
+            sl = handles[files[e.name]].get_slice(e.name)
+            got = tuple(sl.get_shape())
             if got != tuple(e.shape):
                 bad.append(f"{e.name}: {got} (expected {tuple(e.shape)})")
+            stored.setdefault(sl.get_dtype(), []).append(e.name)
         if bad:
             raise ValueError(f"{path}: {len(bad)} tensors have the wrong shape: {_few(bad)}")
+        if dtype is None and len(stored) > 1:  # (one stacked leaf, one param_dtype: no mixing)
+            raise ValueError(
+                f"{path}: dtype=None keeps the stored dtype, but the tensors are stored in "
+                f"{len(stored)} dtypes ("
+                + "; ".join(f"{k}: {len(v)}, e.g. {_few(v)}" for k, v in sorted(stored.items()))
+                + "); pass dtype= (e.g. jnp.bfloat16 or jnp.float32) to convert them to one")
 
         shapes = param_shapes(cfg)
         params: dict = {}
@@ -344,8 +353,7 @@ def import_hf(path, *, dtype=jnp.float32) -> tuple[ModelConfig, dict]:
         for h in handles.values():
             if hasattr(h, "__exit__"):
                 h.__exit__(None, None, None)
-    param_dtype = jnp.dtype(dtype).name if dtype is not None else (
-        next(iter(leaf_dtypes)).name if len(leaf_dtypes) == 1 else cfg.param_dtype)
+    (param_dtype,) = {d.name for d in leaf_dtypes}  # (one: dtype given, or every tensor's)
     return dataclasses.replace(cfg, param_dtype=param_dtype), params
 
 

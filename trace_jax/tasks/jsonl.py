@@ -63,7 +63,7 @@ def load_jsonl(path: str | Path) -> list[Example]:
                     f"{extract_answer(solution)!r}, not the answer {answer.strip()!r}: the "
                     f"exact-match reward would score it 0 (an answer may not contain '#')")
             first = answers.setdefault(prompt, (answer, lineno))
-            if first[0] != answer:
+            if first[0].strip() != answer.strip():  # (the reward compares them stripped)
                 raise ValueError(f"{where}: prompt {prompt!r} has answer {answer!r} here and "
                                  f"{first[0]!r} on line {first[1]}: exact match can reward one")
             examples.append(Example(prompt=prompt, answer=answer, solution=solution))
