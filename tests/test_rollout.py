@@ -210,7 +210,18 @@ def test_bad_requests_raise(params, fp4):
                    mesh=mesh)
     with pytest.raises(ValueError, match="top_p"):
         R.SamplingConfig(max_new_tokens=4, top_p=0.0)
+    for t in (float("nan"), float("inf"), -1.0):  # (NaN passed `t < 0`: pad tokens came out)
+        with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+            R.SamplingConfig(max_new_tokens=4, temperature=t)
+    with pytest.raises(ValueError, match="temperature=1e-40 is below float32's normal range"):
+        R.SamplingConfig(max_new_tokens=4, temperature=1e-40)
+    with pytest.raises(ValueError, match="prompt_lens must be integers, got dtype float32"):
+        R.generate(rp, PROMPTS, LENS.astype(jnp.float32) + 0.9, jax.random.key(0), cfg=CFG,
+                   numerics=fp4, sampling=S)  # (a cast would cut a prompt token)
     V = CFG.vocab_size  # ids past the vocabulary: the embedding would clamp them silently
+    with pytest.raises(ValueError, match=f"top_k={V + 1} is larger than the model's vocabulary"):
+        R.generate(rp, PROMPTS, LENS, jax.random.key(0), cfg=CFG, numerics=fp4,
+                   sampling=dataclasses.replace(S, top_k=V + 1))
     with pytest.raises(ValueError, match=f"eos_id={V} outside the model's vocabulary"):
         R.generate(rp, PROMPTS, LENS, jax.random.key(0), cfg=CFG, numerics=fp4,
                    sampling=dataclasses.replace(S, eos_id=V))
@@ -257,3 +268,21 @@ def test_trainer_refuses_missing_hints(params):
         train.trainer_hints({n: None for n in hinted[:-1]})
     logits, _, _ = M.forward(params, tokens, cfg=CFG, numerics=train, hints=None)
     assert logits.shape[:2] == tokens.shape
+
+
+def test_sampler_truncation_and_tiny_temperature():
+    """The sampler against plain numpy: top-k and top-p keep the tokens they should (others never
+    drawn); a tiny temperature picks the argmax with a finite sampler log-prob (dividing the
+    unshifted logits overflowed them to inf: NaN log-probs and a random token)."""
+    logits = jnp.asarray([[0.0, 1.0, 2.0, 3.0, 1.5]] * 256, jnp.float32)
+    keys = jax.random.split(jax.random.key(0), 4)
+    tok, lp, slp = R.sample(logits * 1e3, keys[0], dataclasses.replace(S, temperature=1e-36))
+    assert set(np.asarray(tok).tolist()) == {3} and np.all(np.asarray(slp) == 0)
+    np.testing.assert_allclose(lp, 0.0, atol=1e-6)
+    tok, _, slp = R.sample(logits, keys[1], dataclasses.replace(S, top_k=2))
+    assert set(np.asarray(tok).tolist()) == {2, 3}
+    np.testing.assert_allclose(np.exp(slp[np.asarray(tok) == 3]), 1 / (1 + np.exp(-1.0)), rtol=1e-5)
+    p = np.exp([0.0, 1.0, 2.0, 3.0, 1.5]) / np.exp([0.0, 1.0, 2.0, 3.0, 1.5]).sum()
+    # top_p = p[3] + p[2] - eps: the two largest reach it, the third is not needed
+    tok, _, _ = R.sample(logits, keys[2], dataclasses.replace(S, top_p=float(p[3] + p[2]) - 1e-3))
+    assert set(np.asarray(tok).tolist()) == {2, 3}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -41,8 +42,12 @@ class SamplingConfig:
     def __post_init__(self):
         if self.max_new_tokens <= 0:
             raise ValueError(f"sampling.max_new_tokens must be positive, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"sampling.temperature must be a finite number >= 0, got "
+                             f"{self.temperature}")
+        if 0 < self.temperature < np.finfo(np.float32).tiny:  # (flushed to 0 on device)
+            raise ValueError(f"sampling.temperature={self.temperature} is below float32's "
+                             f"normal range; use 0 for greedy decoding")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -117,7 +122,8 @@ def sample(logits_BxV, key, s: SamplingConfig):
         tok = jnp.argmax(logits_BxV, axis=-1)
         lp = jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
         return tok.astype(jnp.int32), lp, jnp.zeros_like(lp)
-    z = logits_BxV / s.temperature
+    # (shifted by the max first: a tiny temperature must not overflow finite logits to inf)
+    z = (logits_BxV - jnp.max(logits_BxV, axis=-1, keepdims=True)) / s.temperature
     if s.top_k:
         kth = jax.lax.top_k(z, s.top_k)[0][:, -1:]
         z = jnp.where(z < kth, -jnp.inf, z)
@@ -191,6 +197,9 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
     if not 0 <= sampling.pad_id < V or not sampling.eos_id < V:
         raise ValueError(f"sampling pad_id={sampling.pad_id} / eos_id={sampling.eos_id} outside "
                          f"the model's vocabulary [0, {V}) (a negative eos_id: no EOS)")
+    if sampling.top_k > V:
+        raise ValueError(f"sampling.top_k={sampling.top_k} is larger than the model's "
+                         f"vocabulary of {V}")
     if not isinstance(prompts_BxP, jax.core.Tracer):
         ids = D.to_host(prompts_BxP)
         if ids.size and (ids.min() < 0 or ids.max() >= V):
@@ -198,6 +207,8 @@ def generate(params, prompts_BxP, prompt_lens_B, key, *, cfg: M.ModelConfig, num
                              f"vocabulary [0, {V})")
     if not isinstance(prompt_lens_B, jax.core.Tracer):
         lens = D.to_host(prompt_lens_B)
+        if not np.issubdtype(lens.dtype, np.integer):  # (a cast would cut 5.9 to 5 tokens)
+            raise ValueError(f"prompt_lens must be integers, got dtype {lens.dtype}")
         if lens.shape != (B,) or lens.min() < 1 or lens.max() > P:
             raise ValueError(f"prompt_lens must be [B]={B} values in 1..{P}, got shape {lens.shape}, "
                              f"range {lens.min()}..{lens.max()}")
