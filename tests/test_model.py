@@ -179,6 +179,42 @@ def test_rollout_and_qat_agree_and_hinted_codes_match_exactly(params, tokens):
     assert sum(float(Q.code_agreement(a_n_rtn.codes[n], r_aux.codes[n])) < 1 for n in r_aux.hints)
 
 
+def test_pass_inputs_that_do_not_fit_are_refused_by_name(params, tokens):
+    """A mask of another shape than the tokens (a [T, B] one reshapes without error), hints of
+    another format or kind than the trainer's policy (an NVFP4 trainer quantized MXFP4-hinted
+    sites on the MXFP4 grid; exact codes given to a 1-bit policy made a silent upper-bound
+    ablation), and weights packed for other numerics are refused, naming the problem."""
+    roll, B, T = ROLL_ALL, *tokens.shape
+    qat = roll.with_mode("fp4_qat")
+    mx = nx.make_numerics("fp4_rollout", CFG.n_layers, fmt="mxfp4", hint_layers="all")
+    _, r_aux, _ = run(pack_params(params, roll), tokens, CFG, roll, capture_hints=True,
+                      capture_codes=True)
+    _, m_aux, _ = run(pack_params(params, mx), tokens, CFG, mx, capture_hints=True)
+    kw = dict(cfg=CFG, numerics=qat, forced_experts_LxBxTxK=r_aux.experts,
+              hint_experts_LxBxTxK=r_aux.experts)
+    for name in ("valid_BxT", "hint_valid_BxT"):
+        with pytest.raises(ValueError, match=rf"{name} shape \({T}, {B}\) != the tokens' "
+                                             rf"\(B, T\) = \({B}, {T}\)"):
+            M.forward(params, tokens, **kw, **{name: jnp.ones((T, B), bool)})
+    exact = {k: r_aux.codes[k] for k in r_aux.hints}
+    with pytest.raises(ValueError, match="a nvfp4 'exact' hint given to a nvfp4 policy with "
+                                         "hint_kind='mantissa'"):
+        M.forward(params, tokens, hints=exact, **kw)
+    with pytest.raises(ValueError, match="a mxfp4 'mantissa' hint given to a nvfp4 policy"):
+        M.forward(params, tokens, hints=m_aux.hints, **kw)
+    with pytest.raises(ValueError, match="an exact-hint policy cannot be fed the rollout's "
+                                         "'mantissa' hint"):
+        dataclasses.replace(qat, hint_kind="exact").trainer_hints(r_aux.hints)
+    assert set(dataclasses.replace(qat, hint_kind="exact").trainer_hints(exact)) == set(exact)
+    with pytest.raises(ValueError, match="nvfp4 packed weights given to numerics that use mxfp4"):
+        M.forward(pack_params(params, roll), tokens, cfg=CFG, numerics=mx)
+    bf16_experts = nx.make_numerics("fp4_rollout", CFG.n_layers, sites=["attn/kv"],
+                                    hint_sites=["attn/kv"])
+    with pytest.raises(ValueError, match="packed weights given to numerics that keep this site "
+                                         "in high precision"):
+        M.forward(pack_params(params, roll), tokens, cfg=CFG, numerics=bf16_experts)
+
+
 def test_hinted_sites_follow_config(params, tokens):
     num = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half",
                            hint_sites=["moe/expert_in"])

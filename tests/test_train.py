@@ -857,3 +857,22 @@ def test_rtn_reports_code_agreement_over_the_configs_hint_sites(tmp_path):
     RUN.run(c)
     (m,) = read_metrics(tmp_path)
     assert 0.0 <= m["code_agreement_hinted"] <= 1.0 and 0.0 <= m["code_agreement_unhinted"] <= 1.0
+
+
+def test_sft_load_balancing_ignores_padding():
+    """The SFT loss (cross-entropy + router load balancing) of a right-padded batch does not
+    change when more pad columns are appended: the load-balancing loss counts only each row's
+    tokens up to its last loss token (it used to average the pads' routing in, ~10% of the
+    router gradient on the tiny config's batch)."""
+    c = small("/unused")
+    exp = RUN.X.build(c)
+    toks, mask = RUN.sft_batch(exp, 0, 8)
+    pad = jnp.full((toks.shape[0], 8), exp.tokenizer.pad_id, toks.dtype)
+    state = RUN.initial_state(exp, c, RUN.train_config(c))
+    opt = RUN.sft_optimizer(c)
+    ts = TR.TrainState(state["params"], opt.init(state["params"]))
+    kw = dict(cfg=exp.cfg, numerics=exp.train_numerics, opt=opt, router_aux_coef=1.0)
+    _, loss, _ = TR.sft_step(jax.tree.map(jnp.copy, ts), toks, mask, **kw)
+    _, longer, _ = TR.sft_step(ts, jnp.concatenate([toks, pad], 1),
+                               jnp.concatenate([mask, jnp.zeros_like(pad, bool)], 1), **kw)
+    np.testing.assert_allclose(float(longer), float(loss), rtol=1e-5)

@@ -313,6 +313,10 @@ def forward(
         positions_BxT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
     if valid_BxT is None:
         valid_BxT = jnp.ones((B, T), bool)
+    for name, arr in (("positions_BxT", positions_BxT), ("valid_BxT", valid_BxT),
+                      ("hint_valid_BxT", hint_valid_BxT)):
+        if arr is not None and tuple(arr.shape) != (B, T):  # (a [T, B] mask would reshape fine)
+            raise ValueError(f"{name} shape {tuple(arr.shape)} != the tokens' (B, T) = {(B, T)}")
     for name, arr in (("forced_experts", forced_experts_LxBxTxK),
                       ("hint_experts", hint_experts_LxBxTxK)):
         if arr is not None and arr.shape != (cfg.n_layers, B, T, cfg.top_k):

@@ -239,6 +239,9 @@ class Numerics:
         out = {}
         for name in self.hinted:
             h = recorded[name]
+            if self.hint_kind == "exact" and h.kind != "exact":
+                raise ValueError(f"{name}: an exact-hint policy cannot be fed the rollout's "
+                                 f"{h.kind!r} hint (record exact codes for it)")
             out[name] = h if self.hint_kind == "exact" else Q.mantissa_hint(h)
         return out
 
@@ -366,6 +369,10 @@ class SiteIO:
                 f"hints given for sites this numerics policy does not hint: {unknown[:4]}"
                 f" (hinted: {sorted(numerics.hinted)[:4]}...)"
             )
+        for name, h in self.hints_in.items():  # (another grid or hint kind: a silent ablation)
+            if (h.fmt, h.kind) != (numerics.fmt, numerics.hint_kind):
+                raise ValueError(f"{name}: a {h.fmt} {h.kind!r} hint given to a {numerics.fmt} "
+                                 f"policy with hint_kind={numerics.hint_kind!r}")
 
     def activation(self, name: str, x: jax.Array, hint_rows: jax.Array | None = None,
                    layout=None, values_dtype=None) -> tuple[jax.Array, Q.QTensor | None]:
@@ -424,6 +431,11 @@ class SiteIO:
         if not isinstance(w, jax.Array):  # packed FP4: a QTensor or kernel-layout FP4Weights
             if nm.mode != "fp4_rollout":
                 raise ValueError(f"{name}: packed FP4 weights given to numerics mode {nm.mode!r}")
+            if not nm.quantizes(name) or w.fmt != nm.fmt:
+                raise ValueError(f"{name}: {w.fmt} packed weights given to numerics that "
+                                 + (f"use {nm.fmt}" if nm.quantizes(name) else
+                                    "keep this site in high precision")
+                                 + "; pack them with this numerics (sync_weights)")
             return w
         if not nm.quantizes(name):
             return w

@@ -258,10 +258,14 @@ def pg_shares(loss_mask_BxT, n: int, loss_agg: str):
 def sft_step(state: TrainState, tokens_BxT, loss_mask_BxT, *, cfg, numerics, opt,
              router_aux_coef: float = 1e-3):
     """Cross-entropy on the masked (solution) tokens plus ``router_aux_coef`` times the routers'
-    load-balancing loss (``sft.router_aux_coef``). Returns (state, loss, finite)."""
+    load-balancing loss (``sft.router_aux_coef``) over the sequences' tokens: each row is
+    right-padded (``run.sft_batch``), so its tokens are those up to its last loss token.
+    Returns (state, loss, finite)."""
+    valid_BxT = jnp.flip(jnp.cumsum(jnp.flip(loss_mask_BxT, 1).astype(jnp.int32), axis=1), 1) > 0
 
     def loss_fn(params):
-        logits, aux, _ = M.forward(params, tokens_BxT, cfg=cfg, numerics=numerics)
+        logits, aux, _ = M.forward(params, tokens_BxT, cfg=cfg, numerics=numerics,
+                                   valid_BxT=valid_BxT)
         lp = R.token_logprobs(logits, tokens_BxT)
         m = loss_mask_BxT.astype(jnp.float32)
         return -jnp.sum(lp * m) / jnp.maximum(jnp.sum(m), 1.0) + router_aux_coef * aux.lb_loss
