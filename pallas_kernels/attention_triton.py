@@ -39,6 +39,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from pallas_kernels import kv_layout as KL
+from trace_jax.checks import check_per_sequence
 from trace_jax.quant import QTensor
 
 LOG2E = 1.4426950408889634
@@ -662,6 +663,10 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
             raise ValueError(f"head_dim mismatch: q {d}, cache {dk}")
     if hq % h:
         raise ValueError(f"{hq} query heads are not a multiple of {h} kv heads")
+    if tuple(k_cache.shape) != tuple(v_cache.shape) or k_cache.shape[0] != b:
+        raise ValueError(f"caches K {tuple(k_cache.shape)} / V {tuple(v_cache.shape)} do not fit "
+                         f"q {tuple(q.shape)}: both need [B, KV heads, S, D] with B = {b}")
+    check_per_sequence("lengths", lengths, b, 1, s, "the cache's rows")
     tuned = tuned_knobs(fmt, decode)
     block_k = tuned[0] if block_k is None else block_k
     num_warps = tuned[1] if num_warps is None else num_warps

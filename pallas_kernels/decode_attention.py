@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from trace_jax import ops
+from trace_jax.checks import check_per_sequence
 
 
 def decode_attention_reference(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="auto",
@@ -63,6 +64,8 @@ def decode_attention(q, k_cache, v_cache, lengths, *, sm_scale=None, backend="au
     if backend == "triton":
         from pallas_kernels.attention_triton import decode_attention_triton
 
+        # (here: inside the jitted kernel wrapper lengths are traced, their values unchecked)
+        check_per_sequence("lengths", lengths, q.shape[0], 1, k_cache.shape[2], "the cache's rows")
         return decode_attention_triton(q, k_cache, v_cache, lengths, sm_scale=sm_scale,
                                        interpret=on_cpu, **kw)
     raise ValueError(f"unknown backend {backend!r}; expected auto, reference or triton")

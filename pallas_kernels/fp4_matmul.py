@@ -270,6 +270,19 @@ def _use_kernel(backend: Backend) -> bool:
     raise ValueError(f"unknown backend {backend!r}")
 
 
+def check_operands(what: str, x, w, group_sizes=None) -> None:
+    """ValueError unless x [M, K] (an array or a QTensor) contracts with w [..., K, N] and
+    ``group_sizes`` has one entry per expert of w [E, K, N]: the kernels read K from x and the
+    experts from ``group_sizes``, so a mismatch would read past w or drop part of it."""
+    xs, ws = tuple(x.shape), tuple(w.shape)
+    if len(xs) != 2 or xs[1] != ws[-2]:
+        raise ValueError(f"{what}: x {xs} does not contract with the weight {ws} (x must be "
+                         f"[M, K] with K = {ws[-2]})")
+    if group_sizes is not None and tuple(jnp.shape(group_sizes)) != (ws[0],):
+        raise ValueError(f"{what}: group_sizes of shape {tuple(jnp.shape(group_sizes))} for "
+                         f"{ws[0]} experts (one size per expert of the [E, K, N] weight)")
+
+
 def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.Array:
     """x[M,K] (bf16, or QTensor along K) @ FP4 w[K,N] -> bf16 [M,N], f32 accumulation.
 
@@ -279,6 +292,7 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
     Triton one at M <= 8 on an H200, session 20; ``cfg`` = (tk, steps, splits) or None)."""
     if len(w.shape) != 2:
         raise ValueError(f"fp4_matmul wants a [K,N] weight, got {w.shape}")
+    check_operands("fp4_matmul", x, w)
     if not _use_kernel(backend):
         return fp4_matmul_reference(x, w)
     from pallas_kernels import matmul_triton
@@ -314,6 +328,7 @@ def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "aut
     kernel layout (:func:`prepare_expert_weights`): the Triton or the Mosaic GPU kernel."""
     if len(w.shape) != 3:
         raise ValueError(f"fp4_grouped_matmul wants an [E,K,N] weight, got {w.shape}")
+    check_operands("fp4_grouped_matmul", x, w, group_sizes)
     check_group_sizes(group_sizes)
     if not _use_kernel(backend):
         return fp4_grouped_matmul_reference(x, w, group_sizes)
@@ -359,6 +374,7 @@ def bf16_grouped_matmul(x, w, group_sizes, *, backend: Backend = "auto", cfg=Non
     expansion XLA's GPU backend gives ``ragged_dot``'s gradient ([E, M, K] intermediates).
     Weights the kernels do not tile (``bf16_kernel_fits``) take ``ragged_dot``. Reverse mode
     only: a custom VJP has no forward-mode (jvp) rule."""
+    check_operands("bf16_grouped_matmul", x, w, group_sizes)
     check_group_sizes(group_sizes)
     gs = group_sizes.astype(jnp.int32)
     if not _use_kernel(backend) or not bf16_kernel_fits(*w.shape[-2:]):
@@ -452,6 +468,10 @@ def fp4_grouped_swiglu(x, w_gate: FP4Weights, w_up: FP4Weights, group_sizes, *,
     ``fp4_matmul_mgpu.FUSED_SWIGLU``): one kernel streams both weights and applies the SwiGLU
     in its epilogue (``fp4_matmul_mgpu.fp4_grouped_swiglu_mgpu``); otherwise two grouped
     matmuls."""
+    if tuple(w_gate.shape) != tuple(w_up.shape):
+        raise ValueError(f"fp4_grouped_swiglu: gate {tuple(w_gate.shape)} and up "
+                         f"{tuple(w_up.shape)} weights differ in shape")
+    check_operands("fp4_grouped_swiglu", x, w_gate, group_sizes)
     check_group_sizes(group_sizes)
     if _use_kernel(backend) and _is_mosaic(w_gate) and _is_mosaic(w_up):
         from pallas_kernels import fp4_matmul_mgpu as MGPU

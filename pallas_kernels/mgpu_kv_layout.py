@@ -41,6 +41,7 @@ import numpy as np
 from pallas_kernels import kv_layout as KL
 from pallas_kernels import mgpu_layout as MG
 from trace_jax import e2m1 as E2
+from trace_jax.checks import check_per_sequence
 from trace_jax.quant import QTensor
 
 SPAN = MG.SPAN  # cache rows per 8-word chunk of V's codes and per permuted run of V's scales
@@ -155,7 +156,10 @@ def append_row(c: MgpuKV, k_row: QTensor, v_row: QTensor, pos: jax.Array) -> Mgp
         if row.shape != (b, h, 1, d) or row.fmt != "nvfp4" or row.layout != "natural":
             raise ValueError(f"{name} row: natural NVFP4 [{b}, {h}, 1, {d}] expected, got "
                              f"{row.fmt} {row.shape} {row.layout!r}")
-    pos = jnp.asarray(pos, jnp.int32).reshape(b)
+    check_per_sequence("pos", pos, b, 0, s - 1, "the cache's rows")
+    # (traced: clamped to the last row for K and V alike, as a natural cache's write is; V's
+    # word index would otherwise run past the cache and land on other rows)
+    pos = jnp.clip(jnp.asarray(pos, jnp.int32).reshape(b), 0, s - 1)
     u8 = lambda a: jax.lax.bitcast_convert_type(a, jnp.uint8)  # noqa: E731
     kw = _map2(MG.pack_codes)(E2.unpack_nibbles(k_row.codes))  # [B, H, 1, D / 8]
     ks = _map2(MG.pack_scales)(u8(k_row.scales))  # [B, H, D / 64, 1]
@@ -225,7 +229,8 @@ def write_rows(c: MgpuKV, k_rows: QTensor, v_rows: QTensor, start: jax.Array) ->
         raise ValueError(f"{t} rows do not fit a cache of {s} rows")
     if t == 1:
         return append_row(c, k_rows, v_rows, start)
-    start = jnp.asarray(start, jnp.int32).reshape(b)
+    check_per_sequence("start", start, b, 0, s - t, f"the last start of {t} rows")
+    start = jnp.clip(jnp.asarray(start, jnp.int32).reshape(b), 0, s - t)
     u8 = lambda a: jax.lax.bitcast_convert_type(a, jnp.uint8)  # noqa: E731
     put = jax.vmap(lambda dst, src, p, axis: jax.lax.dynamic_update_slice_in_dim(
         dst, src.astype(dst.dtype), p, axis), in_axes=(0, 0, 0, None))

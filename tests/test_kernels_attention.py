@@ -704,6 +704,10 @@ def test_append_and_reference_attention_name_bad_rows_and_lengths():
                              ((k[:1], k[:1]), [3, 3], "B = 2")]:
         with pytest.raises(ValueError, match=msg):
             ops.decode_attention_reference(q, *kv, jnp.asarray(lengths))
+        # the Triton kernel's wrapper too (it read the batch and S from q and K alone: a
+        # missing cache row, zero lengths as NaN, lengths past S clipped)
+        with pytest.raises(ValueError, match=msg.replace("B = 2", "with B = 2")):
+            decode_attention(q, *kv, jnp.asarray(lengths, jnp.int32), backend="triton")
 
 
 @pytest.mark.parametrize("fmt,prec", [("nvfp4", "f32"), ("mxfp4", "bf16")])

@@ -548,6 +548,34 @@ def test_grouped_matmuls_refuse_bad_group_sizes():
     assert out.shape == (6, 16)
 
 
+def test_matmuls_refuse_operands_that_do_not_fit():
+    """x whose K is not the weight's, and group_sizes with another count than the experts: the
+    Triton kernels read K from x and experts from group_sizes, so they used to drop half the
+    weight (or read past it) and read a non-existent expert instead of raising."""
+    from pallas_kernels import fp4_matmul as FM
+
+    w2 = FM.prepare_weights(quant.quantize(jnp.ones((512, 32)), "nvfp4", axis=-2))
+    w3 = FM.prepare_expert_weights(quant.quantize(jnp.ones((2, 512, 32)), "nvfp4", axis=-2))
+    x = jnp.ones((4, 256), jnp.bfloat16)
+    for backend in ("triton", "reference"):
+        with pytest.raises(ValueError, match=r"fp4_matmul: x \(4, 256\) does not contract with "
+                                             r"the weight \(512, 32\)"):
+            FM.fp4_matmul(x, w2, backend=backend)
+        with pytest.raises(ValueError, match=r"fp4_grouped_matmul: x \(4, 256\) does not"):
+            FM.fp4_grouped_matmul(x, w3, jnp.asarray([2, 2]), backend=backend)
+    x = jnp.ones((6, 512), jnp.bfloat16)
+    three = jnp.asarray([2, 2, 2], jnp.int32)
+    for call in (lambda: FM.fp4_grouped_matmul(x, w3, three, backend="triton"),
+                 lambda: FM.fp4_grouped_swiglu(x, w3, w3, three, backend="triton"),
+                 lambda: FM.bf16_grouped_matmul(x, jnp.ones((2, 512, 64), jnp.bfloat16), three,
+                                                backend="triton")):
+        with pytest.raises(ValueError, match=r"group_sizes of shape \(3,\) for 2 experts"):
+            call()
+    with pytest.raises(ValueError, match="gate .* and up .* weights differ in shape"):
+        FM.fp4_grouped_swiglu(x, w3, FM.prepare_expert_weights(
+            quant.quantize(jnp.ones((2, 512, 64)), "nvfp4", axis=-2)), jnp.asarray([3, 3]))
+
+
 def test_resident_warps_follow_the_sm90_limits():
     """Registers (per warp in units of 256, each warp from one of 4 sub-partitions of 16K),
     shared memory (+1 KB reserved per block, 128 B units), 32 blocks and 64 warps per SM:

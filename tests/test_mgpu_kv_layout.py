@@ -114,6 +114,17 @@ def test_bad_caches_are_refused_by_name():
         MK.to_mgpu_kv(short, short)
     with pytest.raises(ValueError, match=r"K row: natural NVFP4 \[2, 2, 1, 128\]"):
         MK.append_row(MK.to_mgpu_kv(k, k), k, k, jnp.zeros((B,), jnp.int32))
+    # a row past the cache: refused when concrete; traced, clamped to the last row for K and V
+    # alike (V's word index ran past the cache and rewrote 8 other V rows)
+    row = jax.tree.map(lambda a: a[:, :, :1] if a.shape[2] == S else a, k)
+    c = MK.to_mgpu_kv(k, k)
+    with pytest.raises(ValueError, match=rf"pos \[{S}, 0\] outside 0..{S - 1}"):
+        MK.append_row(c, row, row, jnp.asarray([S, 0]))
+    with pytest.raises(ValueError, match=rf"start \[{S - 2}, 0\] outside 0..{S - 3}"):
+        MK.write_rows(c, *(jax.tree.map(lambda a: a[:, :, :3] if a.shape[2] == S else a, k),) * 2,
+                      jnp.asarray([S - 2, 0]))
+    past = jax.jit(MK.append_row)(c, row, row, jnp.asarray([S, 0]))
+    _bits_equal(past, MK.append_row(c, row, row, jnp.asarray([S - 1, 0])))
 
 
 def test_mosaic_attention_lowers_and_falls_back_to_the_reference():
