@@ -45,10 +45,13 @@ def diff_frac(a, b) -> float:
 
 
 def site_x(rows: int, k: int, seed: int) -> np.ndarray:
-    """bf16 rows with a spread of row magnitudes and a few exact zeros (as float32)."""
+    """bf16 rows with a spread of row magnitudes, a few tiny rows and exact zeros (as float32)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, k)) * np.exp(rng.uniform(-4, 4, (rows, 1)))
     x[rng.random((rows, k)) < 0.01] = 0.0
+    # and rows down at the bottom of bf16's range, whose NVFP4 global scale amax / 2688 falls
+    # below f32's normal range (the CPU flushes it to 0; quant takes it as 1 on every device)
+    x[-64:] *= 10.0 ** -rng.uniform(33, 38, (64, 1))
     return np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32))
 
 

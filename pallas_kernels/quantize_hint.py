@@ -11,7 +11,8 @@ Bit-identical to ``q = trace_jax.quant.quantize(x, fmt, axis=-1, global_scope=gl
 ``extract_hint(q)`` (codes, block scales, global scale and packed mantissa bits), NaN/Inf
 behaviour included. The kernel follows quant.py's multiply-by-reciprocal spec step by step:
 
-* nvfp4 ``g = amax * GLOBAL_FACTOR`` (f32(1/2688), a multiply), 1 for an all-zero row, NaN when
+* nvfp4 ``g = amax * GLOBAL_FACTOR`` (f32(1/2688), a multiply), 1 where that is below f32's
+  normal range (an all-zero row, or amax < ~3e-35: flushed to 0 on some devices), NaN when
   the row (per-tensor: the tensor) holds a NaN/Inf; ``inv = 1 / (6 g)`` once per row;
   ``scale = e4m3(min(amax_b * inv, 448))``, NaN for a block holding a NaN/Inf;
 * ``r = 1 / (scale * g)`` once per block (0 where that is 0, NaN where NaN) and ``z = x * r``;
@@ -229,7 +230,7 @@ def _qh_kernel(x_ref, g_ref, codes_ref, scales_ref, gs_ref, *out_refs, fmt, bs, 
                 amax_bits = jnp.max(acc, axis=-1) >> (0 if parts else 1)
             amax = jax.lax.bitcast_convert_type(amax_bits, jnp.float32)
             g = amax * jnp.float32(quant.GLOBAL_FACTOR)
-            g = jnp.where(g == 0, 1.0, g)
+            g = jnp.where(g < jnp.float32(quant.MIN_GLOBAL_SCALE), 1.0, g)  # (as quant's)
             g = jnp.where(amax_bits >= inf_bits, jnp.nan, g)  # NaN/Inf in the row
             gs_ref[...] = g[:, None]
         else:

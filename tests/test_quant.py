@@ -236,6 +236,24 @@ def test_zeros_give_code_zero_and_finite_scales(fmt):
     assert np.all(np.isfinite(np.asarray(Q.dequantize(q))))
 
 
+def test_nvfp4_global_scale_below_the_normal_range_is_one():
+    """A row whose global scale amax / 2688 would be subnormal takes g = 1 (zero codes, finite
+    scales) on every device: the CPU flushes such a g to 0, a GPU may keep it and make its zero
+    blocks' scales 0 * inf = NaN. A g just inside the normal range is kept as is."""
+    tiny = np.finfo(np.float32).tiny
+    just = np.float32(1.5 * tiny / Q.GLOBAL_FACTOR)  # g = 1.5 * tiny: normal
+    x = np.zeros((3, 32), np.float32)
+    x[0, :16] = 1e-36  # g ~ 3.7e-40: subnormal; the second block is zero
+    x[1, 0] = just
+    x[2, 0] = 1.0
+    q = Q.quantize(jnp.asarray(x), "nvfp4", axis=-1, global_scope="row")
+    g = np.asarray(q.global_scale)[:, 0]
+    assert g[0] == 1.0 and g[1] == np.float32(just) * Q.GLOBAL_FACTOR and g[1] != 1.0
+    assert np.all(np.isfinite(np.asarray(Q.dequantize(q))))
+    assert np.all(np.asarray(Q.dequantize(q))[0] == 0)
+    np.testing.assert_allclose(np.asarray(Q.dequantize(q))[1, 0], just, rtol=0.2)
+
+
 def test_mxfp4_saturates_above_six():
     # amax 7 -> shared exponent floor(log2 7) - 2 = 0 -> scale 1; 7 saturates to 6
     x = jnp.asarray([[7.0, 5.0, -7.0] + [0.0] * 29])

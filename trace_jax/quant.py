@@ -212,6 +212,7 @@ def scales_to_f32(scales: jax.Array, fmt: str | Format) -> jax.Array:
 # The global scale is amax times this float32 constant (a multiply, never a division by a
 # constant, which compilers may rewrite into a multiply by an inexact reciprocal).
 GLOBAL_FACTOR = np.float32(1.0 / (e2m1.MAX * E4M3_MAX))
+MIN_GLOBAL_SCALE = np.finfo(np.float32).tiny  # a smaller default global scale is taken as 1
 
 
 def _recip(v):
@@ -269,7 +270,10 @@ def _default_global_scale(xm, scope):
     # reductions may drop NaN (fused max); non-finite input is flagged explicitly
     bad = jnp.any(~jnp.isfinite(xm), axis=axes, keepdims=True)
     g = amax * GLOBAL_FACTOR
-    g = jnp.where(g == 0, 1.0, g)  # all-zero tensor/row: any finite scale
+    # all-zero tensor/row: any finite scale. So is one whose g would be subnormal (amax below
+    # ~3e-35): the CPU flushes such a g to 0, a GPU may keep it, and 1 / (6 g) = inf would make
+    # its zero blocks' scales 0 * inf = NaN; with g = 1 every device gives zero codes
+    g = jnp.where(g < MIN_GLOBAL_SCALE, 1.0, g)
     return jnp.where(bad, jnp.nan, g)
 
 
