@@ -293,6 +293,8 @@ def fp4_matmul(x, w: FP4Weights, *, backend: Backend = "auto", cfg=None) -> jax.
     if len(w.shape) != 2:
         raise ValueError(f"fp4_matmul wants a [K,N] weight, got {w.shape}")
     check_operands("fp4_matmul", x, w)
+    if x.shape[0] == 0:  # (no rows: nothing for a kernel to tile)
+        return jnp.zeros((0, w.shape[-1]), jnp.bfloat16)
     if not _use_kernel(backend):
         return fp4_matmul_reference(x, w)
     from pallas_kernels import matmul_triton
@@ -330,6 +332,8 @@ def fp4_grouped_matmul(x, w: FP4Weights, group_sizes, *, backend: Backend = "aut
         raise ValueError(f"fp4_grouped_matmul wants an [E,K,N] weight, got {w.shape}")
     check_operands("fp4_grouped_matmul", x, w, group_sizes)
     check_group_sizes(group_sizes)
+    if x.shape[0] == 0:
+        return jnp.zeros((0, w.shape[-1]), jnp.bfloat16)
     if not _use_kernel(backend):
         return fp4_grouped_matmul_reference(x, w, group_sizes)
     from pallas_kernels import matmul_triton

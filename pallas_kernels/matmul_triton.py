@@ -572,6 +572,9 @@ def default_config(m: int, k: int, n: int, grouped: bool, layout: str = "kn") ->
     sweep (``pallas_kernels/sweep_grouped.py``) measured it 1.02-1.08x the previous 2 per SM / 7
     stages at all six 30B decode shapes (216-3528 rows x top-8 of 128 experts)."""
     bm = 16 if m <= 16 else 32  # M=64: two BM=32 mma.sync tiles beat one wgmma tile (GPU run 4)
+    if n % 32:
+        raise ValueError(f"the FP4 Triton kernels tile N in 32, 64 or 128 columns; N = {n} is not "
+                         f"a multiple of 32")
     if grouped:
         bm = 16 if m <= 2048 else 32  # mean group size m/E for 128 experts
         bn = next(b for b in (128, 64, 32) if n % b == 0)

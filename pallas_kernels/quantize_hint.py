@@ -421,7 +421,8 @@ def quantize_with_hint(x, fmt="nvfp4", *, global_scope="row", with_hint=True, va
     on_cpu = jax.default_backend() == "cpu"
     if backend == "auto":
         backend = "reference" if on_cpu else "triton"
-    if backend == "reference":
+    if backend == "reference" or (backend == "triton" and x.ndim == 2 and x.shape[0] == 0):
+        # (no rows: nothing for the kernel to tile; the reference's empty results)
         q, h = quantize_with_hint_reference(x, fmt, global_scope=global_scope,
                                             with_hint=with_hint)
         return (q, h) if values is None else (q, h, quant.dequantize(q, values))

@@ -254,6 +254,25 @@ def test_nvfp4_global_scale_below_the_normal_range_is_one():
     np.testing.assert_allclose(np.asarray(Q.dequantize(q))[1, 0], just, rtol=0.2)
 
 
+@pytest.mark.parametrize("fmt,scope", [("nvfp4", "row"), ("nvfp4", "tensor"), ("mxfp4", "tensor")])
+def test_a_tensor_without_rows_quantizes_to_empty_results(fmt, scope):
+    """An empty batch (0 rows) quantizes, hints, guides and dequantizes to empty arrays of the
+    right shapes, in quant and through the FP4 kernels' wrappers (it raised ZeroDivisionError
+    in a reshape, and a Triton tiling error in the kernels)."""
+    from pallas_kernels import fp4_matmul as FM
+    from pallas_kernels.quantize_hint import quantize_with_hint
+
+    x = jnp.zeros((0, 64))
+    q = Q.quantize(x, fmt, axis=-1, global_scope=scope)
+    h = Q.extract_hint(q)
+    assert q.codes.shape == (0, 32) and h.bits.shape == (0, 8)
+    assert Q.dequantize(q).shape == (0, 64) and Q.guided_quantize(x, h).codes.shape == (0, 32)
+    kq, kh = quantize_with_hint(x, fmt, global_scope=scope, backend="triton")
+    assert kq.codes.shape == (0, 32) and kh.bits.shape == (0, 8)
+    w = FM.prepare_weights(Q.quantize(jnp.ones((64, 32)), fmt, axis=-2))
+    assert FM.fp4_matmul(x.astype(jnp.bfloat16), w, backend="triton").shape == (0, 32)
+
+
 def test_mxfp4_saturates_above_six():
     # amax 7 -> shared exponent floor(log2 7) - 2 = 0 -> scale 1; 7 saturates to 6
     x = jnp.asarray([[7.0, 5.0, -7.0] + [0.0] * 29])

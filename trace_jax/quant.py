@@ -266,7 +266,7 @@ def _default_global_scale(xm, scope):
         axes = -1
     else:
         raise ValueError(f"global_scope must be 'tensor' or 'row', got {scope!r}")
-    amax = jnp.max(jnp.abs(xm), axis=axes, keepdims=True)
+    amax = jnp.max(jnp.abs(xm), axis=axes, keepdims=True, initial=0.0)  # (0 for no elements)
     # reductions may drop NaN (fused max); non-finite input is flagged explicitly
     bad = jnp.any(~jnp.isfinite(xm), axis=axes, keepdims=True)
     g = amax * GLOBAL_FACTOR
@@ -297,6 +297,11 @@ def _check_divisible(shape, axis, fmt: Format):
 
 def _blocks(xm, block):
     return xm.reshape(*xm.shape[:-1], xm.shape[-1] // block, block)
+
+
+def _merge_blocks(xb):
+    """Inverse of :func:`_blocks` (no -1 in the shape: a tensor with no rows reshapes too)."""
+    return xb.reshape(*xb.shape[:-2], xb.shape[-2] * xb.shape[-1])
 
 
 def _keepdims_global(g, shape, axis):
@@ -414,7 +419,7 @@ def _block_sq_err(xb, codes, scales, g, f):
 
 
 def _assemble(codes_blocks, scales, g_moved, f: Format, ax: int) -> QTensor:
-    codes = codes_blocks.reshape(*codes_blocks.shape[:-2], -1)
+    codes = _merge_blocks(codes_blocks)
     packed = e2m1.pack_nibbles(codes)
     return QTensor(
         codes=jnp.moveaxis(packed, -1, ax),
@@ -619,7 +624,7 @@ def straight_through_dequant(x, q: QTensor, *, ste="identity", own_scales: bool 
         lim = e2m1.MAX * s[..., None]
         if own_scales:
             lim = jnp.maximum(lim, jnp.max(jnp.abs(xm), axis=-1, keepdims=True))
-        keep = (jnp.abs(xm) <= lim).reshape(*xm.shape[:-2], -1)
+        keep = _merge_blocks(jnp.abs(xm) <= lim)
         return straight_through(x, y, jnp.moveaxis(keep, -1, q.axis))
     raise ValueError(f"ste must be 'identity' or 'clipped', got {ste!r}")
 
