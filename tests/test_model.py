@@ -196,6 +196,10 @@ def test_pass_inputs_that_do_not_fit_are_refused_by_name(params, tokens):
         with pytest.raises(ValueError, match=rf"{name} shape \({T}, {B}\) != the tokens' "
                                              rf"\(B, T\) = \({B}, {T}\)"):
             M.forward(params, tokens, **kw, **{name: jnp.ones((T, B), bool)})
+    with pytest.raises(ValueError, match=rf"forced_experts ids \[{CFG.n_experts}\] outside "
+                                         rf"0..{CFG.n_experts - 1} \(the experts\)"):
+        M.forward(params, tokens, **{**kw, "forced_experts_LxBxTxK":
+                                     r_aux.experts.at[0, 0, 0, 0].set(CFG.n_experts)})
     exact = {k: r_aux.codes[k] for k in r_aux.hints}
     with pytest.raises(ValueError, match="a nvfp4 'exact' hint given to a nvfp4 policy with "
                                          "hint_kind='mantissa'"):

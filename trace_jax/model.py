@@ -322,6 +322,8 @@ def forward(
         if arr is not None and arr.shape != (cfg.n_layers, B, T, cfg.top_k):
             raise ValueError(f"{name} shape {arr.shape} != (L, B, T, k) = "
                              f"{(cfg.n_layers, B, T, cfg.top_k)}")
+        if arr is not None:  # (concrete ids only; an id past the experts gave NaN logits)
+            checks.check_range(f"{name} ids", arr, 0, cfg.n_experts - 1, "the experts")
     if hints is not None and numerics.mode != "fp4_rollout":
         missing = sorted(n for n in numerics.hinted - set(hints) if numerics.quantizes(n))
         if missing:  # (RTN there would turn TRACE into plain QAT without a word)
