@@ -446,23 +446,29 @@ def default_splits(n: int, k: int, mp: int, tk: int, steps: int, sms: int | None
 
 
 def default_steps(mp: int) -> int:
-    """Pipeline stages of the dense kernel: 4 up to 16 rows, 2 up to 32, 3 up to 64 (with
-    :func:`default_dense_tk`'s 128 and 2 tiles), else 2. 20b at 8192 x 28672 with 2 splits:
-    M = 32 56.2 -> 52.6 us with 2 stages instead of 4 (the x tile is 16-32 KB per stage); M = 64
-    see :func:`default_dense_tiles`."""
-    return 4 if mp <= 16 else 2 if mp <= 32 or mp > 64 else 3
+    """Pipeline stages of the dense kernel: 4 up to 16 rows, else 2. 20b at 8192 x 28672 with
+    2 splits: M = 32 56.2 -> 52.6 us with 2 stages instead of 4 (the x tile is 16-32 KB per
+    stage); 33-64 rows see :func:`default_dense_tk`."""
+    return 4 if mp <= 16 else 2
 
 
 def default_dense_tk(mp: int) -> int:
-    """K per pipeline step of the dense kernel: 256 up to 32 rows, else 128 (session 28, 8192 x
-    28672, H200: M = 200 156.0 us at 128 against 198.9 at 256; M = 64 see
-    :func:`default_dense_tiles`). :func:`dense_tk` may take a smaller one where K needs it."""
-    return 256 if mp <= 32 else 128
+    """K per pipeline step of the dense kernel: 256 up to 64 rows, else 128.
+    Session 43 (H100, device time, 2 tiles, 1 split, bit-identical) measured 33-64 rows at
+    tk 256 with 2 stages against session 28's tk 128 with 3 stages, the default until then:
+    - 8192 x 28672: M = 33 62.1 vs 79.0 us, 40 59.9 vs 78.4, 48 63.5 / 63.1 vs 81.7 / 81.9,
+      56 67.7 vs 80.1, 64 75.7 / 75.3 / 75.5 vs 82.2 / 81.8 / 81.0 (1.08-1.31x);
+    - 2048 x 8192: 13.3-14.0 vs 14.7-15.7 us.
+    Session 28 (H200) had compared 2 tiles only at tk 128 once the next tile's decode overlapped
+    the previous wgmma. Above 64 rows: M = 200 156.0 us at 128 against 198.9 at 256 (session 28,
+    H200). :func:`dense_tk` may take a smaller one where K needs it."""
+    return 256 if mp <= 64 else 128
 
 
 def default_dense_tiles(n: int, mp: int) -> int:
     """64-row weight tiles per dense CTA, sharing one x tile: 2 for 33-64 rows (N a multiple of
-    128), else 1. Session 28 (8192 x 28672, H200, device time, bit-identical to 1 tile): at M =
+    128), else 1 (tk and stages for them: :func:`default_dense_tk`). Session 28 (8192 x 28672,
+    H200, device time, bit-identical to 1 tile): at M =
     64, 2 tiles with tk 128, 3 stages and the next tile decoded under the previous wgmma took
     73.7 / 73.9 / 74.1 us in three runs against 80.0 / 80.4 / 80.5 for the 1-tile default (tk
     256, 2 stages): 1.08x; at M = 48 (28e) 65.8 us against 72.0 with 1 tile (tk 128, 3 stages);
