@@ -129,6 +129,11 @@ def test_truncated_mode_is_validated():
         grpo.GRPOConfig(truncated="drop")
     with pytest.raises(ValueError, match="does not match"):
         grpo.rewards_and_advantages(np.zeros(4), np.ones(2, bool), 2, grpo.GRPOConfig())
+    # eps 0 split the clip's and the min's ties: the gradient scaled by 0.75 / 0.625
+    with pytest.raises(ValueError, match=r"clip_eps_low/high must be > 0, got 0.0 / 0.28"):
+        grpo.GRPOConfig(clip_eps_low=0.0)
+    with pytest.raises(ValueError, match="max_nonfinite_steps must be >= 1"):
+        TR.TrainConfig(max_nonfinite_steps=0)  # (it behaved as 1)
 
 
 def test_nonfinite_update_is_skipped():
@@ -876,3 +881,36 @@ def test_sft_load_balancing_ignores_padding():
     _, longer, _ = TR.sft_step(ts, jnp.concatenate([toks, pad], 1),
                                jnp.concatenate([mask, jnp.zeros_like(pad, bool)], 1), **kw)
     np.testing.assert_allclose(float(longer), float(loss), rtol=1e-5)
+
+
+@pytest.mark.parametrize("over", [{}, {"train.routing_replay": False}])
+def test_kl_to_a_reference_equal_to_the_policy_is_zero(tmp_path, over):
+    """The KL reference runs the policy's forward (hints, routing replay or not): with the
+    reference's params equal to the policy's and zero advantages the loss is exactly 0. (The
+    reference used to skip the hints, RTN where the policy follows them, and always replay the
+    rollout's experts: a KL term made of the rollout-trainer mismatch.) The rollout samples
+    with slightly drifted params, as a GPU rollout's kernels differ from the trainer."""
+    from trace_jax import experiment as X
+    from trace_jax import rollout as R
+
+    c = small(tmp_path, **{"sft.steps": 0, "train.kl_coef": 0.1, **over})  # (the trace variant)
+    tc, exp = RUN.train_config(c), X.build(c)
+    params = RUN.initial_state(exp, c, tc)["params"]
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.key(123), len(leaves))
+    drift = tree.unflatten([x * (1 + 1e-3 * jax.random.normal(k, x.shape, x.dtype))
+                            for x, k in zip(leaves, keys)])
+    prompts, lens = R.repeat_prompts(*X.encode_prompts(exp, exp.train_data.batch(0)),
+                                     exp.group_size)
+    num = exp.rollout_numerics
+    rec = dataclasses.replace(num, hinted=exp.train_numerics.hinted) if num.is_fp4 else num
+    ro = R.generate(R.sync_weights(drift, num, dtype=exp.cfg.dtype), prompts, lens,
+                    jax.random.key(0), cfg=exp.cfg, numerics=rec, sampling=exp.sampling,
+                    capture_hints=num.is_fp4)
+    batch = TR.make_batch(ro, jnp.zeros(ro.tokens.shape[0]), exp.train_numerics, False)
+    st = TR.TrainState(params, optax.sgd(1.0).init(params))
+    _, m, _ = TR.rl_step(st, batch, jax.tree.map(jnp.copy, params), cfg=exp.cfg,
+                         numerics=exp.train_numerics, tc=tc, opt=optax.sgd(1.0),
+                         max_len=exp.sampling.max_new_tokens)
+    assert float(m["pg_loss"]) == 0.0
+    assert float(m["logprob_gap_mean"]) > 0  # (the rollout did differ from the trainer)

@@ -38,8 +38,11 @@ class GRPOConfig:
             raise ValueError(f"train.truncated must be one of {TRUNCATED}, got {self.truncated!r}")
         if self.is_cap <= 1:
             raise ValueError(f"train.is_cap must be > 1, got {self.is_cap}")
-        if self.clip_eps_low < 0 or self.clip_eps_high < 0:
-            raise ValueError("train.clip_eps_low/high must be >= 0")
+        if self.clip_eps_low <= 0 or self.clip_eps_high <= 0:
+            # (the ratio is 1 in value, so eps > 0 leaves the gradient alone; at 0 the clip's
+            # and the min's ties would split it: 0.75x or 0.625x)
+            raise ValueError(f"train.clip_eps_low/high must be > 0, got {self.clip_eps_low} / "
+                             f"{self.clip_eps_high}")
 
 
 def group_advantages(rewards_B, group_size: int, std_norm: bool = True, eps: float = 1e-6):

@@ -42,6 +42,11 @@ class TrainConfig:
     max_nonfinite_steps: int = 3  # stop after this many consecutive non-finite steps
     grpo: grpo.GRPOConfig = grpo.GRPOConfig()
 
+    def __post_init__(self):
+        if self.max_nonfinite_steps < 1:
+            raise ValueError(f"train.max_nonfinite_steps must be >= 1 (the run stops at that "
+                             f"many non-finite steps in a row), got {self.max_nonfinite_steps}")
+
 
 def learning_rate_schedule(lr: float, warmup: int, steps: int):
     """The learning rate of update i (0-based): linear warmup lr * (i + 1) / warmup over the first
@@ -177,19 +182,23 @@ def rl_step(state: TrainState, batch: Batch, ref_params, *, cfg: M.ModelConfig,
 
     def loss_fn(params, mb: Batch):
         experts = jnp.swapaxes(mb.experts, 0, 1)
-        logits, aux, _ = M.forward(
-            params, mb.tokens, cfg=cfg, numerics=numerics, valid_BxT=mb.valid,
-            hints=mb.hints if use_hints else None,
-            forced_experts_LxBxTxK=experts if tc.routing_replay else None,
-            hint_experts_LxBxTxK=experts if use_hints else None,
-            hint_valid_BxT=mb.recorded if use_hints else None,
-            capture_codes=bool(mb.rollout_codes))
+
+        def forward(p, capture_codes=False):  # the policy's and the KL reference's alike
+            return M.forward(
+                p, mb.tokens, cfg=cfg, numerics=numerics, valid_BxT=mb.valid,
+                hints=mb.hints if use_hints else None,
+                forced_experts_LxBxTxK=experts if tc.routing_replay else None,
+                hint_experts_LxBxTxK=experts if use_hints else None,
+                hint_valid_BxT=mb.recorded if use_hints else None,
+                capture_codes=capture_codes)
+
+        logits, aux, _ = forward(params, capture_codes=bool(mb.rollout_codes))
         logp = R.token_logprobs(logits, mb.tokens)
         ref_lp = None
         if tc.grpo.kl_coef:
-            ref_logits, _, _ = M.forward(ref_params, mb.tokens, cfg=cfg, numerics=numerics,
-                                         forced_experts_LxBxTxK=experts)
-            ref_lp = jax.lax.stop_gradient(R.token_logprobs(ref_logits, mb.tokens))
+            # (the same numerics, hints and routing as the policy: with equal params the KL
+            # term is exactly 0, not the rollout-trainer mismatch the hints remove)
+            ref_lp = jax.lax.stop_gradient(R.token_logprobs(forward(ref_params)[0], mb.tokens))
         lm = loss_mask(mb)
         pl, parts = grpo.policy_loss(logp, mb.rollout_logprobs, mb.advantages, lm, tc.grpo,
                                      max_len, ref_lp)
