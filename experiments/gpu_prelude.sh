@@ -147,3 +147,11 @@ attention_table_rows() {
   grep -E "^- |skipped" "$R/attn/kernels_attention.md" | cut -c1-200
   grep -iE "error|Traceback" "$R/attn.txt" | head -5
 }
+
+# late_vt_ab_if_h200: on an H200 only, issue 7's late_vt A/B (gpu_sessions/gpu_session39d.sh,
+# ~2 min) with its files as $OUT/r39d.tar.gz (its decision rule: pallas_kernels/NOTES.md).
+late_vt_ab_if_h200() {
+  grep -q H200 <<<"$(nvidia-smi -L)" || return 0
+  OUT=/tmp/r39d_out bash "$REPO/experiments/gpu_sessions/gpu_session39d.sh"
+  tar -C /tmp/r39d_out -czf "$OUT/r39d.tar.gz" .
+}

@@ -10,15 +10,8 @@
 # On an H200 it first runs the late_vt A/B (gpu_session39d.sh, ~2 min; issue 7's decision rule
 # in NOTES.md).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session43e.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/gpu_out}
-mkdir -p "$OUT"
-here=$(dirname "$0")
-if grep -q H200 <<<"$(nvidia-smi -L)"; then
-  OUT=/tmp/r39d_out bash "$here/gpu_session39d.sh"
-  tar -C /tmp/r39d_out -czf "$OUT/r39d.tar.gz" .
-fi
-source "$here/../gpu_prelude.sh" r43e
+source "$(dirname "$0")/../gpu_prelude.sh" r43e
+late_vt_ab_if_h200
 install_wheels
 timeout 150 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8,32,33,48,64 \
   --splits auto --baselines "" --max-seconds 120 --out "$R/new" > "$R/new.txt" 2>&1
