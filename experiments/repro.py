@@ -165,6 +165,10 @@ def study_variants(study: str) -> list[tuple[str, dict]]:
 def plan(study: str, seeds, out: str, steps=None, only=None) -> list[RunSpec]:
     runs = []
     run_study = "headline" if study == "deployment" else study  # deployment reuses headline runs
+    names = [name for name, _ in study_variants(study)]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise ValueError(f"--variants {unknown} are not variants of study {study!r}: {names}")
     for name, ov in study_variants(study):
         if only and name not in only:
             continue
@@ -286,6 +290,7 @@ def execute(base, runs: list[RunSpec]) -> dict:
         except Exception as e:  # noqa: BLE001 - keep going; the table marks it
             traceback.print_exc()
             status[spec.workdir] = f"failed: {type(e).__name__}: {e}"[:300]
+        os.makedirs(spec.workdir, exist_ok=True)  # (a run can fail before making it)
         with open(os.path.join(spec.workdir, "wall_time_s.txt"), "a") as f:
             f.write(f"{time.time() - t0:.1f}\n")
     return status
@@ -781,6 +786,7 @@ def main(argv):
             print("  then evaluate: " + ", ".join(r[0] for r in DEPLOY_ROWS))
         return
 
+    failed = {}
     if not _AGG_ONLY.value:
         status = execute(base, runs)
         failed = {k: v for k, v in status.items() if v.startswith("failed")}
@@ -821,6 +827,8 @@ def main(argv):
         header += "\n\n" + _NOTE.value
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     write_results(base, study, runs, prefix, header, _EVAL_BATCHES.value, _NO_DIAG.value)
+    if failed:  # (the tables list them as unfinished; a launcher reads the exit status)
+        sys.exit(f"{len(failed)} of {len(runs)} runs failed (the FAILED lines above)")
 
 
 def _config_path() -> str:

@@ -71,3 +71,27 @@ def test_config_files_are_locked_but_task_options_and_mesh_rules_open(name):
     c.mesh.rules.update(experts=("expert",))
     assert c.task.kwargs.reverse and "experts" in c.mesh.rules
     c.numerics.sites = ("attn/kv",)  # (tuples: a --config.numerics.sites override can set them)
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--config=configs/tiny.py", "config.train.steps=0"],
+     "unexpected arguments ['config.train.steps=0']: flags take the form --name=value"),
+    (["--config=configs/tiny.py", "/tmp/some_run"], "unexpected arguments ['/tmp/some_run']"),
+    (["--config=configs/no_such.py"],
+     "--config: [Errno 2] No such file or directory: 'configs/no_such.py'"),
+])
+def test_programs_refuse_stray_arguments_and_a_missing_config_file(args, msg):
+    """A word without -- (a forgotten dash, a checkpoint path without --checkpoint=) used to be
+    dropped silently (diagnose then ran a random-init policy); a missing config file ended in a
+    long traceback. Both are now one FATAL line and exit status 1."""
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "trace_jax.params", *args], cwd=repo,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"FATAL Flags parsing error: {msg}"), \
+        out.stderr[-1500:]

@@ -383,3 +383,21 @@ def test_render_only_rebuilds_tables_from_a_legacy_json(tmp_path):
     assert "| bf16 | 1 of 2 finished | 0.600 |" in md and "final acc" not in md
     assert md.endswith("RL steps).\n\n![curves](repro_tiny_headline.png)\n\n"
                        "A note added after the run.\n")
+
+
+def test_failed_runs_are_named_and_fail_the_study(tmp_path):
+    """A run that fails before it makes its workdir does not stop the study (the next seed
+    runs, the table is written) but the study exits non-zero so a launcher sees it; a
+    misspelt --variants name is refused instead of dropped."""
+    out, res = str(tmp_path / "runs"), str(tmp_path / "res")
+    args = [sys.executable, SCRIPT, "--config=configs/tiny.py", "--study=headline",
+            "--seeds=0,1", f"--out={out}", f"--results={res}", "--steps=1", "--skip_diagnose"]
+    r = subprocess.run(args + ["--variants=trace", "--config.numerics.hint_sites=()"],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode != 0
+    assert "[2/2] trace seed 1" in r.stdout and r.stdout.count("FAILED ") == 2, r.stdout[-2000:]
+    assert "2 of 2 runs failed" in r.stderr
+    assert os.path.exists(res + "_tiny_headline.md")
+    r = subprocess.run(args + ["--variants=bf16,trcae", "--dry_run"], capture_output=True,
+                       text=True, cwd=REPO, timeout=120)
+    assert r.returncode != 0 and "['trcae'] are not variants of study 'headline'" in r.stderr

@@ -5,6 +5,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import shutil
 import struct
 
@@ -263,6 +264,16 @@ def test_metrics_file_has_every_field_and_tensorboard(finished_run):
     assert not np.allclose(np.asarray(p["embed"]), np.asarray(init["embed"]))  # trained
     with pytest.raises(FileNotFoundError):
         checkpoint.load_params(str(tmp_path / "nowhere"), c)
+    # one checkpoint by its folder (diagnose --checkpoint=RUN/checkpoints/<step>)
+    steps = sorted(int(n) for n in os.listdir(tmp_path / "checkpoints") if n.isdigit())
+    assert len(steps) >= 2
+    last = checkpoint.load_params(str(tmp_path / "checkpoints" / str(steps[-1])), c)
+    jax.tree.map(np.testing.assert_array_equal, last, p)
+    first = checkpoint.load_params(str(tmp_path / "checkpoints" / str(steps[0])), c)
+    assert not np.array_equal(np.asarray(first["embed"]), np.asarray(p["embed"]))
+    with pytest.raises(FileNotFoundError,
+                       match=rf"no checkpoint at step 99 .*{re.escape(str(steps))}"):
+        checkpoint.load_params(str(tmp_path / "checkpoints" / "99"), c)
 
 
 def test_resume_after_crash_equals_uninterrupted_run(finished_run, tmp_path, monkeypatch):

@@ -57,11 +57,12 @@ class Checkpointer:
             self.mngr.delete(bad)
         return step, state
 
-    def restore_latest_params(self, abstract_params):
-        """(step, params) from the newest checkpoint whose ``params`` entry restores into
-        ``abstract_params``, reading that entry alone (the optimizer state, stale versions and
-        KL reference may have any structure), or (None, None) if there are no checkpoints.
-        Raises :class:`CheckpointMismatchError` when there are some and none restores."""
+    def restore_latest_params(self, abstract_params, step: int | None = None):
+        """(step, params) from the newest checkpoint (or the one at ``step``) whose ``params``
+        entry restores into ``abstract_params``, reading that entry alone (the optimizer state,
+        stale versions and KL reference may have any structure), or (None, None) if there are
+        no checkpoints. Raises :class:`CheckpointMismatchError` when there are some and none
+        restores, FileNotFoundError for a ``step`` that has none."""
         item = {"params": abstract_params}
         args = ocp.args.PyTreeRestore(
             item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
@@ -78,17 +79,23 @@ class Checkpointer:
             return out
 
         try:
-            step, out, _ = self._newest(read, "this config's params")
+            step, out, _ = self._newest(read, "this config's params", only=step)
         finally:
             reader.close()
         return step, None if out is None else out["params"]
 
-    def _newest(self, read, what: str):
-        """(step, read(step), newer steps whose read failed) for the newest step that reads,
-        or (None, None, []) without checkpoints."""
+    def _newest(self, read, what: str, only: int | None = None):
+        """(step, read(step), newer steps whose read failed) for the newest step that reads
+        (only step ``only`` if given), or (None, None, []) without checkpoints."""
         self.mngr.reload()
         failures, skipped = [], []
-        for step in sorted(self.mngr.all_steps(), reverse=True):
+        steps = sorted(self.mngr.all_steps(), reverse=True)
+        if only is not None:
+            if only not in steps:
+                raise FileNotFoundError(f"no checkpoint at step {only} in {self.directory} "
+                                        f"(steps there: {sorted(steps)})")
+            steps = [only]
+        for step in steps:
             try:
                 return step, read(step), skipped
             except Exception as e:  # noqa: BLE001 - any read failure means unusable
@@ -123,12 +130,19 @@ def abstract_like(tree):
 
 def load_params(path: str, config, shardings=None):
     """Trainer params from a run directory (its checkpoints/) or a checkpoints directory, from the
-    newest checkpoint that reads back completely; read straight into ``shardings`` (a tree like
-    the params', e.g. a mesh placement's) if given, else onto this process's first device."""
+    newest checkpoint that reads back completely, or from one checkpoint (``.../<step>``, a
+    folder of a checkpoints directory); read straight into ``shardings`` (a tree like the
+    params', e.g. a mesh placement's) if given, else onto this process's first device."""
     from trace_jax import experiment as X
     from trace_jax import run as RUN
 
-    d = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+    p, step = os.path.normpath(path), None
+    name, parent = os.path.basename(p), os.path.dirname(p)
+    if (name.isdigit() and not os.path.isdir(os.path.join(p, "checkpoints"))
+            and os.path.isdir(parent) and not os.path.isdir(os.path.join(parent, "checkpoints"))):
+        d, step = parent, int(name)  # one checkpoint: <checkpoints dir>/<step>
+    else:
+        d = os.path.join(p, "checkpoints") if os.path.isdir(os.path.join(p, "checkpoints")) else p
     if not os.path.isdir(d):
         raise FileNotFoundError(f"no checkpoint directory at {path!r}")
     exp, tc = X.build(config), RUN.train_config(config)
@@ -141,7 +155,7 @@ def load_params(path: str, config, shardings=None):
                             shapes, shardings)
     ck = Checkpointer(d)
     try:
-        step, params = ck.restore_latest_params(abstract)
+        step, params = ck.restore_latest_params(abstract, step)
     except CheckpointMismatchError as e:  # (its advice is the training loop's; this only reads)
         raise ValueError(
             f"no checkpoint under {d!r} holds params of this config's model: pass the config the "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 
-from absl import app
+from absl import app, flags
 
 
 def _innermost(err: BaseException) -> BaseException:
@@ -50,10 +50,25 @@ def parse_flags(argv):
     (ml_collections' KeyError), one line naming it (exit 1) instead of a traceback. Other
     errors, e.g. from the config file's own code, propagate unchanged."""
     try:
-        return app.parse_flags_with_usage(argv)
+        rest = app.parse_flags_with_usage(argv)
     except (AttributeError, KeyError) as e:
         inner = _innermost(e)
         if not (isinstance(inner, KeyError) and _overrides_naming(argv, _key(_text(inner)))):
             raise
-        sys.stderr.write(f"FATAL Flags parsing error: {unknown_field_message(argv, e)}\n")
-        sys.exit(1)
+        _fatal(unknown_field_message(argv, e))
+    if len(rest) > 1:  # (the programs take flags only: a stray word would be dropped)
+        _fatal(f"unexpected arguments {rest[1:]}: flags take the form --name=value (a config "
+               f"override --config.<field>=<value>)")
+    if "config" in flags.FLAGS:
+        try:  # (loaded lazily: a missing file would surface later as a long traceback)
+            flags.FLAGS["config"].value.get  # (a failed load's placeholder raises on any attribute)
+        except OSError as e:
+            if "No such file" not in str(e):
+                raise
+            _fatal("--config: " + str(e).strip().splitlines()[-1].strip())  # ([Errno 2] ...)
+    return rest
+
+
+def _fatal(msg: str):
+    sys.stderr.write(f"FATAL Flags parsing error: {msg}\n")
+    sys.exit(1)

@@ -177,7 +177,9 @@ def _define_flags():
     other commands) never collides with another module's --config."""
     global _CONFIG, _JSON, _CHECKPOINT
     _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.")
-    _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "A run directory or checkpoint to load.")
+    _CHECKPOINT = flags.DEFINE_string(
+        "checkpoint", None, "The params to diagnose: a run directory (its newest readable "
+        "checkpoint), its checkpoints/ folder, or one checkpoint (checkpoints/<step>).")
     _JSON = flags.DEFINE_bool("json", False, "Print one JSON object instead of a table.")
     flags.mark_flags_as_required(["config"])
 
