@@ -32,7 +32,9 @@ def base_config():
         # site kinds (all layers) or regexes over names like "layers/3/moe/expert_in"
         sites=("moe/expert_in", "moe/expert_hidden", "moe/expert_weights", "attn/kv"),
         hint_sites=("moe/expert_in", "moe/expert_hidden", "attn/kv"),
-        hint_layers="last_half",  # "last_half" | "all" | "none" | fraction of last layers | [layers]
+        # "last_half" | "all" | "none" | a fraction of the last layers ("0.25") | layers ("[2, 3]"),
+        # always as a string (the field is typed str, so the command line's form is the one)
+        hint_layers="last_half",
         hint_kind="mantissa",  # "mantissa" (TRACE's 1-bit hint) | "exact" (full codes)
     ))
 
