@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from trace_jax import diagnose
 
 # the notebook's shrunken config (experiments/quickstart.ipynb): the CLI then reads the programs
@@ -86,3 +88,20 @@ def test_trainer_pass_compiles_once_per_numerics():
                                           attention_p="bf16")
     assert diagnose._trainer_pass._cache_size() == 3
     assert (lp_f32 != lp_bf16).any()
+
+
+def test_a_checkpoint_of_another_numerics_is_refused(tmp_path):
+    """diagnose --checkpoint compares the saved run's model / numerics / tokenizer with --config
+    (loading checks only shapes: an MXFP4 run was diagnosed under NVFP4 numerics)."""
+    from configs import tiny
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "4").mkdir(parents=True)
+    saved = tiny.get_config()
+    saved.numerics.fmt = "mxfp4"
+    (run / "config.json").write_text(saved.to_json_best_effort())
+    for path in (run, run / "checkpoints", run / "checkpoints" / "4"):
+        with pytest.raises(ValueError, match="numerics.fmt: 'mxfp4' there, 'nvfp4' here"):
+            diagnose.check_checkpoint_config(str(path), tiny.get_config())
+    diagnose.check_checkpoint_config(str(run), saved)  # its own config: fine
+    diagnose.check_checkpoint_config(str(tmp_path / "bare"), saved)  # no config.json: unchecked

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import time
 
 import jax
@@ -161,12 +162,38 @@ def format_table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def check_checkpoint_config(path: str, config) -> None:
+    """ValueError naming the fields, if the run that saved the checkpoint at ``path`` (its
+    config.json, in the run directory at or above ``path``) trained another model, numerics or
+    tokenizer than ``config``: loading checks only the params' shapes, so an MXFP4 run would be
+    diagnosed under NVFP4 numerics without a word. No config.json: not checked."""
+    from trace_jax import run as RUN
+
+    p = os.path.normpath(path)
+    for d in (p, os.path.dirname(p), os.path.dirname(os.path.dirname(p))):
+        if os.path.exists(os.path.join(d, "config.json")):
+            break
+    else:
+        return
+    with open(os.path.join(d, "config.json")) as f:
+        saved = RUN._flat(json.load(f))
+    now = RUN._flat(json.loads(config.to_json_best_effort()))
+    diff = sorted(k for k in saved.keys() & now.keys()
+                  if k.startswith(("model.", "numerics.", "tokenizer.")) and saved[k] != now[k])
+    if diff:
+        raise ValueError(
+            f"the run in {d} trained with another config than --config ("
+            + ", ".join(f"{k}: {saved[k]!r} there, {now[k]!r} here" for k in diff[:5])
+            + "); pass its own config (its config.json lists it, e.g. --config.numerics.fmt=...)")
+
+
 def main(argv):
     del argv
     config = _CONFIG.value
     params = None
     if _CHECKPOINT.value:
         from trace_jax import checkpoint
+        check_checkpoint_config(_CHECKPOINT.value, config)
         params = checkpoint.load_params(_CHECKPOINT.value, config)
     res = diagnose(config, params)
     print(json.dumps(res) if _JSON.value else format_table(res))
