@@ -354,7 +354,8 @@ def abstract_state(exp: X.Experiment, config, tc: TR.TrainConfig,
     def like_params(tree):
         return jax.tree.map(put, tree, pl.params)
 
-    out = {k: jax.tree.map(lambda x: put(x, first), v) for k, v in shapes.items()}  # step, nonfinite
+    # step and nonfinite on the first local device, as initial_state leaves them
+    out = {k: jax.tree.map(lambda x: put(x, first), v) for k, v in shapes.items()}
     out["params"] = like_params(shapes["params"])
     # opt_init: the moments follow the params' shardings, everything else is replicated
     out["opt_state"] = optax.tree_map_params(rl_optimizer(tc), put, shapes["opt_state"], pl.params,
