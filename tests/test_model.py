@@ -219,6 +219,41 @@ def test_pass_inputs_that_do_not_fit_are_refused_by_name(params, tokens):
         M.forward(pack_params(params, roll), tokens, cfg=CFG, numerics=bf16_experts)
 
 
+def test_expert_hidden_hints_follow_the_expert_not_the_slot(params, tokens):
+    """Where the trainer routes a token to another expert set than the rollout did, each of its
+    slots takes the rollout's ``expert_hidden`` hint row of the same expert (slots are sorted
+    by expert id, so {a, b} and {b, c} put b in different slots): with exact hints the
+    trainer's codes for b are the rollout's exactly, on drifted params where RTN's are not."""
+    roll = ROLL_ALL
+    qat = dataclasses.replace(roll.with_mode("fp4_qat"), hint_kind="exact")
+    _, r_aux, _ = run(pack_params(params, roll), tokens, CFG, roll, capture_hints=True,
+                      capture_codes=True)
+    he = r_aux.experts.astype(jnp.int32)  # [L, B, T, 2], ascending
+    a, b = he[..., 0], he[..., 1]
+    c = (b + 1) % CFG.n_experts
+    c = jnp.where(c == a, (b + 2) % CFG.n_experts, c)
+    forced = jnp.sort(jnp.stack([b, c], -1), -1).astype(r_aux.experts.dtype)  # {b, c}
+    moved = forced[..., 0] == b  # b in slot 0 for the trainer, slot 1 for the rollout
+    assert bool(jnp.any(moved)) and bool(jnp.any(~moved))
+    noisy = jax.tree.map(lambda x: (x * (1 + 3e-3 * jax.random.normal(
+        jax.random.key(5), x.shape))).astype(x.dtype), params)
+    exact = {n: r_aux.codes[n] for n in r_aux.hints}
+    kw = dict(forced_experts_LxBxTxK=forced, hint_experts_LxBxTxK=r_aux.experts,
+              capture_codes=True)
+    _, t_aux, _ = run(noisy, tokens, CFG, qat, hints=exact, **kw)
+    _, rtn_aux, _ = run(noisy, tokens, CFG, qat.with_mode("fp4_qat"), **kw)
+    rtn_differs = False
+    for l in range(CFG.n_layers):
+        name = f"layers/{l}/moe/expert_hidden"
+        slot = jnp.where(moved[l], 0, 1)[..., None, None]  # the trainer's slot of b
+        got = jnp.take_along_axis(t_aux.codes[name].bits, slot, axis=2)[:, :, 0]
+        want = np.asarray(r_aux.codes[name].bits[:, :, 1])  # the rollout's row of b
+        np.testing.assert_array_equal(np.asarray(got), want)
+        rtn = jnp.take_along_axis(rtn_aux.codes[name].bits, slot, axis=2)[:, :, 0]
+        rtn_differs |= not np.array_equal(np.asarray(rtn), want)
+    assert rtn_differs  # (the drift did move some codes: the hints, not luck, pinned them)
+
+
 def test_hinted_sites_follow_config(params, tokens):
     num = nx.make_numerics("fp4_rollout", CFG.n_layers, hint_layers="last_half",
                            hint_sites=["moe/expert_in"])

@@ -3,7 +3,9 @@
 Letters: N tokens (B*T flattened), E experts, k experts per token, M model dim, F expert dim.
 Each token's k chosen experts are kept in ascending expert-id order ("slots"), so a slot names
 the same expert in rollout and trainer whenever both chose the same set -- the per-slot
-``moe/expert_hidden`` hints stay aligned even if the routing probabilities' order flips.
+``moe/expert_hidden`` hints stay aligned even if the routing probabilities' order flips. Where
+the sets differ, each trainer slot takes the rollout's hint row of its expert if the rollout
+chose that expert too (round-to-nearest otherwise).
 
 Token parallelism. Under a mesh context without an ``expert`` axis (and without ``tensor``) whose
 batch axes split the tokens, each stage runs in a ``shard_map`` over those axes: every device
@@ -89,10 +91,14 @@ def moe_block(p, x_BxTxM, *, cfg, sio, layer, valid_BxT, forced_BxTxK=None, hint
     h = experts_apply(_gate_up_local, x_in.reshape(N, M), experts, w_gate, w_up)
     F = h.shape[-1]
     h = h.reshape(B, T, k, F)
-    hint_rows = None
+    hint_rows, hname = None, f"layers/{layer}/moe/expert_hidden"
     if hint_experts_BxTxK is not None:
-        hint_rows = hint_experts_BxTxK.astype(jnp.int32) == experts.reshape(B, T, k)
-    h, _ = sio.activation(f"layers/{layer}/moe/expert_hidden", h, hint_rows=hint_rows)
+        # each slot takes the rollout's hint row of the same expert wherever the rollout chose
+        # it (the slots of two different expert sets need not line up), RTN where it did not
+        same = hint_experts_BxTxK.astype(jnp.int32)[:, :, None, :] == experts.reshape(B, T, k, 1)
+        hint_rows = jnp.any(same, axis=-1)  # [B, T, k]
+        sio.gather_hint_rows(hname, jnp.argmax(same, axis=-1))
+    h, _ = sio.activation(hname, h, hint_rows=hint_rows)
     d = experts_apply(_down_local, h.reshape(N, k, F), experts, w_down)  # [N, k, M]
     y = jnp.sum(d.astype(jnp.float32) * weights[:, :, None], axis=1)
 

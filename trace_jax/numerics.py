@@ -374,6 +374,21 @@ class SiteIO:
                 raise ValueError(f"{name}: a {h.fmt} {h.kind!r} hint given to a {numerics.fmt} "
                                  f"policy with hint_kind={numerics.hint_kind!r}")
 
+    def gather_hint_rows(self, name: str, src: jax.Array) -> None:
+        """Reorder the incoming hint of ``name`` along the axis after its [B, T]: row j becomes
+        row ``src[b, t, j]`` (int [B, T, n]); leaves without that axis are kept."""
+        h = self.hints_in.get(name)
+        if h is None:
+            return
+
+        def take(a):
+            if a.ndim < 3 or a.shape[:3] != src.shape:
+                return a
+            idx = src.reshape(src.shape + (1,) * (a.ndim - 3))
+            return jnp.take_along_axis(a, idx, axis=2)
+
+        self.hints_in[name] = jax.tree.map(take, h)
+
     def activation(self, name: str, x: jax.Array, hint_rows: jax.Array | None = None,
                    layout=None, values_dtype=None) -> tuple[jax.Array, Q.QTensor | None]:
         """Apply the site's numerics to activation ``x`` (quantized along its last axis).
