@@ -233,9 +233,11 @@ def _token_parallel(stage, tokens_NxX, experts_NxK, *weights):
     ``shard_map``. Left to GSPMD, a Pallas call (the GPU path) cannot be partitioned and would
     be replicated: every device computing every token. Plain local computation (left to GSPMD,
     so replicated on the GPU path) without a mesh, when the tokens do not split evenly (with a
-    warning), or when a ``tensor`` axis splits the expert width. Cost: under FSDP each weight
-    gradient leaves as a full all-reduce, not a reduce-scatter (weights gathered via in_specs
-    ``P()``; an in-body all-gather of the FSDP shards would make it one)."""
+    warning), or when a ``tensor`` axis splits the expert width. Under FSDP the weights' gradients
+    leave as the shard_map's psum, then a slice to the FSDP shard: on the CPU XLA combines them
+    into the same all-reduce as the dense weights' GSPMD gradients
+    (``experiments/fsdp_collectives.py``); XLA's GPU pipeline can turn all-reduce + slice into
+    a reduce-scatter (not yet checked on a multi-GPU host)."""
     mesh = SH.context_mesh()
     if mesh is None or int(dict(mesh.shape).get("tensor", 1)) > 1:
         return stage(tokens_NxX, experts_NxK, *weights, 0)
