@@ -12,8 +12,9 @@ sequence lengths cover 1, a non-multiple of 64 and the full context): relative e
 f32) of each kernel against ``decode_attention_reference`` on the natural caches, the largest
 difference between each Mosaic variant and the Triton kernel, and (unless ``--no-time``) device
 time per call (all the
-call's kernels, ``devtime``) with % of copy over the KV bytes of the full-context rows. The
-failing shape or variant prints its error and the table goes on.
+call's kernels, ``devtime``) with % of copy over the K and V bytes of the rows each sequence
+attends to (``valid_kv_bytes``: the sum of the lengths, not batch x context). The failing shape
+or variant prints its error and the table goes on.
 Writes ``kernels_attention_mgpu.{md,json}``.
 """
 
@@ -88,6 +89,13 @@ def summary_lines(path: str) -> list[str]:
     return out
 
 
+def valid_kv_bytes(lengths, fmt: str, h: int = H, d: int = D) -> int:
+    """The K and V bytes a decode call must read: each sequence's ``lengths[b]`` valid rows
+    (``attention_triton.kv_bytes`` per row), not ``batch x context`` -- the shapes here hold one
+    sequence at length 1 and one 37 rows short, which the kernels do not read."""
+    return kv_bytes(1, h, int(sum(int(n) for n in lengths)), d, fmt)
+
+
 def _triton(q, c, n, bf16_p=0, **knobs):
     precision = "bf16" if bf16_p else "f32"
     return decode_attention_triton(q, c[0], c[1], n, sm_scale=D ** -0.5, precision=precision,
@@ -139,6 +147,7 @@ def main(argv=None) -> int:
         lengths = jnp.full((b,), s, jnp.int32).at[0].set(1).at[-1].set(max(1, s - 37))
         ref = jax.jit(decode_attention_reference)(q, k, v, lengths).astype(jnp.float32)
         row = dict(batch=b, context=s)
+        nbytes = valid_kv_bytes(jax.device_get(lengths), a.fmt)
         cache = jax.jit(MK.to_mgpu_kv)(k, v) if variants else None
         kw, vw = KL.to_kv_words(k), KL.to_kv_words(v)
         runs = {}
@@ -158,7 +167,7 @@ def main(argv=None) -> int:
                     prof = devtime.device_summary(f, q, c, lengths)
                     t = devtime.selected_seconds(prof)
                     row[f"{name}_us"] = 1e6 * t
-                    row[f"{name}_pct_copy"] = 100 * kv_bytes(b, H, s, D, a.fmt) / t / bw
+                    row[f"{name}_pct_copy"] = 100 * nbytes / t / bw
                     comb = sum(r["ns_per_call"] for r in prof["rows"] if "combine" in r["kernel"])
                     if comb:  # the split combine's share (Triton's second kernel)
                         row[f"{name}_combine_us"] = 1e-3 * comb
@@ -174,7 +183,9 @@ def main(argv=None) -> int:
     lines = devtime.sweep_header(
         "FP4-KV decode attention (Mosaic GPU, Triton)", "python experiments/check_mgpu_attention.py",
         f"GQA {HQ} / {H} heads, head_dim {D}, {a.fmt.upper()}; relerr vs the pure-JAX reference; "
-        "device time per call" + (f" against a device-time copy of {bw / 1e12:.2f} TB/s"
+        "device time per call" + (f"; % copy = K and V bytes of the valid rows (the sum of the "
+                                  f"lengths) / time against a device-time copy of "
+                                  f"{bw / 1e12:.2f} TB/s"
                                   if bw else " not measured") + ".", argv) + devtime.table_lines(rows)
     devtime.write_sweep(a.out, "kernels_attention_mgpu", lines, rows, bw or 0.0)
     return 0

@@ -2,11 +2,13 @@
 
   PYTHONUNBUFFERED=1 python -m pallas_kernels.bench_matmul [--out DIR] [--quick]
 
-Each timed call is a jitted lax.scan over R copies of the weights (R chosen so the rotated bf16
-weights exceed L2 by >= 4x, R <= 64); time per matmul = median over 20 repeats / R. The same run
-measures the device copy bandwidth and checks every kernel against the pure-JAX reference.
-Bytes counted: weight codes + block scales (or bf16 weights) + x (bf16) + out (bf16); grouped: only
-the experts with a non-empty group.
+Each timed call is one jit of R calls over R separately allocated copies of the weights (R from
+the bf16 weight's size: >= 256 MiB of rotated bf16 weights, 2 <= R <= 32; the FP4 copies use the
+same R, so at the small 2048 x 768 shapes their rotated set (R x 0.9 MB) fits in L2); time per
+matmul = median over 20 repeats / R. The same run measures the device copy bandwidth and checks
+every kernel against the pure-JAX reference.
+Bytes counted: weight codes + block scales (or bf16 weights) + x (bf16; NVFP4 codes + scales +
+row scales for the W4A4 row) + out (bf16); grouped: only the experts with a non-empty group.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def rot_device_time(fn, ws, x):
 def copies(tree, r):
     """r distinct device copies of a pytree of arrays."""
     return [jax.tree.map(lambda a: a + jnp.zeros((), a.dtype) if i else a, tree) for i in range(r)]
+
+
+def w4a4_bytes(weight_bytes: int, m: int, k: int, n: int) -> int:
+    """Bytes of a W4A4 dense call: the FP4 weight, x as an NVFP4 activation QTensor (codes, one
+    E4M3 scale per 16 values, an f32 global scale per row) and the bf16 output."""
+    return int(weight_bytes) + m * k // 2 + m * k // 16 + 4 * m + 2 * m * n
 
 
 def rotations(bf16_bytes):
@@ -215,12 +223,13 @@ def bench_dense(k, n, ms, fmts, bw):
                     f = lambda x, w: fm.fp4_matmul(x, w, backend="triton")  # noqa: E731
                     out = jax.jit(f)(xq, fw)
                     t = rot_time(f, fwr, xq)
+                    b4 = w4a4_bytes(fw.nbytes, m, k, n)
                 except Exception as ex:  # noqa: BLE001
                     print(f"FAILED w4a4 {k}x{n} M={m}: {type(ex).__name__}: {str(ex)[:300]}",
                           flush=True)
                     continue
                 record(kind="dense", k=k, n=n, m=m, fmt="nvfp4-w4a4", variant="auto",
-                       us=t * 1e6, bytes=b, gbps=b / t / 1e9, pct_copy=100 * b / t / bw,
+                       us=t * 1e6, bytes=b4, gbps=b4 / t / 1e9, pct_copy=100 * b4 / t / bw,
                        speedup=t_bf / t, rel_err=rel_err(out, ref4))
 
 
@@ -302,6 +311,8 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
     fws = copies(fw, r)
     wms = copies(wm, r) if wm is not None else None
     per_e_fp4 = fw.nbytes / e
+    if not fm.bf16_kernel_fits(k, n):  # bf16_grouped_matmul would run ragged_dot, unlabelled
+        raise ValueError(f"the bf16 grouped kernel does not tile K={k}, N={n}")
     for tok in token_counts:
         if guard(f"grouped {k}x{n} T={tok}"):
             return
@@ -323,7 +334,8 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
                 (f"pallas_grouped_p{p}_st{st}", dataclasses.replace(db, programs=p, num_stages=st))
                 for p, st in PERSISTENT_BF16]:
             try:
-                f = lambda x, w, cfg=cfg: fm.bf16_grouped_matmul(x, w, gs, cfg=cfg)  # noqa: E731
+                f = lambda x, w, cfg=cfg: fm.bf16_grouped_matmul(  # noqa: E731
+                    x, w, gs, cfg=cfg, backend="triton")
                 err = rel_err(jax.jit(f)(x, wb), ref_b)
                 t = rot_time(f, wbs, x)
                 td = rot_device_time(f, wbs, x) if cfg is None else None
@@ -348,7 +360,8 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
             try:
                 ws = wms if cfg == "mosaic" else fws
                 cfg = None if cfg == "mosaic" else cfg
-                f = lambda x, w, cfg=cfg: fm.fp4_grouped_matmul(x, w, gs, cfg=cfg)  # noqa: E731
+                f = lambda x, w, cfg=cfg: fm.fp4_grouped_matmul(  # noqa: E731
+                    x, w, gs, cfg=cfg, backend="triton")
                 out = jax.jit(f)(x, ws[0])
                 err = rel_err(out, ref)
                 t = rot_time(f, ws, x)
@@ -364,9 +377,10 @@ def bench_grouped(k, n, token_counts, e, topk, bw):
             continue
         try:
             f = lambda x, w: jax.lax.ragged_dot(x, fm.dequantize_bf16(w), gs)  # noqa: E731
+            err = rel_err(jax.jit(f)(x, fws[0]), ref)
             t = rot_time(f, fws, x)
             record(**common, fmt="nvfp4", variant="dequant+ragged_dot", us=t * 1e6, bytes=b,
-                   gbps=b / t / 1e9, pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=0.0)
+                   gbps=b / t / 1e9, pct_copy=100 * b / t / bw, speedup=t_bf / t, rel_err=err)
         except Exception as ex:  # noqa: BLE001
             print(f"FAILED dequant+ragged {type(ex).__name__}: {str(ex)[:300]}", flush=True)
 
