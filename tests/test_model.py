@@ -162,8 +162,17 @@ def test_rollout_and_qat_agree_and_hinted_codes_match_exactly(params, tokens):
                           forced_experts_LxBxTxK=r_aux.experts)
     t_tr, a_tr, _ = run(params, tokens, CFG, qat, capture_codes=True, hints=r_aux.hints,
                         forced_experts_LxBxTxK=r_aux.experts, hint_experts_LxBxTxK=r_aux.experts)
-    # same weights, same inputs: QAT reproduces rollout numerics (to bf16 noise) ...
-    np.testing.assert_allclose(np.asarray(t_tr), np.asarray(r_logits), atol=0.05)
+    # same weights, same inputs: QAT reproduces rollout numerics ... On the CPU the two
+    # forwards run the same arithmetic (exact code * block scale products, the global scale on
+    # the f32 accumulator, the hinted codes): the logits are bit-identical at every XLA
+    # optimization level. (atol=0.05 here, ~10% of these logits' largest, passed a trainer
+    # that rounds code * scale * global scale to bf16, session 32's bug: 1.5e-3 off, every code
+    # still pinned by the hints; and one that skips the activation fake-quant: 0.04 off.)
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(np.asarray(t_tr), np.asarray(r_logits))
+    else:  # GPU kernels sum in their own order
+        np.testing.assert_allclose(np.asarray(t_tr), np.asarray(r_logits),
+                                   atol=1e-2 * float(np.abs(np.asarray(r_logits)).max()))
     for name, h in r_aux.codes.items():
         agree = float(Q.code_agreement(a_tr.codes[name], h))
         assert agree == 1.0, (name, agree)
