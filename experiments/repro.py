@@ -641,9 +641,8 @@ def render_markdown(result: dict, png: str | None) -> str:
         for k, h in diagnose_hists(diag_res).items():
             h = [int(x) for x in h]
             mism = sum(h[1:])
-            one = h[1] / mism if mism else float("nan")
-            md.append(f"- {k}: {h[:7]} + {sum(h[7:])}; {mism:,} of {sum(h):,} codes differ, "
-                      f"{one:.4f} of them one step apart")
+            md.append(f"- {k}: {h[:7]} + {sum(h[7:])}; {mism:,} of {sum(h):,} codes differ"
+                      + (f", {h[1] / mism:.4f} of them one step apart" if mism else ""))
     if png:
         md += ["", f"![curves]({png})"]
     return "\n".join(md) + "\n"

@@ -314,6 +314,11 @@ def test_histogram_line_counts_every_differing_code():
     line = [ln for ln in md.splitlines() if ln.startswith("- trace:")][0]
     assert line == "- trace: [100, 6, 1, 0, 0, 0, 0] + 3; 10 of 110 codes differ, 0.6000 of them " \
                    "one step apart"
+    md = repro.render_markdown({"header": "# t", "study": "headline", "variants": {},
+                                "diagnose": {"_checkpoint": "ck",
+                                             "trace": {"code_distance_hist": [7, 0, 0]}}}, None)
+    line = [ln for ln in md.splitlines() if ln.startswith("- trace:")][0]
+    assert line == "- trace: [7, 0, 0] + 0; 0 of 7 codes differ"  # (no "nan of them")
 
 
 def _legacy_result(header):
