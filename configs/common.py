@@ -80,6 +80,9 @@ def base_config():
     c.sft = ml_collections.ConfigDict(dict(
         steps=0, batch_size=32, lr=3e-3, warmup_steps=10,
         router_aux_coef=1e-3,  # the routers' load-balancing loss weight during SFT
+        # "bf16": SFT in BF16 whatever the variant (a stand-in for a BF16-pretrained policy);
+        # "trainer": with the variant's trainer numerics (W4A4 fake quantization for RTN / TRACE)
+        numerics="bf16",
     ))
 
     # GRPO trainer (trace_jax.train.TrainConfig + trace_jax.grpo.GRPOConfig fields).

@@ -189,6 +189,8 @@ def warm_start_spec(base, spec: RunSpec, per_mode: bool = False) -> RunSpec:
     mode = X.get_variant(make_config(base, spec).variant).train_mode if per_mode else "bf16"
     out = os.path.dirname(os.path.dirname(os.path.dirname(spec.workdir)))  # OUT/study/row/seed
     ov = (("train.steps", 0), ("variant", WARM_VARIANT[mode]))
+    if per_mode:  # (SFT runs in BF16 by default whatever the variant)
+        ov += (("sft.numerics", "trainer"),)
     return RunSpec("warm_start", mode, spec.seed, ov,
                    os.path.join(out, "warm_start", mode, f"seed{spec.seed}"))
 

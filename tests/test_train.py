@@ -606,12 +606,40 @@ def test_config_errors_before_compute(tmp_path):
             RUN.run(small(tmp_path, **{field: value}))
     with pytest.raises(ValueError, match="sft.batch_size must be >= 1, got 0"):
         RUN.run(small(tmp_path, **{"sft.batch_size": 0}))
+    with pytest.raises(ValueError, match="sft.numerics must be one of .*, got 'fp4'"):
+        RUN.run(small(tmp_path, **{"sft.numerics": "fp4"}))
     with pytest.raises(ValueError, match="model.dtype must be .* got 'bfloat'"):
         RUN.run(small(tmp_path, **{"model.dtype": "bfloat"}))
     (tmp_path / "sft_run").mkdir()
     with pytest.raises(ValueError, match="in place of the SFT warm start; set sft.steps=0"):
         RUN.run(small(tmp_path, init_from=str(tmp_path / "sft_run")))
     assert not os.path.exists(tmp_path / "metrics.jsonl")
+
+
+def test_sft_runs_in_bf16_unless_told_to_use_the_trainers_numerics(tmp_path):
+    """``sft.numerics``: "bf16" (default) SFTs a TRACE run exactly as a BF16 run (the same params
+    after the warm start); "trainer" SFTs with the variant's W4A4 QAT numerics (other params),
+    never with hints."""
+    from trace_jax import checkpoint
+    from trace_jax import experiment as X
+
+    sft_only = {"train.steps": 0, "checkpoint.every": 2}
+    c = small(tmp_path / "t", **sft_only)
+    num = RUN.sft_numerics(c, X.build(c))
+    assert (num.mode, num.hinted) == ("bf16", frozenset())
+    c_tr = small(tmp_path / "q", **sft_only, **{"sft.numerics": "trainer"})
+    num = RUN.sft_numerics(c_tr, X.build(c_tr))
+    assert (num.mode, num.hinted) == ("fp4_qat", frozenset())
+    c_bf = small(tmp_path / "b", variant="bf16", **sft_only)
+    params = {}
+    for name, cfg in (("trace", c), ("trace_trainer", c_tr), ("bf16", c_bf)):
+        RUN.run(cfg)
+        params[name] = checkpoint.load_params(cfg.workdir, cfg)
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), params["trace"], params["bf16"])
+    assert all(jax.tree.leaves(same))
+    moved = jax.tree.map(lambda a, b: not np.array_equal(a, b), params["trace_trainer"],
+                         params["bf16"])
+    assert any(jax.tree.leaves(moved))
 
 
 def test_attention_p_precision_sets_the_rollout_numerics(tmp_path):
