@@ -41,7 +41,8 @@ def main(argv):
     config = _CONFIG.value
     config.sft.steps = _MAX.value  # the LR schedule of a run with this many SFT steps
     exp = X.build(config)
-    num = dataclasses.replace(exp.train_numerics.with_mode("bf16"), hinted=frozenset())
+    num = dataclasses.replace(exp.train_numerics.with_mode("bf16"), hinted=frozenset())  # evals
+    sft_num = RUN.sft_numerics(config, exp)  # the warm start's own (sft.numerics)
     opt = RUN.sft_optimizer(config)
     params = RUN.initial_state(exp, config, RUN.train_config(config))["params"]
     ts = TR.TrainState(params, opt.init(params))
@@ -75,7 +76,7 @@ def main(argv):
         if step == _MAX.value:
             break
         toks, mask = RUN.sft_batch(exp, step, config.sft.batch_size)
-        ts, loss, _ = TR.sft_step(ts, toks, mask, cfg=exp.cfg, numerics=num, opt=opt)
+        ts, loss, _ = TR.sft_step(ts, toks, mask, cfg=exp.cfg, numerics=sft_num, opt=opt)
     if _JSON.value:
         with open(_JSON.value, "w") as f:
             json.dump(rows, f, indent=1)

@@ -263,22 +263,23 @@ def pg_shares(loss_mask_BxT, n: int, loss_agg: str):
     return jnp.where(total > 0, cnt_N / jnp.maximum(total, 1.0), 1.0 / n)
 
 
+def sft_loss(params, tokens_BxT, loss_mask_BxT, *, cfg, numerics, router_aux_coef: float = 1e-3):
+    """Cross-entropy on the masked (solution) tokens plus ``router_aux_coef`` times the routers'
+    load-balancing loss (``sft.router_aux_coef``) over the sequences' tokens: each row is
+    right-padded (``run.sft_batch``), so its tokens are those up to its last loss token."""
+    valid_BxT = jnp.flip(jnp.cumsum(jnp.flip(loss_mask_BxT, 1).astype(jnp.int32), axis=1), 1) > 0
+    logits, aux, _ = M.forward(params, tokens_BxT, cfg=cfg, numerics=numerics, valid_BxT=valid_BxT)
+    lp = R.token_logprobs(logits, tokens_BxT)
+    m = loss_mask_BxT.astype(jnp.float32)
+    return -jnp.sum(lp * m) / jnp.maximum(jnp.sum(m), 1.0) + router_aux_coef * aux.lb_loss
+
+
 @nx.model_jit(static_argnames=("cfg", "numerics", "opt", "router_aux_coef"), donate_argnums=0)
 def sft_step(state: TrainState, tokens_BxT, loss_mask_BxT, *, cfg, numerics, opt,
              router_aux_coef: float = 1e-3):
-    """Cross-entropy on the masked (solution) tokens plus ``router_aux_coef`` times the routers'
-    load-balancing loss (``sft.router_aux_coef``) over the sequences' tokens: each row is
-    right-padded (``run.sft_batch``), so its tokens are those up to its last loss token.
-    Returns (state, loss, finite)."""
-    valid_BxT = jnp.flip(jnp.cumsum(jnp.flip(loss_mask_BxT, 1).astype(jnp.int32), axis=1), 1) > 0
-
-    def loss_fn(params):
-        logits, aux, _ = M.forward(params, tokens_BxT, cfg=cfg, numerics=numerics,
-                                   valid_BxT=valid_BxT)
-        lp = R.token_logprobs(logits, tokens_BxT)
-        m = loss_mask_BxT.astype(jnp.float32)
-        return -jnp.sum(lp * m) / jnp.maximum(jnp.sum(m), 1.0) + router_aux_coef * aux.lb_loss
-
-    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    """One SFT update on :func:`sft_loss`. Returns (state, loss, finite)."""
+    loss, grads = jax.value_and_grad(sft_loss)(state.params, tokens_BxT, loss_mask_BxT, cfg=cfg,
+                                               numerics=numerics,
+                                               router_aux_coef=router_aux_coef)
     state, finite = _apply_if_finite(opt, state, loss, grads)
     return state, loss, finite
