@@ -118,6 +118,9 @@ def main(argv=None) -> int:
                     help="with --grouped: the Mosaic kernel on the aligned x layout (mp 16 and "
                          "8: columns mgpu_al16 / mgpu_al8, max diff vs the rows layout) beside "
                          "the rows layout; no Triton or W4A4 rows")
+    ap.add_argument("--tokens", default="",
+                    help="with --grouped: token counts instead of %s (each routed to top-%d of "
+                         "%d experts), e.g. 32,128,512" % (",".join(map(str, TOKENS)), TOPK, E))
     ap.add_argument("--x-layout", default=None, choices=list(FM.X_LAYOUTS),
                     help="with --grouped: the Mosaic kernel's x layout (default: "
                          "fp4_matmul_mgpu.GROUPED_X_LAYOUT; --aligned compares rows with aligned)")
@@ -343,7 +346,8 @@ def grouped(a, argv) -> int:
         q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
             jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
         wm, wt = jax.jit(FM.prepare_mgpu)(q), jax.jit(fm.prepare_weights)(q)
-        for t in (PREFILL_TOKENS if a.prefill else TOKENS[-1:] if a.sweep else TOKENS):
+        tokens = tuple(int(v) for v in a.tokens.split(",")) if a.tokens else None
+        for t in tokens or (PREFILL_TOKENS if a.prefill else TOKENS[-1:] if a.sweep else TOKENS):
             gs = route(t, E, TOPK, jax.random.PRNGKey(t))
             m = t * TOPK
             x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 45 (issue 6, grouped): where the grouped call's time outside its kernel goes, by x
+# layout, at the issue's token counts (32 / 128 / 512 tokens, top-8 of 128 experts: 256 / 1024 /
+# 4096 rows), then a tokens-per-MMA sweep at 512 tokens (the bench table's worst grouped row:
+# 47.3% of copy on the H200, session 29b).
+# Prediction (before the run; H100 or H200, device time):
+# - rows layout (no bookkeeping kernel, no x gather; the groups' cumsum only): the call within
+#   ~2-3 us of its kernel; aligned: 4.6-8.5 us above (session 43a, H100). The rows kernel itself
+#   4-7% slower than the aligned one at mp 16 (session 20). So the rows call 1-4 us faster at
+#   256 / 1024 rows.
+# - 4096 rows (mean group 32, mp 56 on both layouts): the kernel is what is slow (the wgmma at
+#   n = 56 and chunks of 56 re-streaming weights for groups > 56 rows); mp 120 (one chunk for
+#   every group) faster by 10-20%.
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session45b.sh
+source "$(dirname "$0")/../gpu_prelude.sh" r45b
+install_wheels
+timeout 230 python3 experiments/check_mgpu_matmul.py --grouped --aligned --tokens 32,128,512 \
+  --max-seconds 200 --out "$R/layouts" > "$R/layouts.txt" 2>&1
+echo "layouts rc=$?"
+timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --prefill --tokens 512 \
+  --max-seconds 140 --out "$R/knobs512" > "$R/knobs512.txt" 2>&1
+echo "knobs512 rc=$?"
+tar -C "$R" -czf "$OUT/r45b.tar.gz" .
+python3 - "$R" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*/*.json")):
+    for r in json.load(open(f)).get("rows", []):
+        cols = sorted(c[:-3] for c in r if c.endswith("_us") and not c.endswith("kernel_us"))
+        print(f.split("/")[-2], f"{r['k']}x{r['n']} rows={r['rows']:>4} maxg={r['max_group']:>3}",
+              "  ".join(f"{c}={r[c + '_us']:.1f}/{r.get(c + '_kernel_us', float('nan')):.1f}"
+                        f"({r.get(c + '_pct_copy', float('nan')):.0f}%)" for c in cols))
+PY
+grep -hiE "Error|Traceback" "$R"/*.txt | sort | uniq -c | head -6
+exit 0
