@@ -11,6 +11,9 @@
 # - 4096 rows (mean group 32, mp 56 on both layouts): the kernel is what is slow (the wgmma at
 #   n = 56 and chunks of 56 re-streaming weights for groups > 56 rows); mp 120 (one chunk for
 #   every group) faster by 10-20%.
+# - dense M = 32 sweep (H100 only; 73.9% of copy there against the issue's 75%): the default
+#   (tk 256, 2 stages, 2 splits, 1 tile: 59 us) within 3% of the best config; tk 128 with 4
+#   stages (the same shared memory, twice the stages of weights in flight) might reach ~57 us.
 # On an H200 it first runs issue 7's late_vt A/B (~2 min) and the dense picks of
 # gpu_session43e.sh (~2 min), and skips the 512-token sweep.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session45b.sh
@@ -30,6 +33,10 @@ if [ "$H200" = 0 ]; then
   timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --prefill --tokens 512 \
     --max-seconds 140 --out "$R/knobs512" > "$R/knobs512.txt" 2>&1
   echo "knobs512 rc=$?"
+  timeout 120 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 32 \
+    --tk 128,256 --steps 2,3,4 --splits 2 --tiles 1,2 --baselines "" --max-seconds 100 \
+    --out "$R/m32" > "$R/m32.txt" 2>&1
+  echo "m32 rc=$?"
 fi
 tar -C "$R" -czf "$OUT/r45b.tar.gz" .
 python3 - "$R" <<'PY'
@@ -42,5 +49,6 @@ for f in sorted(glob.glob(sys.argv[1] + "/*/*.json")):
                         f"({r.get(c + '_pct_copy', float('nan')):.0f}%)" for c in cols))
 PY
 [ -d "$R/dense" ] && dense_summary dense
+[ -d "$R/m32" ] && dense_summary m32
 grep -hiE "Error|Traceback" "$R"/*.txt | sort | uniq -c | head -6
 exit 0
