@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 45 (issue 6, grouped): where the grouped call's time outside its kernel goes, by x
 # layout, at the issue's token counts (32 / 128 / 512 tokens, top-8 of 128 experts: 256 / 1024 /
-# 4096 rows), then a tokens-per-MMA sweep at 512 tokens (the bench table's worst grouped row:
+# 4096 rows), then weight tiles per program at 512 tokens (the bench table's worst grouped row:
 # 47.3% of copy on the H200, session 29b).
 # Prediction (before the run; H100 or H200, device time):
 # - rows layout (no bookkeeping kernel, no x gather; the groups' cumsum only): the call within
@@ -9,8 +9,7 @@
 #   4-7% slower than the aligned one at mp 16 (session 20). So the rows call 1-4 us faster at
 #   256 / 1024 rows.
 # - 4096 rows (mean group 32, mp 56 on both layouts): the kernel is what is slow (the wgmma at
-#   n = 56 and chunks of 56 re-streaming weights for groups > 56 rows); mp 120 (one chunk for
-#   every group) faster by 10-20%. Each program of 64 weight rows reads its expert's x rows
+#   n = 56 and chunks of 56 re-streaming weights for groups > 56 rows). Each program of 64 weight rows reads its expert's x rows
 #   (64 x 2048 bf16 = 256 KB at mp 56 + 8) against 74 KB of weight: x through TMA is 3.5x the
 #   weight bytes, and 12 N tiles read it 12 times (200 MB from L2). So more tiles per program
 #   (nt 2: x read 6 times) 1.2-1.4x faster; nt 3 / 4 hold 1 CTA per SM and gain less.
@@ -18,7 +17,7 @@
 #   (tk 256, 2 stages, 2 splits, 1 tile: 59 us) within 3% of the best config; tk 128 with 4
 #   stages (the same shared memory, twice the stages of weights in flight) might reach ~57 us.
 # On an H200 it first runs issue 7's late_vt A/B (~2 min) and the dense picks of
-# gpu_session43e.sh (~2 min), and skips the 512-token tile and mp sweeps and the M = 32 sweep.
+# gpu_session43e.sh (~2 min), and skips the 512-token tiles sweep and the M = 32 sweep.
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session45b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r45b
 late_vt_ab_if_h200
@@ -43,9 +42,6 @@ if [ "$H200" = 0 ]; then
     --out "$R/m32" > "$R/m32.txt" 2>&1
   echo "m32 rc=$?"
   tar -C "$R" -czf "$OUT/r45b.tar.gz" .
-  timeout 100 python3 experiments/check_mgpu_matmul.py --grouped --prefill --tokens 512 \
-    --shapes 2048x768 --max-seconds 80 --out "$R/knobs512" > "$R/knobs512.txt" 2>&1
-  echo "knobs512 rc=$?"
 fi
 tar -C "$R" -czf "$OUT/r45b.tar.gz" .
 python3 - "$R" <<'PY'
