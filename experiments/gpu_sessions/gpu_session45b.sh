@@ -28,8 +28,9 @@ if [ "$H200" -gt 0 ]; then
     --splits auto --baselines "" --max-seconds 120 --out "$R/dense" > "$R/dense.txt" 2>&1
   echo "dense rc=$?"
 fi
+# SHORT=1 (~3 min on an H100): the layouts at 2048 x 768 only, no M = 32 sweep
 timeout 230 python3 experiments/check_mgpu_matmul.py --grouped --aligned --tokens 32,128,512 \
-  --max-seconds 200 --out "$R/layouts" > "$R/layouts.txt" 2>&1
+  $([ "${SHORT:-0}" = 1 ] && echo --shapes 2048x768) --max-seconds 200 --out "$R/layouts" > "$R/layouts.txt" 2>&1
 echo "layouts rc=$?"
 tar -C "$R" -czf "$OUT/r45b.tar.gz" .  # (again after each step: a call cut short keeps these)
 if [ "$H200" = 0 ]; then
@@ -37,7 +38,7 @@ if [ "$H200" = 0 ]; then
     --shapes 2048x768 --max-seconds 120 --out "$R/nt512" > "$R/nt512.txt" 2>&1
   echo "nt512 rc=$?"
   tar -C "$R" -czf "$OUT/r45b.tar.gz" .
-  timeout 120 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 32 \
+  [ "${SHORT:-0}" = 1 ] || timeout 120 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 32 \
     --tk 128,256 --steps 2,3,4 --splits 2 --tiles 1,2 --baselines "" --max-seconds 100 \
     --out "$R/m32" > "$R/m32.txt" 2>&1
   echo "m32 rc=$?"
