@@ -1033,7 +1033,7 @@ def main(argv=None):
     ap.add_argument("--grouped_x_layout", default=None, choices=list(fp4_matmul_mgpu.X_LAYOUTS),
                     help="the grouped Mosaic expert kernel's x: the sorted rows or each "
                          "expert's rows at an 8-aligned offset (fp4_matmul_mgpu."
-                         "GROUPED_X_LAYOUT; default aligned since session 20)")
+                         "GROUPED_X_LAYOUT; default rows since session 45, aligned in sessions 20-44)")
     ap.add_argument("--grouped_swiglu", default=None,
                     choices=["fused", "fused_overlap", "unfused"],
                     help="the MoE gate / up projections with Mosaic GPU weights: one kernel with "
