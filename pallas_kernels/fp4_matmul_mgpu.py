@@ -715,9 +715,9 @@ def chunk_columns(off, start8, rows, total, c, mp, aoff=None):
 # and its call 3.4-8.5 us faster (43.3 / 48.7 against 49.6 / 57.3 us; 768 x 2048 43.7 / 49.3
 # against 47.1 / 53.8; at 4096 rows the aligned call, mp 56, spends 18.3 us outside its 64.9 us
 # kernel at 2048 x 768): the aligned call's bookkeeping kernel and x gather cost more than the 8
-# extra rows a chunk reads. Hence "rows". In the model the aligned gather fused with the dispatch's, so there the
-# gain is the bookkeeping launch alone (the 4-layer step's A/B: bench_rollout
-# --grouped_x_layout, not yet run).
+# extra rows a chunk reads. Hence "rows". In the model the aligned gather fused with the
+# dispatch's, so there the gain is the bookkeeping launch alone (the 4-layer step's A/B:
+# bench_rollout --grouped_x_layout, gpu_session46a.sh, not yet run).
 GROUPED_X_LAYOUT = "rows"
 X_LAYOUTS = ("rows", "aligned")
 
