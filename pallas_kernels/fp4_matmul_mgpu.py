@@ -709,7 +709,7 @@ def chunk_columns(off, start8, rows, total, c, mp, aoff=None):
 # gather of M + 7 E rows is an op of its own there); the 4-layer 30B FP4 decode step at 128K
 # (mp 8) 4.11 vs 4.20 ms, at 32K 4.48 vs 4.57 and 4.42 vs 4.38 ms (within run-to-run spread):
 # in the model the gather fuses with the MoE dispatch's. Hence the default until session 45.
-# Session 45 (gpu_session45c.sh and 45d, H100, device time, outputs bit-identical): since session
+# Session 45 (gpu_session45c.sh / 45d.sh, H100, device time, outputs bit-identical): since session
 # 22's one-launch bookkeeping the rows kernel is as fast as the aligned one (2048 x 768: 41.8 /
 # 47.4 us against 42.8 / 48.5 at 256 / 1024 rows; 768 x 2048: 41.9 / 48.3 against 41.9 / 47.5)
 # and its call 3.4-8.5 us faster (43.3 / 48.7 against 49.6 / 57.3 us; 768 x 2048 43.7 / 49.3
