@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 6, grouped kernel at 512 tokens (4096 rows, mean group 32, mp 56): what limits it
+# (53.5% of copy on an H100 at 768 x 2048, against 75-77% at 128 tokens; nt 2 / 4 no help).
+# Nsight Compute (speed of light, warp stalls, PC sampling) of the rows-layout kernel at 2048 x
+# 768, 128 and 512 tokens with the library's tiles, then 512 tokens with nt 2.
+# Prediction (written before the run): per 64-row weight tile a program streams a 64 x 2048 bf16
+# x tile (256 KB) against 68 KB of weight codes + scales, so at 4096 rows the SMs load ~500 MB
+# from L2 for ~105 MB from DRAM: L2 throughput >= 70% of its peak and DRAM ~55% at 512 tokens;
+# at 128 tokens (mean group 8, mp 16, a 24-row x tile: ~170 MB from L2) DRAM-side 75%, L2 < 50%.
+# If so, nt 2 (x read once per 128 weight rows) should have cut L2 load by ~40%; its unchanged
+# time (45c) would then say the L2 is not the limit either and the stall profile decides.
+# ~3 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
+source "$(dirname "$0")/../gpu_prelude.sh" r46b
+install_wheels
+GROUPED_TOKENS=128,512 GROUPED_KN=2048x768 ncu_source_profile "$R/ncu_rows" body \
+  experiments.run_mgpu_grouped_once
+tar -C "$R" -czf "$OUT/r46b.tar.gz" .
+GROUPED_TOKENS=512 GROUPED_KN=2048x768 GROUPED_NT=2 ncu_source_profile "$R/ncu_nt2" body \
+  experiments.run_mgpu_grouped_once
+tar -C "$R" -czf "$OUT/r46b.tar.gz" .
+for d in ncu_rows ncu_nt2; do
+  echo "== $d"; grep -E "rel err" "$R/$d/ncu_log.txt"
+  grep -E "^  body|Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per" \
+    "$R/$d/details.txt" | sed -E 's/ +/ /g' | head -60
+  grep -A3 "^== raw" "$R/$d/summary.txt" | head -12
+done
+exit 0
