@@ -156,6 +156,10 @@ def main(argv=None) -> int:
     ap.add_argument("--summary", metavar="JSON", default=None,
                     help="instead: print a dense run's JSON (kernels_matmul_mgpu.json) as one "
                          "line per row")
+    ap.add_argument("--knobs", default="",
+                    help="with --grouped: (mp, tk, steps) triples to time instead of the "
+                         "library's pick, e.g. 56:256:2,40:256:2 (columns mgpu_mp56_tk256_s2, "
+                         "...; the first is the one --tiles and --aligned use)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -163,6 +167,8 @@ def main(argv=None) -> int:
     unknown = sorted({v for v in a.diag.split(",") if v} - set(FM.DIAGS))
     if unknown:
         ap.error(f"--diag: unknown probe(s) {unknown}; expected some of {list(FM.DIAGS)}")
+    if a.knobs:
+        parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if a.summary:
         print("\n".join(summary_lines(a.summary)))
         return 0
@@ -335,6 +341,18 @@ PREFILL_TOKENS = (2048, 8192)  # --prefill: 16K and 64K routed rows (mean group 
 E, TOPK = 128, 8
 
 
+def parse_knobs(spec: str) -> tuple[tuple[int, int, int], ...]:
+    """``"56:256:2,40:256:2"`` -> ((56, 256, 2), (40, 256, 2)): --knobs' (mp, tk, steps)."""
+    try:
+        knobs = tuple(tuple(int(v) for v in t.split(":")) for t in spec.split(",") if t)
+    except ValueError:
+        knobs = ()
+    if not knobs or any(len(t) != 3 or t[0] % 8 or min(t) < 1 for t in knobs):
+        raise SystemExit(f"--knobs {spec!r}: expected mp:tk:steps triples, mp a multiple of 8, "
+                         "e.g. 56:256:2,40:256:2")
+    return knobs
+
+
 def grouped(a, argv) -> int:
     from pallas_kernels.bench_matmul import route
 
@@ -359,7 +377,7 @@ def grouped(a, argv) -> int:
             runs = [] if a.aligned else [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                 x, w, g, backend="triton")), wt, None, None)]
             lay = "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
-            knobs = (PREFILL_KNOBS if a.prefill else
+            knobs = (parse_knobs(a.knobs) if a.knobs else PREFILL_KNOBS if a.prefill else
                      (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
                      (FM.default_grouped_knobs(m, E, k, lay == "aligned"),))
             for mp, tk, steps in knobs:

@@ -187,3 +187,15 @@ def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
     with pytest.raises(SystemExit):
         CM.main(["--diag", "no_decode,nodecode"])
     assert "unknown probe(s) ['nodecode']" in capsys.readouterr().err
+
+
+def test_mgpu_matmul_check_parses_and_refuses_knobs():
+    """check_mgpu_matmul.py --grouped --knobs: mp:tk:steps triples in order; a triple short of a
+    field or an mp off the multiple of 8 stops before any GPU work, naming the list."""
+    from experiments import check_mgpu_matmul as CM
+    assert CM.parse_knobs("56:256:2,40:128:3") == ((56, 256, 2), (40, 128, 3))
+    for bad in ("56:256", "52:256:2", "56:256:x", ""):
+        with pytest.raises(SystemExit, match="expected mp:tk:steps"):
+            CM.parse_knobs(bad)
+    with pytest.raises(SystemExit, match="--knobs '56:256'"):
+        CM.main(["--grouped", "--knobs", "56:256"])

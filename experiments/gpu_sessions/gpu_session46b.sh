@@ -2,16 +2,26 @@
 # Issue 6, grouped kernel at 512 tokens (4096 rows, mean group 32, mp 56): what limits it
 # (53.5% of copy on an H100 at 768 x 2048, against 75-77% at 128 tokens; nt 2 / 4 no help).
 # Nsight Compute (speed of light, warp stalls, PC sampling) of the rows-layout kernel at 2048 x
-# 768, 128 and 512 tokens with the library's tiles, then 512 tokens with nt 2.
+# 768, 128 and 512 tokens with the library's tiles, then 512 tokens with nt 2; before that a
+# sweep of mp (tokens per chunk) at 512 tokens, both expert shapes.
 # Prediction (written before the run): per 64-row weight tile a program streams a 64 x 2048 bf16
 # x tile (256 KB) against 68 KB of weight codes + scales, so at 4096 rows the SMs load ~500 MB
 # from L2 for ~105 MB from DRAM: L2 throughput >= 70% of its peak and DRAM ~55% at 512 tokens;
 # at 128 tokens (mean group 8, mp 16, a 24-row x tile: ~170 MB from L2) DRAM-side 75%, L2 < 50%.
 # If so, nt 2 (x read once per 128 weight rows) should have cut L2 load by ~40%; its unchanged
 # time (45c) would then say the L2 is not the limit either and the stall profile decides.
-# ~3 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
+# mp sweep (route(512) groups: mean 32, max 47): a chunk computes mp + 8 rows whatever the group,
+# so mp 56 / 48 / 40 / 32 compute 8192 / 7168 / 6480 / 7320 rows (mp 40: 7 experts stream
+# their weights twice, mp 32: 55). If the MMA or the x stream limits, mp 48 ~8-12% and mp 40
+# ~10-15% faster than mp 56; if the weight stream does, all within 3% (mp 32 slower).
+# ~4 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 install_wheels
+timeout 150 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
+  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3 --out "$R/mp" > "$R/mp.txt" 2>&1
+echo "mp sweep rc=$?"
+grep -E "^device|^  k=" "$R/mp.txt" | sed -E 's/[a-z0-9_]*relerr=[^ ]* *//g; s/triton_[a-z_]*=[^ ]* *//g' |
+  cut -c1-900
 GROUPED_TOKENS=128,512 GROUPED_KN=2048x768 ncu_source_profile "$R/ncu_rows" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
