@@ -13,12 +13,16 @@
 # mp sweep (route(512) groups: mean 32, max 47): a chunk computes mp + 8 rows whatever the group,
 # so mp 56 / 48 / 40 / 32 compute 8192 / 7168 / 6480 / 7320 rows (mp 40: 7 experts stream
 # their weights twice, mp 32: 55). If the MMA or the x stream limits, mp 48 ~8-12% and mp 40
-# ~10-15% faster than mp 56; if the weight stream does, all within 3% (mp 32 slower).
+# ~10-15% faster than mp 56; if the weight stream does, all within 3% (mp 32 slower). The
+# stages: at mp 56 a tk-256 step holds 32 KB of x for 8-16 KB of weights, so 2 stages fill
+# ~100 KB of shared memory (2 programs per SM, against 4 at 128 tokens) and the down projection
+# (K 768) has only 3 steps per chunk; if that latency limits, tk 128 with 3-4 stages 5-15% faster.
 # ~4 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 install_wheels
-timeout 150 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
-  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3 --out "$R/mp" > "$R/mp.txt" 2>&1
+timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
+  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:3,56:128:4,48:128:4 \
+  --out "$R/mp" > "$R/mp.txt" 2>&1
 echo "mp sweep rc=$?"
 grep -E "^device|^  k=" "$R/mp.txt" | sed -E 's/[a-z0-9_]*relerr=[^ ]* *//g; s/triton_[a-z_]*=[^ ]* *//g' |
   cut -c1-900
