@@ -17,6 +17,12 @@
 # stages: at mp 56 a tk-256 step holds 32 KB of x for 8-16 KB of weights, so 2 stages fill
 # ~100 KB of shared memory (2 programs per SM, against 4 at 128 tokens) and the down projection
 # (K 768) has only 3 steps per chunk; if that latency limits, tk 128 with 3-4 stages 5-15% faster.
+# A second model, also written before the run (Little's law): at mp 56 a stage's x (64 x 256
+# bf16, 32 KB) crowds shared memory, so an SM holds 2 programs x 1 stage ahead = ~16 KB of
+# weight bytes in flight, against the ~25 KB per SM the H100's copy needs (~3.3 TB/s x ~1 us over
+# 132 SMs); at 128 tokens (x 12 KB a stage) 5 programs fit, ~40 KB. That model alone gives
+# ~60% of copy at 512 tokens (measured 53.5%) and predicts mp 48 (3 programs per SM) ~1.3x and
+# tk 128 x 4 stages ~1.2x; the ncu run's DRAM throughput and long-scoreboard stalls decide it.
 # ~4 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 install_wheels
