@@ -21,13 +21,17 @@
 # bf16, 32 KB) crowds shared memory, so an SM holds 2 programs x 1 stage ahead = ~16 KB of
 # weight bytes in flight, against the ~25 KB per SM the H100's copy needs (~3.3 TB/s x ~1 us over
 # 132 SMs); at 128 tokens (x 12 KB a stage) 5 programs fit, ~40 KB. That model alone gives
-# ~60% of copy at 512 tokens (measured 53.5%) and predicts mp 48 (3 programs per SM) ~1.3x and
-# tk 128 x 4 stages ~1.2x; the ncu run's DRAM throughput and long-scoreboard stalls decide it.
+# ~60% of copy at 512 tokens (measured 53.5%). Per stage (tk 256): codes 8 KB x nt, scales
+# 1 KB x nt, x (mp + 8) x 512 B; at 2048 x 768 (nt 1) mp 56 fits 2 programs per SM and mp 48
+# 3 (predicted ~1.3x), at 768 x 2048 (nt 2) both 2 (mp 48 ~1.1x from the MMA alone); tk 128 x
+# 4 stages keeps 2 programs with 3 stages ahead (~1.2x); the ncu run's DRAM throughput and
+# long-scoreboard stalls decide it. --tiles 1 adds nt 1 at mp 56 (768 x 2048: 2 programs per SM
+# with 9 KB of weights a stage instead of 18).
 # ~4 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 install_wheels
 timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
-  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:3,56:128:4,48:128:4 \
+  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:3,56:128:4,48:128:4 --tiles 1 \
   --out "$R/mp" > "$R/mp.txt" 2>&1
 echo "mp sweep rc=$?"
 grep -E "^device|^  k=" "$R/mp.txt" | sed -E 's/[a-z0-9_]*relerr=[^ ]* *//g; s/triton_[a-z_]*=[^ ]* *//g' |
