@@ -26,12 +26,13 @@
 # 3 (predicted ~1.3x), at 768 x 2048 (nt 2) both 2 (mp 48 ~1.1x from the MMA alone); tk 128 x
 # 4 stages keeps 2 programs with 3 stages ahead (~1.2x); the ncu run's DRAM throughput and
 # long-scoreboard stalls decide it. --tiles 1 adds nt 1 at mp 56 (768 x 2048: 2 programs per SM
-# with 9 KB of weights a stage instead of 18).
+# with 9 KB of weights a stage instead of 18) and nt 4 (45c measured nt 4 only at 2048 x 768,
+# 3 tiles per expert: 384 programs; at 768 x 2048 a stage is 68 KB, 1 program per SM: slower).
 # ~4 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 install_wheels
 timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
-  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:3,56:128:4,48:128:4 --tiles 1 \
+  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:3,56:128:4,48:128:4 --tiles 1,4 \
   --out "$R/mp" > "$R/mp.txt" 2>&1
 echo "mp sweep rc=$?"
 grep -E "^device|^  k=" "$R/mp.txt" | sed -E 's/[a-z0-9_]*relerr=[^ ]* *//g; s/triton_[a-z_]*=[^ ]* *//g' |
