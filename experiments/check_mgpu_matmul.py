@@ -20,6 +20,7 @@ import contextlib
 import functools
 import itertools
 import os
+import re
 import sys
 import time
 import traceback
@@ -160,6 +161,11 @@ def main(argv=None) -> int:
                     help="with --grouped: (mp, tk, steps) triples to time instead of the "
                          "library's pick, e.g. 56:256:2,40:256:2 (columns mgpu_mp56_tk256_s2, "
                          "...; the first is the one --tiles and --aligned use)")
+    ap.add_argument("--widths", default="",
+                    help="with --grouped: also time the first Mosaic config with these narrower "
+                         "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
+                         "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
+                         "maxdiff against the first Mosaic config)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -169,6 +175,8 @@ def main(argv=None) -> int:
         ap.error(f"--diag: unknown probe(s) {unknown}; expected some of {list(FM.DIAGS)}")
     if a.knobs:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
+    if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
+        ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
     if a.summary:
         print("\n".join(summary_lines(a.summary)))
         return 0
@@ -395,6 +403,11 @@ def grouped(a, argv) -> int:
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                             x_layout=lay, nt=nt)), wm, "body", None))
+            for ws in (tuple(int(v) for v in t.split(",")) for t in a.widths.split(";") if t):
+                runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
+                    lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
+                        x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
+                        x_layout=lay, widths=ws)), wm, "body", None))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body", None))
@@ -409,14 +422,15 @@ def grouped(a, argv) -> int:
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                         x_layout=lay)), wm, "body", probe))
-            first = None  # the rows-layout Mosaic output (--aligned compares with it)
+            first = None  # the first Mosaic output (--aligned and --widths compare with it)
             for name, f, w, kname, probe in runs:
                 try:
                     with _knobs(_DIAG=probe) if probe else contextlib.nullcontext():
                         out = f(x, w, gs)
                         row[f"{name}_relerr"] = rel(out, ref)
-                        if a.aligned:
-                            first = out if name == "mgpu" else first
+                        if first is None and name.startswith("mgpu"):
+                            first = out
+                        if a.aligned or name.startswith("mgpu_w"):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

@@ -745,6 +745,33 @@ SERIAL_TILES = True
 # program has more weight bytes in flight (with fewer programs). None: :func:`default_tiles`; an
 # int overrides it (1 where it does not divide N). Read at trace time.
 GROUPED_TILES: int | None = None
+# Narrower chunk widths for the grouped kernel (tokens per wgmma, multiples of 8 below the chunk's
+# mp + 8 rows, mp on the aligned layout): a chunk whose stored columns end at or below a width
+# runs the K loop with the smallest such width (the x tile, the wgmma's N and the store shrink;
+# each width is one more K pipeline in the kernel's code, picked per chunk by a branch). () keeps
+# one width. At mean groups of ~32 rows (512 decode tokens over 128 experts, mp 56) a chunk
+# computes 64 columns for ~36 used. Read at trace time; the ``widths`` argument overrides it.
+GROUPED_WIDTHS: tuple[int, ...] = ()
+
+
+def chunk_width(hi, widths: tuple[int, ...], r: int):
+    """The columns a grouped chunk computes: the smallest of ``widths`` (sorted, each < r) that
+    holds its stored columns [lo, hi), else r. Scalars (the kernel) or arrays (the emulation)."""
+    w = r
+    for wd in sorted(widths, reverse=True):
+        w = jnp.where(hi <= wd, wd, w)
+    return w
+
+
+def check_widths(widths, r: int) -> tuple[int, ...]:
+    """``widths`` as a sorted tuple of distinct ints, each a multiple of 8 in [8, r); else a
+    ValueError naming the bad one."""
+    ws = tuple(sorted({int(w) for w in widths}))
+    bad = [w for w in ws if w % 8 or not 8 <= w < r]
+    if bad:
+        raise ValueError(f"grouped chunk widths {bad}: each must be a multiple of 8 in [8, {r}) "
+                         f"(a chunk is {r} rows at this mp and layout)")
+    return ws
 
 
 def default_tiles(n: int, n_weights: int) -> int:
@@ -845,9 +872,9 @@ def _weight_tuple(a):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt"))
+                                             "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -856,7 +883,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     groups. ``codes``, ``scales`` and ``gscale`` as (gate, up) pairs: one pipeline streams both
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
-    the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`)."""
+    the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -871,6 +899,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     if nt < 1 or n % (ROWS * nt):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
     aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
+    widths = check_widths(widths, r)
 
     def body(*refs):
         u_refs, s_refs, g_refs = refs[:nw], refs[nw:2 * nw], refs[2 * nw:3 * nw]
@@ -887,13 +916,22 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         def chunk(c, carry):
             x0, *cols = chunk_columns(off, first8, nrows, total, c, mp, aoff)
             tiles = [(u, sr, n0) for n0 in n0s for u, sr in zip(u_refs, s_refs)]
-            acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
-                          tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
-                          x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :], k=k, mp=r, tk=tk,
-                          steps=steps, serial=serial)
-            for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
-                _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
-                            scale, *cols, n0, m)
+
+            def run(w):  # the chunk's K loop and stores at w columns
+                acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
+                              tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
+                              x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
+                              tk=tk, steps=steps, serial=serial)
+                for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
+                    _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
+                                scale, *cols, n0, m)
+
+            if not widths:
+                run(r)
+            else:
+                width = chunk_width(cols[2], widths, r)  # (cols: t0, lo, hi, zstart)
+                for w in (*widths, r):
+                    pl.when(width == w)(functools.partial(run, w))
             return carry
 
         jax.lax.fori_loop(0, nchunks, chunk, 0)
@@ -906,12 +944,14 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1):
+                             serial=False, nt=1, widths=()):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
-    x_sorted stores NaN, so a gap in the coverage or a short pad shows. (gate, up) pairs: each
-    product as stored, then the epilogue's SwiGLU."""
+    x_sorted stores NaN, so a gap in the coverage or a short pad shows; with ``widths`` a chunk
+    stores only the columns below its :func:`chunk_width`, so a width too narrow for its
+    columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
+    SwiGLU."""
     del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
@@ -924,7 +964,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     x0, t0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], ends[e - 1], cc, mp,
                                            None if aoff is None else aoff[ee])
     visited = cc < nchunks[ee]
-    live = visited & (ii >= lo) & (ii < hi)
+    live = visited & (ii >= lo) & (ii < hi) & (ii < chunk_width(hi, check_widths(widths, r), r))
     t = t0 + ii
     xr = x_sorted[jnp.clip(x0 + ii, 0, x_sorted.shape[0] - 1)].astype(jnp.float32)
     rs = row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0
@@ -962,7 +1002,8 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             mp: int | None = None, tk: int | None = None,
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
-                            x_layout: str | None = None, nt: int | None = None) -> jax.Array:
+                            x_layout: str | None = None, nt: int | None = None,
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -982,9 +1023,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     expert's rows to an 8-aligned offset, :func:`aligned_rows`, and a chunk reads mp rows;
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
-    program."""
+    program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
+    (:func:`chunk_width`; the same values)."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1001,7 +1043,8 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             group_sizes: jax.Array, *, mp: int | None = None,
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
-                            x_layout: str | None = None, nt: int | None = None) -> jax.Array:
+                            x_layout: str | None = None, nt: int | None = None,
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1013,11 +1056,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt)
+                         nt=nt, widths=widths)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt):
+                  nt, widths=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -1042,6 +1085,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         nt = nt if n % (ROWS * nt) == 0 else 1
     elif nt < 1 or n % (ROWS * nt):
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
+    widths = check_widths(GROUPED_WIDTHS if widths is None else widths,
+                          mp if layout == "aligned" else mp + 8)
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
@@ -1077,4 +1122,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt)
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)

@@ -670,3 +670,49 @@ def test_dense_timing_probes_leave_out_their_parts(monkeypatch, diag, decode, mm
         assert ("mul.rn.bf16x2" in txt) == decode
         assert ("wgmma.mma_async" in txt) == mma
         assert ("mad.lo.u32" in txt) == (diag is None)  # the E4M3 -> bf16 scale conversion
+
+
+@pytest.mark.parametrize("lay,mp,widths", [("rows", 16, (8, 16)), ("aligned", 16, (8,)),
+                                           ("rows", 24, (16,))])
+def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, widths,
+                                                                   monkeypatch):
+    """Narrower chunk widths (``widths``): groups whose chunks end inside each width and past
+    all of them (two chunks) store every row with the values of the single-width kernel, bit
+    for bit (the emulation stores only the columns below a chunk's width, so a width too narrow
+    leaves NaN: shown by a chunk_width that picks one width too few); bad widths are refused by
+    name; the kernel with widths lowers for CUDA with one K pipeline per width."""
+    import re
+
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    sizes, k, n = (3, 0, 9, 30, 1, 14), 128, 64
+    e, m = len(sizes), sum(sizes) + 2
+    w = jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2, global_scope="tensor")))(
+        jax.random.normal(jax.random.PRNGKey(2), (e, k, n)))
+    x = jax.random.normal(jax.random.PRNGKey(3), (m, k), jnp.bfloat16)
+    gs = jnp.asarray(sizes, jnp.int32)
+    run = lambda ws: np.asarray(jax.jit(lambda x, w, gs: FM.fp4_grouped_matmul_mgpu(  # noqa
+        x, w, gs, mp=mp, backend="emulate", x_layout=lay, widths=ws))(x, w, gs), np.float32)
+    one = run(())
+    assert not np.isnan(one).any()
+    np.testing.assert_array_equal(run(widths), one)
+    r = mp if lay == "aligned" else mp + 8
+    hi = jnp.arange(1, r + 1)
+    assert [int(v) for v in FM.chunk_width(hi, widths, r)] == [
+        next((wd for wd in widths if h <= wd), r) for h in range(1, r + 1)]
+    real = FM.chunk_width
+    monkeypatch.setattr(FM, "chunk_width", lambda hi, ws, r: real(hi, ws[:-1], ws[-1]))
+    assert np.isnan(run(widths)).any()  # the widest branch dropped: its chunks lose columns
+    monkeypatch.setattr(FM, "chunk_width", real)
+    for bad in ((12,), (r,), (0,)):
+        with pytest.raises(ValueError, match=rf"chunk widths \[{bad[0]}\]"):
+            run(bad)
+    with pytest.raises(ValueError, match=r"chunk widths \[8\]"):
+        FM.fp4_grouped_matmul_mgpu(x, w, gs, mp=8, backend="emulate", x_layout="aligned",
+                                   widths=(8,))  # aligned mp 8: a chunk is 8 rows
+    txt = [jax.jit(lambda x, w, gs, ws=ws: FM.fp4_grouped_matmul_mgpu(
+        x, w, gs, mp=mp, backend="mgpu", x_layout=lay, widths=ws)).trace(x, w, gs).lower(
+        lowering_platforms=("cuda",)).as_text() for ws in ((), widths)]
+    ns = [sorted(int(v) for v in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", t))
+          for t in txt]
+    assert ns == [[r], sorted((*widths, r))]  # one K pipeline (a wgmma of N = width) per width

@@ -189,9 +189,10 @@ def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
     assert "unknown probe(s) ['nodecode']" in capsys.readouterr().err
 
 
-def test_mgpu_matmul_check_parses_and_refuses_knobs():
+def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
     """check_mgpu_matmul.py --grouped --knobs: mp:tk:steps triples in order; a triple short of a
-    field or an mp off the multiple of 8 stops before any GPU work, naming the list."""
+    field or an mp off the multiple of 8 stops before any GPU work, naming the list; so does a
+    --widths list that is not ints."""
     from experiments import check_mgpu_matmul as CM
     assert CM.parse_knobs("56:256:2,40:128:3") == ((56, 256, 2), (40, 128, 3))
     for bad in ("56:256", "52:256:2", "56:256:x", ""):
@@ -199,3 +200,6 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs():
             CM.parse_knobs(bad)
     with pytest.raises(SystemExit, match="--knobs '56:256'"):
         CM.main(["--grouped", "--knobs", "56:256"])
+    with pytest.raises(SystemExit):
+        CM.main(["--grouped", "--widths", "32,40;x"])
+    assert "--widths '32,40;x'" in capsys.readouterr().err

@@ -28,15 +28,29 @@
 # long-scoreboard stalls decide it. --tiles 1 adds nt 1 at mp 56 (768 x 2048: 2 programs per SM
 # with 9 KB of weights a stage instead of 18) and nt 4 (45c measured nt 4 only at 2048 x 768,
 # 3 tiles per expert: 384 programs; at 768 x 2048 a stage is 68 KB, 1 program per SM: slower).
-# ~4 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
+# Chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS, new this session, CPU-tested only): a chunk
+# whose columns (misalignment + group, mean ~35.5 here) end at or below a width runs a narrower
+# K pipeline; widths 32,40,48 at mp 56 compute ~40 columns a chunk on average instead of 64
+# (-38% MMA and x). If the MMA or the x stream limits: 15-25% faster, maxdiff 0; if the weight
+# stream's latency does: within 5% (shared memory stays sized for 64 rows).
+# ~5 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 install_wheels
-timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
-  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:3,56:128:4,48:128:4 --tiles 1,4 \
+timeout 240 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
+  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:4,48:128:4 --tiles 1,4 \
+  --widths "32,40,48;40,48;48" \
   --out "$R/mp" > "$R/mp.txt" 2>&1
 echo "mp sweep rc=$?"
-grep -E "^device|^  k=" "$R/mp.txt" | sed -E 's/[a-z0-9_]*relerr=[^ ]* *//g; s/triton_[a-z_]*=[^ ]* *//g' |
-  cut -c1-900
+grep -E "^device" "$R/mp.txt"; grep -iE "error|fail" "$R/mp.txt" | head -5
+python3 - "$R/mp/kernels_matmul_mgpu_grouped.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["rows"] if isinstance(d, dict) else d:
+    print(f"k={r['k']} n={r['n']} rows={r['rows']} max_group={r['max_group']}")
+    for c in sorted(c[:-3] for c in r if c.endswith("_us") and not c.endswith("kernel_us")):
+        print(f"  {c:24s} call {r[c + '_us']:7.2f}  kernel {r.get(c + '_kernel_us', float('nan')):7.2f}"
+              f"  {r.get(c + '_pct_copy', float('nan')):5.1f}%  maxdiff {r.get(c + '_maxdiff', '-')}")
+PY
 GROUPED_TOKENS=128,512 GROUPED_KN=2048x768 ncu_source_profile "$R/ncu_rows" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
