@@ -41,6 +41,7 @@ timeout 240 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
   --widths "32,40,48;40,48;48" \
   --out "$R/mp" > "$R/mp.txt" 2>&1
 echo "mp sweep rc=$?"
+tar -C "$R" -czf "$OUT/r46b.tar.gz" .
 grep -E "^device" "$R/mp.txt"; grep -iE "error|fail" "$R/mp.txt" | head -5
 python3 - "$R/mp/kernels_matmul_mgpu_grouped.json" <<'PY'
 import json, sys
