@@ -33,8 +33,9 @@
 # K pipeline; widths 32,40,48 at mp 56 compute ~40 columns a chunk on average instead of 64
 # (-38% MMA and x). If the MMA or the x stream limits: 15-25% faster, maxdiff 0; if the weight
 # stream's latency does: within 5% (shared memory stays sized for 64 rows).
-# ~5 min. Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
+# ~5 min (~7 on an H200). Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
+late_vt_ab_if_h200  # (issue 7's A/B, gpu_session46a.sh's first part: on an H200 only, ~2 min)
 install_wheels
 timeout 240 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
   --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:4,48:128:4 --tiles 1,4 \
