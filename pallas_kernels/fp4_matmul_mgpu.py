@@ -750,7 +750,9 @@ GROUPED_TILES: int | None = None
 # runs the K loop with the smallest such width (the x tile, the wgmma's N and the store shrink;
 # each width is one more K pipeline in the kernel's code, picked per chunk by a branch). () keeps
 # one width. At mean groups of ~32 rows (512 decode tokens over 128 experts, mp 56) a chunk
-# computes 64 columns for ~36 used. Read at trace time; the ``widths`` argument overrides it.
+# computes 64 columns for ~36 used. Read at trace time: a call uses those of its widths below
+# its chunk's rows (so one setting serves decode and larger groups); the ``widths`` argument
+# overrides it and must fit. Session 46 added it, CPU-tested only (gpu_session46b.sh times it).
 GROUPED_WIDTHS: tuple[int, ...] = ()
 
 
@@ -1085,8 +1087,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         nt = nt if n % (ROWS * nt) == 0 else 1
     elif nt < 1 or n % (ROWS * nt):
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
-    widths = check_widths(GROUPED_WIDTHS if widths is None else widths,
-                          mp if layout == "aligned" else mp + 8)
+    r = mp if layout == "aligned" else mp + 8  # a chunk's rows
+    widths = check_widths([w for w in GROUPED_WIDTHS if w < r] if widths is None else widths, r)
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")

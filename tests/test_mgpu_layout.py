@@ -710,6 +710,13 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     with pytest.raises(ValueError, match=r"chunk widths \[8\]"):
         FM.fp4_grouped_matmul_mgpu(x, w, gs, mp=8, backend="emulate", x_layout="aligned",
                                    widths=(8,))  # aligned mp 8: a chunk is 8 rows
+    # the module knob: the widths below this call's chunk rows apply, the others are left out
+    monkeypatch.setattr(FM, "GROUPED_WIDTHS", (*widths, r, r + 8))
+    np.testing.assert_array_equal(run(None), one)
+    monkeypatch.setattr(FM, "chunk_width", lambda hi, ws, r: real(hi, ws[:-1], ws[-1]))
+    assert np.isnan(run(None)).any()  # (so the knob's widths did reach the kernel)
+    monkeypatch.setattr(FM, "chunk_width", real)
+    monkeypatch.setattr(FM, "GROUPED_WIDTHS", ())
     txt = [jax.jit(lambda x, w, gs, ws=ws: FM.fp4_grouped_matmul_mgpu(
         x, w, gs, mp=mp, backend="mgpu", x_layout=lay, widths=ws)).trace(x, w, gs).lower(
         lowering_platforms=("cuda",)).as_text() for ws in ((), widths)]
