@@ -155,3 +155,17 @@ late_vt_ab_if_h200() {
   OUT=/tmp/r39d_out bash "$REPO/experiments/gpu_sessions/gpu_session39d.sh"
   tar -C /tmp/r39d_out -czf "$OUT/r39d.tar.gz" .
 }
+
+# grouped_summary JSON: one line per config of a check_mgpu_matmul.py --grouped run
+# (kernels_matmul_mgpu_grouped.json): call and kernel device time, % of copy, maxdiff.
+grouped_summary() {
+  python3 - "$1" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["rows"]:
+    print(f"k={r['k']} n={r['n']} rows={r['rows']} max_group={r['max_group']}")
+    for c in sorted(c[:-3] for c in r if c.endswith("_us") and not c.endswith("kernel_us")):
+        print(f"  {c:24s} call {r[c + '_us']:7.2f}  kernel {r.get(c + '_kernel_us', float('nan')):7.2f}"
+              f"  {r.get(c + '_pct_copy', float('nan')):5.1f}%  maxdiff {r.get(c + '_maxdiff', '-')}")
+PY
+}

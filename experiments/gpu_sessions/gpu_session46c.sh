@@ -13,15 +13,7 @@ timeout 170 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
 echo "mp sweep rc=$?"
 tar -C "$R" -czf "$OUT/r46c.tar.gz" .
 grep -E "^device" "$R/mp.txt"; grep -iE "error|fail" "$R/mp.txt" | head -5
-python3 - "$R/mp/kernels_matmul_mgpu_grouped.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for r in d["rows"]:
-    print(f"k={r['k']} n={r['n']} rows={r['rows']} max_group={r['max_group']}")
-    for c in sorted(c[:-3] for c in r if c.endswith("_us") and not c.endswith("kernel_us")):
-        print(f"  {c:24s} call {r[c + '_us']:7.2f}  kernel {r.get(c + '_kernel_us', float('nan')):7.2f}"
-              f"  {r.get(c + '_pct_copy', float('nan')):5.1f}%  maxdiff {r.get(c + '_maxdiff', '-')}")
-PY
+grouped_summary "$R/mp/kernels_matmul_mgpu_grouped.json"
 GROUPED_TOKENS=128,512 GROUPED_KN=2048x768 ncu_source_profile "$R/ncu_rows" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46c.tar.gz" .
