@@ -33,13 +33,19 @@
 # K pipeline; widths 32,40,48 at mp 56 compute ~40 columns a chunk on average instead of 64
 # (-38% MMA and x). If the MMA or the x stream limits: 15-25% faster, maxdiff 0; if the weight
 # stream's latency does: within 5% (shared memory stays sized for 64 rows).
-# ~5 min (~7 on an H200). Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session46b.sh
+# ~5 min (~7 on an H200); SHORT=1 (~4 min on an H200): 4 knobs and 2 width sets, no tiles, the
+# first profile only.
+# Usage (repo root, with .whl/ carried): [SHORT=1] bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 late_vt_ab_if_h200  # (issue 7's A/B, gpu_session46a.sh's first part: on an H200 only, ~2 min)
 install_wheels
-timeout 240 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
-  --knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:4,48:128:4 --tiles 1,4 \
-  --widths "32,40,48;40,48;48" \
+if [ -n "${SHORT:-}" ]; then  # fewer points
+  SWEEP=(--knobs 56:256:2,48:256:2,40:256:2,56:128:4 --widths "32,40,48;48")
+else
+  SWEEP=(--knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:4,48:128:4 --tiles 1,4
+         --widths "32,40,48;40,48;48")
+fi
+timeout 240 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 "${SWEEP[@]}" \
   --out "$R/mp" > "$R/mp.txt" 2>&1
 echo "mp sweep rc=$?"
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
@@ -48,10 +54,11 @@ grouped_summary "$R/mp/kernels_matmul_mgpu_grouped.json"
 GROUPED_TOKENS=128,512 GROUPED_KN=2048x768 ncu_source_profile "$R/ncu_rows" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
-GROUPED_TOKENS=512 GROUPED_KN=2048x768 GROUPED_NT=2 ncu_source_profile "$R/ncu_nt2" body \
+[ -n "${SHORT:-}" ] || GROUPED_TOKENS=512 GROUPED_KN=2048x768 GROUPED_NT=2 ncu_source_profile "$R/ncu_nt2" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
 for d in ncu_rows ncu_nt2; do
+  [ -d "$R/$d" ] || continue
   echo "== $d"; grep -E "rel err" "$R/$d/ncu_log.txt"
   grep -E "^  body|Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per" \
     "$R/$d/details.txt" | sed -E 's/ +/ /g' | head -60
