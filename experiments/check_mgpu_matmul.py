@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default="",
                     help="with --grouped: (mp, tk, steps) triples to time instead of the "
                          "library's pick, e.g. 56:256:2,40:256:2 (columns mgpu_mp56_tk256_s2, "
-                         "...; the first is the one --tiles and --aligned use)")
+                         "...; the first is the one --tiles, --widths and --diag use)")
     ap.add_argument("--widths", default="",
                     help="with --grouped: also time the first Mosaic config with these narrower "
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
