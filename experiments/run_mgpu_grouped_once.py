@@ -26,12 +26,15 @@ SHAPES = [tuple(int(d) for d in s.split("x"))
           for s in os.environ.get("GROUPED_KN", "2048x768,768x2048").split(",")]
 LAYOUT = os.environ.get("GROUPED_X_LAYOUT") or None
 NT = int(os.environ["GROUPED_NT"]) if os.environ.get("GROUPED_NT") else None
+weights = {}  # (k, n) -> the Mosaic weights, quantized once per shape
 for tokens, (k, n) in ((t, s) for t in TOKENS for s in SHAPES):
     gs = route(tokens, E, TOPK, jax.random.PRNGKey(tokens))
     m = tokens * TOPK
-    q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
-        jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
-    w = jax.jit(FM.prepare_mgpu)(q)
+    if (k, n) not in weights:
+        q = jax.jit(lambda w: quantize(w, "nvfp4", axis=-2, global_scope="tensor"))(
+            jax.random.normal(jax.random.PRNGKey(k), (E, k, n), jnp.float32))
+        weights[k, n] = jax.jit(FM.prepare_mgpu)(q)
+    w = weights[k, n]
     x = jax.random.normal(jax.random.PRNGKey(m), (m, k), jnp.bfloat16)
     f = jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(x, w, g, backend="mgpu",
                                                             x_layout=LAYOUT, nt=NT))
