@@ -9,8 +9,7 @@ import pytest
 
 from trace_jax import diagnose
 
-# the notebook's shrunken config (experiments/quickstart.ipynb): the CLI then reads the programs
-# the notebook compiled from the suite's shared compilation cache
+# the notebook's shrunken config (experiments/quickstart.ipynb): small programs, quick compiles
 SMALL = ["--config=configs/tiny.py", "--config.model.n_layers=2",
          "--config.rollout.batch_prompts=4", "--config.rollout.group_size=2",
          "--config.rollout.max_new_tokens=4"]

@@ -208,7 +208,7 @@ def read_tensorboard(workdir):
 FINISHED_RUN_COMPILED = {}
 LOOP_PROGRAMS = ("jit(sft_step)", "jit(rl_step)", "jit(_generate)")
 # programs lowered for compilation, by function: one per jit cache miss, whether XLA then
-# compiles it or finds it in the persistent compilation cache (this process)
+# compiles it or finds it in a persistent compilation cache (this process; off in the suite)
 _COMPILES = collections.Counter()
 
 
@@ -339,7 +339,7 @@ def test_corrupted_latest_checkpoint_is_skipped(finished_run, tmp_path, capsys):
                 fh.write(b"garbage")
     # resumes from the previous good checkpoint (4) and reruns RL steps 2 and 3; the same config
     # as test_resume_after_crash_equals_uninterrupted_run's resumed run, whose train step (a
-    # restored state compiles its own) it reads from the compilation cache
+    # restored state compiles its own)
     RUN.run(c)
     out = capsys.readouterr().out
     assert "skipping checkpoint step 6: incomplete, corrupted" in out
@@ -663,7 +663,7 @@ def test_shifted_hint_batch_is_detected(tmp_path):
     exp = X.build(small(tmp_path))
     params = init_params(exp.cfg, jax.random.key(0))
     # the RL loop's rollout (each prompt repeated per group, exact codes recorded): the program
-    # the loop compiles for this config (finished_run), read back from the compilation cache
+    # the loop compiles for this config (finished_run)
     prompts, lens = R.repeat_prompts(*X.encode_prompts(exp, exp.train_data.batch(0)),
                                      exp.group_size)
     ro = R.generate(R.sync_weights(params, exp.rollout_numerics), prompts, lens, jax.random.key(1),
