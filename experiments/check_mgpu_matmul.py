@@ -177,6 +177,14 @@ def main(argv=None) -> int:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
+    if a.widths and a.knobs:  # each set must fit the first config's chunk rows
+        lay = "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
+        r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], lay == "aligned")
+        for ws in parse_widths(a.widths):
+            try:
+                FM.check_widths(ws, r)
+            except ValueError as e:
+                ap.error(f"--widths {a.widths!r}: {e}")
     if a.summary:
         print("\n".join(summary_lines(a.summary)))
         return 0
@@ -361,11 +369,28 @@ def parse_knobs(spec: str) -> tuple[tuple[int, int, int], ...]:
     return knobs
 
 
+def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
+    """``"32,40;48"`` -> ((32, 40), (48,)): --widths' sets (the syntax checked by main)."""
+    return tuple(tuple(int(v) for v in t.split(",")) for t in spec.split(";") if t)
+
+
 def grouped(a, argv) -> int:
     from pallas_kernels.bench_matmul import route
 
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
+    suffix = "_prefill" if a.prefill else "_sweep" if a.sweep else ""
+
+    def save(rows_now, echo=True):
+        lines = devtime.sweep_header(
+            "Mosaic GPU FP4 grouped matmul prototype", "python experiments/check_mgpu_matmul.py",
+            f"{E} experts, top-{TOPK} random routing; device time per call (all kernels of the "
+            f"call); % copy = codes + scales of the experts with tokens / time against a "
+            f"device-time copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 ragged_dot.",
+            argv) + devtime.table_lines(rows_now)
+        devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped" + suffix, lines, rows_now, bw,
+                            echo=echo)
+
     shapes = ([tuple(int(v) for v in kn.split("x")) for kn in a.shapes.split(",")] if a.shapes
               else GROUPED)
     for k, n in shapes:
@@ -388,26 +413,31 @@ def grouped(a, argv) -> int:
             knobs = (parse_knobs(a.knobs) if a.knobs else PREFILL_KNOBS if a.prefill else
                      (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
                      (FM.default_grouped_knobs(m, E, k, lay == "aligned"),))
-            for mp, tk, steps in knobs:
+            # with --widths every other Mosaic column runs one width (not GROUPED_WIDTHS), so the
+            # width columns compare with a single-width kernel
+            base_ws = () if a.widths else None
+            mp0, tk0, steps0 = knobs[0]
+            for i, (mp, tk, steps) in enumerate(knobs):
                 name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
                 runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
                                            FM.fp4_grouped_matmul_mgpu(
                                                x, w, g, mp=mp, tk=tk, steps=steps,
-                                               backend="mgpu", x_layout=lay)), wm, "body", None))
+                                               backend="mgpu", x_layout=lay, widths=base_ws)),
+                             wm, "body", None))
+                if i == 0:  # the width columns right after their baseline: a timeout keeps them
+                    for ws in parse_widths(a.widths):
+                        runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
+                            lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
+                                x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
+                                x_layout=lay, widths=ws)), wm, "body", None))
             row["default_nt"] = (FM.default_tiles(n, 1) if FM.GROUPED_TILES is None  # the mgpu
                                  else FM.GROUPED_TILES)  # column's tiles per program
-            mp0, tk0, steps0 = knobs[0]
             for nt in (int(v) for v in filter(None, a.tiles.split(","))):
                 if n % (64 * nt) == 0:
                     runs.append((f"mgpu_nt{nt}", jax.jit(
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                            x_layout=lay, nt=nt)), wm, "body", None))
-            for ws in (tuple(int(v) for v in t.split(",")) for t in a.widths.split(";") if t):
-                runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
-                    lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
-                        x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                        x_layout=lay, widths=ws)), wm, "body", None))
+                            x_layout=lay, nt=nt, widths=base_ws)), wm, "body", None))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body", None))
@@ -421,7 +451,7 @@ def grouped(a, argv) -> int:
                 runs.append((f"mgpu_{probe}", jax.jit(
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                        x_layout=lay)), wm, "body", probe))
+                        x_layout=lay, widths=base_ws)), wm, "body", probe))
             first = None  # the first Mosaic output (--aligned and --widths compare with it)
             for name, f, w, kname, probe in runs:
                 try:
@@ -442,10 +472,11 @@ def grouped(a, argv) -> int:
                     devtime.report_failure(f"{name} K={k} N={n} T={t}", e)
                     continue
                 devtime.record_time(row, name, tt, nbytes, bw)
+                save(rows + [row], echo=False)  # (a timeout keeps what was timed)
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
             FM.GROUPED_X_LAYOUT = lay  # (the W4A4 rows go through the library's default)
-            if not (a.sweep or a.prefill or a.aligned):  # W4A4 through the library entry point
+            if not (a.sweep or a.prefill or a.aligned or a.knobs):  # W4A4 through the library
                 xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                 ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)
                 for name, w in (("triton", wt), ("mgpu", wm)):  # the model's W4A4 call, timed
@@ -455,15 +486,7 @@ def grouped(a, argv) -> int:
                     row[f"{name}_w4a4_us"] = 1e6 * devtime.device_seconds(f4, xq, w, gs)
             rows.append(row)
             print(devtime.format_row(row), flush=True)
-    lines = devtime.sweep_header(
-        "Mosaic GPU FP4 grouped matmul prototype", "python experiments/check_mgpu_matmul.py",
-        f"{E} experts, top-{TOPK} random routing; device time per call (all kernels of the "
-        f"call); % copy = codes + scales of the experts with tokens / time against a device-time "
-        f"copy of {bw / 1e12:.2f} TB/s; relerr vs dequantize + f32 ragged_dot.", argv
-    ) + devtime.table_lines(rows)
-    suffix = "_prefill" if a.prefill else "_sweep" if a.sweep else ""
-    devtime.write_sweep(a.out, "kernels_matmul_mgpu_grouped" + suffix,
-                        lines, rows, bw)
+    save(rows)
     return 0
 
 

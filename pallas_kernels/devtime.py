@@ -92,16 +92,19 @@ def sweep_header(title: str, command: str, note: str, argv=None) -> list[str]:
             f"command: `{line}`", "", note, ""]
 
 
-def write_sweep(out_dir: str, stem: str, lines: list[str], rows: list[dict], copy_Bps: float):
+def write_sweep(out_dir: str, stem: str, lines: list[str], rows: list[dict], copy_Bps: float,
+                echo: bool = True):
     """A knob sweep's results: ``stem.md`` (``lines``), ``stem.json`` (device, jax, the copy
-    bandwidth and ``rows``) under ``out_dir``; prints the table (its last len(rows) + 2 lines)."""
+    bandwidth and ``rows``) under ``out_dir``; with ``echo`` prints the table (its last
+    len(rows) + 2 lines)."""
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
         json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
                        copy_tbs=copy_Bps / 1e12, rows=rows), f, indent=1)
-    print("\n".join(lines[-(len(rows) + 2):]))
+    if echo:
+        print("\n".join(lines[-(len(rows) + 2):]))
 
 
 def sweep_parser(doc: str, max_seconds: float, quick_help: str) -> argparse.ArgumentParser:

@@ -756,10 +756,18 @@ GROUPED_TILES: int | None = None
 GROUPED_WIDTHS: tuple[int, ...] = ()
 
 
-def chunk_width(hi, widths: tuple[int, ...], r: int):
-    """The columns a grouped chunk computes: the smallest of ``widths`` (sorted, each < r) that
-    holds its stored columns [lo, hi), else r. Scalars (the kernel) or arrays (the emulation)."""
-    w = r
+def chunk_rows(mp: int, aligned: bool) -> int:
+    """The x rows a grouped chunk reads (the wgmma's N without ``widths``): mp on the aligned
+    layout, mp + 8 on the rows layout (its tokens start up to 7 rows into an 8-aligned read)."""
+    return mp if aligned else mp + 8
+
+
+def chunk_width(chunk, widths: tuple[int, ...], r: int):
+    """The columns a grouped chunk computes: the smallest of ``widths`` (each < r) that holds its
+    stored columns [lo, hi), else r. ``chunk`` is :func:`chunk_columns`' (x0, t0, lo, hi,
+    zstart), so the kernel and its emulation derive the width from the same tuple. Scalars (the
+    kernel) or arrays (the emulation)."""
+    hi, w = chunk[3], r
     for wd in sorted(widths, reverse=True):
         w = jnp.where(hi <= wd, wd, w)
     return w
@@ -893,7 +901,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     nw = len(codes)
     e, n, k8 = codes[0].shape
-    k, r = 8 * k8, mp if aligned else mp + 8
+    k, r = 8 * k8, chunk_rows(mp, aligned)
     if k % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
@@ -916,7 +924,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         scale = tuple(g[ei] * 2.0 ** SHIFT for g in g_refs)  # (exact: a power of two)
 
         def chunk(c, carry):
-            x0, *cols = chunk_columns(off, first8, nrows, total, c, mp, aoff)
+            ch = chunk_columns(off, first8, nrows, total, c, mp, aoff)
+            x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
             tiles = [(u, sr, n0) for n0 in n0s for u, sr in zip(u_refs, s_refs)]
 
             def run(w):  # the chunk's K loop and stores at w columns
@@ -931,7 +940,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
             if not widths:
                 run(r)
             else:
-                width = chunk_width(cols[2], widths, r)  # (cols: t0, lo, hi, zstart)
+                width = chunk_width(ch, widths, r)
                 for w in (*widths, r):
                     pl.when(width == w)(functools.partial(run, w))
             return carry
@@ -957,16 +966,17 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
-    r = mp if aligned else mp + 8
+    r = chunk_rows(mp, aligned)
     offs, start8, rows, nchunks = program_plan(group_sizes, ends, jnp.arange(e) == e - 1, m, mp)
     aoff = aends - jnp.bitwise_and(rows + 7, -8) if aligned else None
     nc = m // mp + 2  # a static bound on any expert's chunks
     ee, cc, ii = (a.ravel() for a in jnp.meshgrid(jnp.arange(e), jnp.arange(nc), jnp.arange(r),
                                                   indexing="ij"))
-    x0, t0, lo, hi, zstart = chunk_columns(offs[ee], start8[ee], rows[ee], ends[e - 1], cc, mp,
-                                           None if aoff is None else aoff[ee])
+    ch = chunk_columns(offs[ee], start8[ee], rows[ee], ends[e - 1], cc, mp,
+                       None if aoff is None else aoff[ee])
+    x0, t0, lo, hi, zstart = ch
     visited = cc < nchunks[ee]
-    live = visited & (ii >= lo) & (ii < hi) & (ii < chunk_width(hi, check_widths(widths, r), r))
+    live = visited & (ii >= lo) & (ii < hi) & (ii < chunk_width(ch, check_widths(widths, r), r))
     t = t0 + ii
     xr = x_sorted[jnp.clip(x0 + ii, 0, x_sorted.shape[0] - 1)].astype(jnp.float32)
     rs = row_scale[jnp.clip(t, 0, m - 1)] if scaled else 1.0
@@ -1087,7 +1097,7 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         nt = nt if n % (ROWS * nt) == 0 else 1
     elif nt < 1 or n % (ROWS * nt):
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
-    r = mp if layout == "aligned" else mp + 8  # a chunk's rows
+    r = chunk_rows(mp, layout == "aligned")
     widths = check_widths([w for w in GROUPED_WIDTHS if w < r] if widths is None else widths, r)
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):

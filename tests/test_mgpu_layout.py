@@ -676,16 +676,19 @@ def test_dense_timing_probes_leave_out_their_parts(monkeypatch, diag, decode, mm
                                            ("rows", 24, (16,))])
 def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, widths,
                                                                    monkeypatch):
-    """Narrower chunk widths (``widths``): groups whose chunks end inside each width and past
-    all of them (two chunks) store every row with the values of the single-width kernel, bit
-    for bit (the emulation stores only the columns below a chunk's width, so a width too narrow
-    leaves NaN: shown by a chunk_width that picks one width too few); bad widths are refused by
-    name; the kernel with widths lowers for CUDA with one K pipeline per width."""
+    """Narrower chunk widths (``widths``): groups whose chunks end inside each width, at it, one
+    column past it, and past all of them (two chunks) store every row with the values of the
+    single-width kernel, bit for bit (the emulation stores only the columns below a chunk's
+    width, which the kernel takes from the same ``chunk_width`` of the same chunk tuple, so a
+    width too narrow leaves NaN: shown by a chunk_width that picks one width too few); bad
+    widths are refused by name; the kernel with widths lowers for CUDA with one K pipeline per
+    width."""
     import re
 
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
-    sizes, k, n = (3, 0, 9, 30, 1, 14), 128, 64
+    # chunks whose stored columns end at each width w and at w + 1, for all three cases below
+    sizes, k, n = (3, 0, 9, 30, 1, 14, 5, 3, 15, 6), 128, 64
     e, m = len(sizes), sum(sizes) + 2
     w = jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2, global_scope="tensor")))(
         jax.random.normal(jax.random.PRNGKey(2), (e, k, n)))
@@ -696,12 +699,12 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     one = run(())
     assert not np.isnan(one).any()
     np.testing.assert_array_equal(run(widths), one)
-    r = mp if lay == "aligned" else mp + 8
+    r = FM.chunk_rows(mp, lay == "aligned")
     hi = jnp.arange(1, r + 1)
-    assert [int(v) for v in FM.chunk_width(hi, widths, r)] == [
+    assert [int(v) for v in FM.chunk_width((0, 0, 0, hi, 0), widths, r)] == [
         next((wd for wd in widths if h <= wd), r) for h in range(1, r + 1)]
     real = FM.chunk_width
-    monkeypatch.setattr(FM, "chunk_width", lambda hi, ws, r: real(hi, ws[:-1], ws[-1]))
+    monkeypatch.setattr(FM, "chunk_width", lambda ch, ws, r: real(ch, ws[:-1], ws[-1]))
     assert np.isnan(run(widths)).any()  # the widest branch dropped: its chunks lose columns
     monkeypatch.setattr(FM, "chunk_width", real)
     for bad in ((12,), (r,), (0,)):
@@ -713,7 +716,7 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     # the module knob: the widths below this call's chunk rows apply, the others are left out
     monkeypatch.setattr(FM, "GROUPED_WIDTHS", (*widths, r, r + 8))
     np.testing.assert_array_equal(run(None), one)
-    monkeypatch.setattr(FM, "chunk_width", lambda hi, ws, r: real(hi, ws[:-1], ws[-1]))
+    monkeypatch.setattr(FM, "chunk_width", lambda ch, ws, r: real(ch, ws[:-1], ws[-1]))
     assert np.isnan(run(None)).any()  # (so the knob's widths did reach the kernel)
     monkeypatch.setattr(FM, "chunk_width", real)
     monkeypatch.setattr(FM, "GROUPED_WIDTHS", ())

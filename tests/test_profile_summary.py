@@ -192,7 +192,8 @@ def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
 def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
     """check_mgpu_matmul.py --grouped --knobs: mp:tk:steps triples in order; a triple short of a
     field or an mp off the multiple of 8 stops before any GPU work, naming the list; so does a
-    --widths list that is not ints."""
+    --widths list that is not ints, or (with --knobs) a width that does not fit the first
+    config's chunk rows (mp + 8 on the rows layout, mp on the aligned one)."""
     from experiments import check_mgpu_matmul as CM
     assert CM.parse_knobs("56:256:2,40:128:3") == ((56, 256, 2), (40, 128, 3))
     for bad in ("56:256", "52:256:2", "56:256:x", ""):
@@ -203,3 +204,9 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
     with pytest.raises(SystemExit):
         CM.main(["--grouped", "--widths", "32,40;x"])
     assert "--widths '32,40;x'" in capsys.readouterr().err
+    assert CM.parse_widths("32,40;48") == ((32, 40), (48,))
+    for layout, bad in (("rows", "64"), ("rows", "12"), ("aligned", "56")):
+        with pytest.raises(SystemExit):
+            CM.main(["--grouped", "--x-layout", layout, "--knobs", "56:256:2",
+                     "--widths", f"32,40;{bad}"])
+        assert f"chunk widths [{bad}]" in capsys.readouterr().err

@@ -32,8 +32,13 @@
 # whose columns (misalignment + group, mean ~35.5 here) end at or below a width runs a narrower
 # K pipeline; widths 32,40,48 at mp 56 compute ~40 columns a chunk on average instead of 64
 # (-38% MMA and x). If the MMA or the x stream limits: 15-25% faster, maxdiff 0; if the weight
-# stream's latency does: within 5% (shared memory stays sized for 64 rows).
-# ~5 min (~7 on an H200); SHORT=1 (~4 min on an H200): 4 knobs and 2 width sets, no tiles, the
+# stream's latency does: within 5% (shared memory stays sized for 64 rows). Between 5% and 15%:
+# both limits in part; the ncu stall mix at 512 tokens then says which dominates.
+# At 512 tokens every group (max 47 rows) fits one mp-56 chunk, so no program switches between
+# width pipelines there; a second call at 1024 tokens (mean group 64: many groups of two chunks,
+# a full-width one and a narrow one) checks that the switch stores the same values (maxdiff 0
+# required before the widths become a default) and times it.
+# ~6 min (~8 on an H200); SHORT=1 (~5 min on an H200): 4 knobs and 2 width sets, no tiles, the
 # first profile only.
 # Usage (repo root, with .whl/ carried): [SHORT=1] bash experiments/gpu_sessions/gpu_session46b.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
@@ -51,6 +56,11 @@ echo "mp sweep rc=$?"
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
 grep -E "^device" "$R/mp.txt"; grep -iE "error|fail" "$R/mp.txt" | head -5
 grouped_summary "$R/mp/kernels_matmul_mgpu_grouped.json"
+timeout 100 python3 experiments/check_mgpu_matmul.py --grouped --tokens 1024 --shapes 2048x768 \
+  --knobs 56:256:2 --widths "32,40,48" --out "$R/w1024" > "$R/w1024.txt" 2>&1
+echo "widths at 1024 tokens rc=$?"
+grouped_summary "$R/w1024/kernels_matmul_mgpu_grouped.json"
+tar -C "$R" -czf "$OUT/r46b.tar.gz" .
 GROUPED_TOKENS=128,512 GROUPED_KN=2048x768 ncu_source_profile "$R/ncu_rows" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
