@@ -148,8 +148,8 @@ def main(argv=None) -> int:
                          "no_decode,stream_only (fp4_matmul_mgpu.DIAGS; wrong values: their "
                          "relerr and maxdiff_t1 are not judged)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
-                    help="dense: skip the configs left after this many seconds (the results "
-                         "so far are still written)")
+                    help="skip the configs (dense) or columns (--grouped) left after this many "
+                         "seconds (the results so far are still written)")
     ap.add_argument("--breakdown", action="store_true",
                     help="dense: also the Mosaic kernel alone (kernel_us) and the call with x "
                          "padded to a multiple of 8 rows by XLA (padded_us: the wrapper before "
@@ -380,6 +380,7 @@ def grouped(a, argv) -> int:
     bw = devtime.report_copy_bandwidth(1 << 30)
     rows = []
     suffix = "_prefill" if a.prefill else "_sweep" if a.sweep else ""
+    deadline = time.time() + a.max_seconds
 
     def save(rows_now, echo=True):
         lines = devtime.sweep_header(
@@ -454,6 +455,9 @@ def grouped(a, argv) -> int:
                         x_layout=lay, widths=base_ws)), wm, "body", probe))
             first = None  # the first Mosaic output (--aligned and --widths compare with it)
             for name, f, w, kname, probe in runs:
+                if time.time() > deadline:
+                    print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)
+                    continue
                 try:
                     with _knobs(_DIAG=probe) if probe else contextlib.nullcontext():
                         out = f(x, w, gs)
@@ -476,7 +480,8 @@ def grouped(a, argv) -> int:
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
             FM.GROUPED_X_LAYOUT = lay  # (the W4A4 rows go through the library's default)
-            if not (a.sweep or a.prefill or a.aligned or a.knobs):  # W4A4 through the library
+            if not (a.sweep or a.prefill or a.aligned or a.knobs) and time.time() <= deadline:
+                # W4A4 through the library entry point
                 xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                 ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)
                 for name, w in (("triton", wt), ("mgpu", wm)):  # the model's W4A4 call, timed

@@ -149,11 +149,13 @@ attention_table_rows() {
 }
 
 # late_vt_ab_if_h200: on an H200 only, issue 7's late_vt A/B (gpu_sessions/gpu_session39d.sh,
-# ~2 min) with its files as $OUT/r39d.tar.gz (its decision rule: pallas_kernels/NOTES.md).
+# ~2 min; its decision rule: pallas_kernels/NOTES.md), its files straight into $OUT/r39d (a call
+# cut short keeps what was written); once per machine (a warm machine's next script skips it).
 late_vt_ab_if_h200() {
   grep -q H200 <<<"$(nvidia-smi -L)" || return 0
-  OUT=/tmp/r39d_out bash "$REPO/experiments/gpu_sessions/gpu_session39d.sh"
-  tar -C /tmp/r39d_out -czf "$OUT/r39d.tar.gz" .
+  if [ -e /tmp/r39d_done ]; then echo "late_vt A/B: ran already on this machine"; return 0; fi
+  OUT="$OUT/r39d" bash "$REPO/experiments/gpu_sessions/gpu_session39d.sh"
+  touch /tmp/r39d_done
 }
 
 # grouped_summary JSON: one line per config of a check_mgpu_matmul.py --grouped run

@@ -44,7 +44,7 @@
 source "$(dirname "$0")/../gpu_prelude.sh" r46b
 late_vt_ab_if_h200  # (issue 7's A/B, gpu_session46a.sh's first part: on an H200 only, ~2 min)
 install_wheels
-if [ -n "${SHORT:-}" ]; then  # fewer points
+if [ "${SHORT:-0}" = 1 ]; then  # fewer points
   SWEEP=(--knobs 56:256:2,48:256:2,40:256:2,56:128:4 --widths "32,40,48;48")
 else
   SWEEP=(--knobs 56:256:2,48:256:2,40:256:2,32:256:2,56:256:3,56:128:4,48:128:4 --tiles 1,4
@@ -64,7 +64,7 @@ tar -C "$R" -czf "$OUT/r46b.tar.gz" .
 GROUPED_TOKENS=128,512 GROUPED_KN=2048x768 ncu_source_profile "$R/ncu_rows" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
-[ -n "${SHORT:-}" ] || GROUPED_TOKENS=512 GROUPED_KN=2048x768 GROUPED_NT=2 ncu_source_profile "$R/ncu_nt2" body \
+[ "${SHORT:-0}" = 1 ] || GROUPED_TOKENS=512 GROUPED_KN=2048x768 GROUPED_NT=2 ncu_source_profile "$R/ncu_nt2" body \
   experiments.run_mgpu_grouped_once
 tar -C "$R" -czf "$OUT/r46b.tar.gz" .
 for d in ncu_rows ncu_nt2; do
