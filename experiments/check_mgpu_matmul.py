@@ -178,8 +178,7 @@ def main(argv=None) -> int:
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
     if a.widths and a.knobs:  # each set must fit the first config's chunk rows
-        lay = "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
-        r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], lay == "aligned")
+        r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], grouped_layout(a) == "aligned")
         for ws in parse_widths(a.widths):
             try:
                 FM.check_widths(ws, r)
@@ -369,6 +368,12 @@ def parse_knobs(spec: str) -> tuple[tuple[int, int, int], ...]:
     return knobs
 
 
+def grouped_layout(a) -> str:
+    """The x layout of --grouped's Mosaic columns: rows beside --aligned's columns, else
+    --x-layout or the library's default."""
+    return "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
+
+
 def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
     """``"32,40;48"`` -> ((32, 40), (48,)): --widths' sets (the syntax checked by main)."""
     return tuple(tuple(int(v) for v in t.split(",")) for t in spec.split(";") if t)
@@ -410,7 +415,7 @@ def grouped(a, argv) -> int:
                        max_group=int(jnp.max(gs)))
             runs = [] if a.aligned else [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                 x, w, g, backend="triton")), wt, None, None)]
-            lay = "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
+            lay = grouped_layout(a)
             knobs = (parse_knobs(a.knobs) if a.knobs else PREFILL_KNOBS if a.prefill else
                      (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
                      (FM.default_grouped_knobs(m, E, k, lay == "aligned"),))
