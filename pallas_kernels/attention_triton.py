@@ -476,8 +476,26 @@ SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 # P 16.0 instead of 20.0 KB of shared memory (the two transposes share one buffer) at 168
 # instead of 136 registers: 12 instead of 10 warps per SM, 32.1 instead of 32.4 SASS per row;
 # MXFP4 f32 P 167 instead of 136 registers, 12 warps either way. On an H100 (session 39d):
-# NVFP4 f32 P -0.5%, MXFP4 f32 P +4-7%; off until an H200 says (NOTES_attention session 39).
-LATE_VT = False
+# NVFP4 f32 P -0.5%, MXFP4 f32 P +4-7%. On the H200 (session 48, gpu_session39d.sh, device
+# time, side by side, maxdiff 0): NVFP4 f32 P 2.0% / 1.1% faster at 111 x 32K / 27 x 128K
+# (69.3 -> 70.7% / 68.9 -> 69.6% of copy); NVFP4 bf16 P 1.0% / 0.6% slower; MXFP4 f32 P 5.7% /
+# 7.4% slower, MXFP4 bf16 P 1.9% / 0.7% faster (NOTES_attention session 48). Hence
+# :func:`default_late_vt`: on for NVFP4 with f32 P only. None: that rule; a bool forces it.
+LATE_VT: bool | None = None
+
+
+def _late_vt(late_vt, fmt, precision) -> bool:
+    """The late_vt a call runs: its argument, else ``LATE_VT``, else :func:`default_late_vt`."""
+    if late_vt is None:
+        late_vt = LATE_VT
+    return default_late_vt(fmt, precision) if late_vt is None else bool(late_vt)
+
+
+def default_late_vt(fmt: str, precision: str) -> bool:
+    """Whether v6 transposes each V plane at its own MMA when neither ``late_vt`` nor
+    ``LATE_VT`` says: for NVFP4 with f32 P, the one case it measured faster on the H200 at both
+    rollout shapes by more than noise (session 48)."""
+    return fmt == "nvfp4" and precision == "f32"
 COMBINE_TD = 16  # D2 columns per combine program
 COMBINE_WARPS = 4  # warps per combine program
 # Splits the combine kernel reads per loop step (session 19): with the whole [P, 16, Gq] block in
@@ -598,7 +616,8 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     row on sm_90; 1.3-1.5x v3 on the H200 at 32K+, within 2.4e-8 of v3; head_dim a multiple of
     8), ``"v3"`` (v2's inline-PTX decode with transposed MMAs, K rows on M and the query heads on
     N = 8, no padded heads; ``chains`` independent row chunks per iteration, default 1), the
-    older ones kept for side-by-side measurement. ``late_vt`` (v6; None = ``LATE_VT``): each
+    older ones kept for side-by-side measurement. ``late_vt`` (v6; None = ``LATE_VT``, and when
+    that is None too :func:`default_late_vt`: NVFP4 with f32 P): each
     decoded V plane is transposed right before its own P.V MMA instead of both before the first,
     so that the two transposes' shared-memory buffers can be one. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
@@ -768,7 +787,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                                    scale=scale, precision=precision, interpret=interpret,
                                    chains=chains, k_words=decode in ("v5", "v6"),
                                    v_words=decode == "v6",
-                                   late_vt=LATE_VT if late_vt is None else late_vt)
+                                   late_vt=_late_vt(late_vt, fmt, precision))
         o_block = (d2, gp)  # transposed partial outputs
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
         o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), partial_dtype)

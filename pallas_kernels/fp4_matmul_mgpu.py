@@ -752,8 +752,13 @@ GROUPED_TILES: int | None = None
 # one width. At mean groups of ~32 rows (512 decode tokens over 128 experts, mp 56) a chunk
 # computes 64 columns for ~36 used. Read at trace time: a call uses those of its widths below
 # its chunk's rows (so one setting serves decode and larger groups); the ``widths`` argument
-# overrides it and must fit. Session 46 added it, CPU-tested only (gpu_session46b.sh times it).
-GROUPED_WIDTHS: tuple[int, ...] = ()
+# overrides it and must fit. Session 46 added it; session 48 (gpu_session46b.sh, H200, device
+# time, side by side, maxdiff 0) measured (32, 40, 48) at 512 tokens 7.4% faster at 2048 x 768
+# (65.3 -> 60.5 us) and 5.5% at 768 x 2048 (67.0 -> 63.3 us), and 9.4% at 1024 tokens, 2048 x
+# 768 (118.3 -> 107.2 us, groups of two chunks; maxdiff 0); (40, 48) and (48,) gained less.
+# Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
+# (mp 8 / 16) are unchanged.
+GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:

@@ -722,3 +722,28 @@ def test_v6_late_v_transpose_gives_the_same_attention(fmt, prec):
         late_vt=late, out_dtype=jnp.float32, interpret=True)) for late in (False, True)]
     np.testing.assert_array_equal(out[1], out[0])
     assert _rel(out[1], want) < (2e-5 if prec == "f32" else 5e-3)
+
+
+def test_late_vt_default_follows_the_measured_rule(monkeypatch):
+    """With ``late_vt`` and ``LATE_VT`` unset, v6 transposes late for NVFP4 with f32 P only (the
+    one case the H200 measured faster); ``LATE_VT`` and the argument override it, in that order.
+    The kernel is checked to receive the resolved flag."""
+    seen = []
+    real = AT._fp4_kernel_v3
+    monkeypatch.setattr(AT, "_fp4_kernel_v3", lambda *a, **kw: (seen.append(kw["late_vt"]),
+                                                                 real(*a, **kw))[1])
+    d = 64
+
+    def run(fmt, prec, late_vt=None):
+        q, kw, vw, lengths, _ = _v6_case(5, fmt, [64, 3], d)
+        AT.decode_attention_triton.__wrapped__(
+            q, kw, vw, jnp.asarray(lengths), sm_scale=d ** -0.5, num_splits=1, precision=prec,
+            late_vt=late_vt, interpret=True)
+        return seen.pop()
+
+    assert [run(f, p) for f in ("nvfp4", "mxfp4") for p in ("f32", "bf16")] == [
+        True, False, False, False]
+    assert run("nvfp4", "f32", late_vt=False) is False
+    monkeypatch.setattr(AT, "LATE_VT", True)
+    assert run("mxfp4", "bf16") is True
+    assert run("mxfp4", "bf16", late_vt=False) is False

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Session 48, after gpu_session46b.sh ran on an H200 (its late_vt A/B and mp / widths sweep):
+# 1. issue 6's grouped table at 32 / 128 / 512 tokens (both expert shapes) as the library now
+#    picks it: the rows x layout (never measured on an H200) and the chunk widths (32, 40, 48)
+#    at mp 56 (new default: 5.5-7.4% faster at 512 tokens in 46b);
+# 2. issue 7: NVFP4 f32 P with late_vt (new default for that case, +1.1-2.0% at 111 x 32K /
+#    27 x 128K in 46b) against late_vt=0 at small batches, 8 x 32K and 32 x 8K, where the A/B
+#    never ran;
+# 3. the 4-layer 30B FP4 decode step, rows vs aligned x layout, two alternating pairs
+#    (gpu_session46a.sh's rule: revert GROUPED_X_LAYOUT to "aligned" if rows is >1% slower at
+#    either context in the mean of the two pairs with both pairs slower).
+# Prediction (before the run): (1) 32 / 128 tokens 28-31 / 36-40 us, 70-78% of copy (46a's
+# prediction, unchanged: widths do not apply at mp 16); 512 tokens 60.5 / 63.3 us (43.5 /
+# 41.5%) as in 46b. (2) late_vt within -1..+2% at the small shapes (12 vs 10 warps per SM
+# matters less where splits fill the GPU with short programs); keep the default unless it is
+# > 1.5% slower at either. (3) rows 0.3-1.5% faster.
+# ~6 min on an H200 (~5 on an H100).
+# Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session48a.sh
+source "$(dirname "$0")/../gpu_prelude.sh" r48a
+install_wheels
+timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 32,128,512 \
+  --max-seconds 170 --out "$OUT/grouped" > "$OUT/grouped.txt" 2>&1
+echo "grouped rc=$?"
+grep -E "^device|^  k=" "$OUT/grouped.txt" | sed -E 's/triton_(relerr|us|pct_copy)=[^ ]* *//g' | cut -c1-400
+timeout 90 python3 experiments/check_mgpu_attention.py --no-mosaic --fmt nvfp4 \
+  --shapes 8:32768,32:8192 --triton-variants ";late_vt=0" --out "$OUT/late_vt_small" \
+  > "$OUT/late_vt_small.txt" 2>&1
+echo "late_vt small rc=$?"
+python3 experiments/check_mgpu_attention.py --summary "$OUT/late_vt_small/kernels_attention_mgpu.json"
+for pair in 1 2; do
+  for lay in rows aligned; do
+    rollout_4l "step_${lay}_$pair" 100 fp4 32768,131072 --steps 16 --grouped_x_layout $lay
+    tar -C "$R" -czf "$OUT/r48a.tar.gz" .
+  done
+done
+rollout_rows step_rows_1 step_aligned_1 step_rows_2 step_aligned_2
+grep -hiE "Error|Traceback" "$R"/*.txt "$OUT"/*.txt | sort | uniq -c | head -6
+exit 0
