@@ -14,14 +14,15 @@
 # 41.5%) as in 46b. (2) late_vt within -1..+2% at the small shapes (12 vs 10 warps per SM
 # matters less where splits fill the GPU with short programs); keep the default unless it is
 # > 1.5% slower at either. (3) rows 0.3-1.5% faster.
-# ~6 min on an H200 (~5 on an H100).
-# Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session48a.sh
+# ~6 min on an H200 (~5 on an H100); SHORT=1: the grouped table only (~4 min with the start).
+# Usage (repo root, with .whl/ carried): [SHORT=1] bash experiments/gpu_sessions/gpu_session48a.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r48a
 install_wheels
 timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 32,128,512 \
-  --max-seconds 170 --out "$OUT/grouped" > "$OUT/grouped.txt" 2>&1
+  --max-seconds "${MAX_S:-170}" --out "$OUT/grouped" > "$OUT/grouped.txt" 2>&1
 echo "grouped rc=$?"
 grep -E "^device|^  k=" "$OUT/grouped.txt" | sed -E 's/triton_(relerr|us|pct_copy)=[^ ]* *//g' | cut -c1-400
+[ "${SHORT:-0}" = 1 ] && exit 0
 timeout 90 python3 experiments/check_mgpu_attention.py --no-mosaic --fmt nvfp4 \
   --shapes 8:32768,32:8192 --triton-variants ";late_vt=0" --out "$OUT/late_vt_small" \
   > "$OUT/late_vt_small.txt" 2>&1
