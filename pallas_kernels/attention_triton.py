@@ -496,6 +496,8 @@ def default_late_vt(fmt: str, precision: str) -> bool:
     ``LATE_VT`` says: for NVFP4 with f32 P, the one case it measured faster on the H200 at both
     rollout shapes by more than noise (session 48)."""
     return fmt == "nvfp4" and precision == "f32"
+
+
 COMBINE_TD = 16  # D2 columns per combine program
 COMBINE_WARPS = 4  # warps per combine program
 # Splits the combine kernel reads per loop step (session 19): with the whole [P, 16, Gq] block in

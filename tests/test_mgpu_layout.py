@@ -322,13 +322,15 @@ def test_grouped_w4a4_row_scale_equals_the_reference():
 
 
 @pytest.mark.parametrize("sizes,m,mp,lay", [((5, 0, 7, 1), 13, 8, "aligned"),
-                                            ((0, 20, 3, 9), 40, 16, "rows")])
+                                            ((0, 20, 3, 9), 40, 16, "rows"),
+                                            ((35, 0, 70, 9, 41), 160, 56, "rows")])
 def test_fused_swiglu_bookkeeping_matches_the_unfused_composition(sizes, m, mp, lay):
     """The fused gate / up / SwiGLU kernel's wrapper, the kernel emulated (its windows, each
     product scaled and rounded to bf16, then the epilogue's SwiGLU), equals silu(gate) * up from
     the reference products: empty experts, groups longer than a chunk, rows past the groups'
     sum (0), the W4A4 row scale. Swapping gate and up changes the result (the pair's order is
-    kept), and mismatched weights are refused by name."""
+    kept), and mismatched weights are refused by name. At mp 56 the default chunk widths
+    (``GROUPED_WIDTHS``) apply, and the pair stores what one width stores, bit for bit."""
     from pallas_kernels import fp4_matmul as fm
     from pallas_kernels import fp4_matmul_mgpu as FM
     from pallas_kernels import matmul_triton as mt
@@ -363,6 +365,13 @@ def test_fused_swiglu_bookkeeping_matches_the_unfused_composition(sizes, m, mp, 
     if sum(sizes) < m:
         assert np.max(np.abs(got[sum(sizes):])) == 0.0
     assert np.max(np.abs(swapped - ref)) > 0.1 * scale
+    r = FM.chunk_rows(mp, lay == "aligned")
+    if any(wd < r for wd in FM.GROUPED_WIDTHS):  # the default widths act on this call
+        one = jax.jit(lambda xb, g, wg, wu, gs: FM.fp4_grouped_swiglu_mgpu(
+            xb, wg, wu, gs, mp=mp, backend="emulate", x_layout=lay, row_scale=g, widths=()))
+        np.testing.assert_array_equal(np.asarray(one(xb, g, wg, wu, gs), np.float32), got4)
+    else:
+        assert mp < 56  # (the mp-56 case must exercise the widths)
     w_small = prep(jnp.ones((e, k, 2 * n)))
     with pytest.raises(ValueError, match="must have one shape"):
         FM.fp4_grouped_swiglu_mgpu(xb, wg, w_small, gs, backend="emulate")
