@@ -41,6 +41,20 @@ rollout_4l() {
   echo "$name rc=$?"
 }
 
+# step_layout_ab TAR: the 4-layer FP4 step at 32K and 128K with the grouped kernel's rows and
+# aligned x layouts, two alternating pairs (rows, aligned, rows, aligned: single pairs of this
+# A/B differed by ~3%), $R tarred into $OUT/TAR after each arm; then their rows.
+step_layout_ab() {
+  local tarname=$1 pair lay
+  for pair in 1 2; do
+    for lay in rows aligned; do
+      rollout_4l "step_${lay}_$pair" 100 fp4 32768,131072 --steps 16 --grouped_x_layout $lay
+      tar -C "$R" -czf "$OUT/$tarname" .
+    done
+  done
+  rollout_rows step_rows_1 step_aligned_1 step_rows_2 step_aligned_2
+}
+
 # rollout_48l NAME TIMEOUT: the full-depth (48-layer) step, bf16 + fp4 at 32K and 128K (as
 # gpu_session15e.sh), with a time budget TIMEOUT - 30 s, into $R/NAME/ and $R/NAME.txt.
 rollout_48l() {

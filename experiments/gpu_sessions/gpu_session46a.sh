@@ -24,12 +24,6 @@ timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 32,128,5
   --max-seconds 170 --out "$OUT/grouped" > "$OUT/grouped.txt" 2>&1
 echo "grouped rc=$?"
 grep -E "^device|^  k=" "$OUT/grouped.txt" | sed -E 's/triton_(relerr|us|pct_copy)=[^ ]* *//g' | cut -c1-400
-for pair in 1 2; do
-  for lay in rows aligned; do
-    rollout_4l "step_${lay}_$pair" 100 fp4 32768,131072 --steps 16 --grouped_x_layout $lay
-    tar -C "$R" -czf "$OUT/r46a.tar.gz" .
-  done
-done
-rollout_rows step_rows_1 step_aligned_1 step_rows_2 step_aligned_2
+step_layout_ab r46a.tar.gz
 grep -hiE "Error|Traceback" "$R"/*.txt | sort | uniq -c | head -6
 exit 0

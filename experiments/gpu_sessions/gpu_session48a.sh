@@ -38,12 +38,6 @@ timeout 90 python3 experiments/check_mgpu_attention.py --no-mosaic --fmt nvfp4 \
   > "$OUT/late_vt_small.txt" 2>&1
 echo "late_vt small rc=$?"
 python3 experiments/check_mgpu_attention.py --summary "$OUT/late_vt_small/kernels_attention_mgpu.json"
-for pair in 1 2; do
-  for lay in rows aligned; do
-    rollout_4l "step_${lay}_$pair" 100 fp4 32768,131072 --steps 16 --grouped_x_layout $lay
-    tar -C "$R" -czf "$OUT/r48a.tar.gz" .
-  done
-done
-rollout_rows step_rows_1 step_aligned_1 step_rows_2 step_aligned_2
+step_layout_ab r48a.tar.gz
 grep -hiE "Error|Traceback" "$R"/*.txt "$OUT"/*.txt | sort | uniq -c | head -6
 exit 0
