@@ -165,7 +165,10 @@ attention_table_rows() {
 # late_vt_ab_if_h200: on an H200 only, issue 7's late_vt A/B (gpu_sessions/gpu_session39d.sh,
 # ~2 min; its decision rule: pallas_kernels/NOTES.md), its files straight into $OUT/r39d (a call
 # cut short keeps what was written); once per machine (a warm machine's next script skips it).
+# Session 48 ran it and decided (NOTES_attention "Session 48"), so the scripts that call it skip
+# it unless LATE_VT_AB=1.
 late_vt_ab_if_h200() {
+  [ "${LATE_VT_AB:-0}" = 1 ] || { echo "late_vt A/B: decided in session 48 (LATE_VT_AB=1 reruns it)"; return 0; }
   grep -q H200 <<<"$(nvidia-smi -L)" || return 0
   if [ -e /tmp/r39d_done ]; then echo "late_vt A/B: ran already on this machine"; return 0; fi
   OUT="$OUT/r39d" bash "$REPO/experiments/gpu_sessions/gpu_session39d.sh"
