@@ -481,21 +481,27 @@ SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 # (69.3 -> 70.7% / 68.9 -> 69.6% of copy); NVFP4 bf16 P 1.0% / 0.6% slower; MXFP4 f32 P 5.7% /
 # 7.4% slower, MXFP4 bf16 P 1.9% / 0.7% faster (NOTES_attention session 48). Hence
 # :func:`default_late_vt`: on for NVFP4 with f32 P only. None: that rule; a bool forces it.
+# Session 49 (H100, device time, side by side, maxdiff 0; NOTES_attention session 49): NVFP4
+# f32 P with late_vt 0.9-1.7% faster where a split holds 1024 cache rows (111 x 32K, 27 x 128K,
+# 32 x 32K / 128K, 128 x 8K / 32K; 8 x 128K 1.6% slower), but 2.7-7.7% slower where it holds
+# 256 (8 x 8K / 32K, 32 x 8K). Hence LATE_VT_MIN_ROWS: the rule asks for that many rows a split.
 LATE_VT: bool | None = None
+LATE_VT_MIN_ROWS = 1024
 
 
-def _late_vt(late_vt, fmt, precision) -> bool:
+def _late_vt(late_vt, fmt, precision, split_rows) -> bool:
     """The late_vt a call runs: its argument, else ``LATE_VT``, else :func:`default_late_vt`."""
     if late_vt is None:
         late_vt = LATE_VT
-    return default_late_vt(fmt, precision) if late_vt is None else bool(late_vt)
+    return default_late_vt(fmt, precision, split_rows) if late_vt is None else bool(late_vt)
 
 
-def default_late_vt(fmt: str, precision: str) -> bool:
+def default_late_vt(fmt: str, precision: str, split_rows: int) -> bool:
     """Whether v6 transposes each V plane at its own MMA when neither ``late_vt`` nor
-    ``LATE_VT`` says: for NVFP4 with f32 P, the one case it measured faster on the H200 at both
-    rollout shapes by more than noise (session 48)."""
-    return fmt == "nvfp4" and precision == "f32"
+    ``LATE_VT`` says: for NVFP4 with f32 P where a split (one program) holds at least
+    ``LATE_VT_MIN_ROWS`` cache rows, the case measured faster on the H200 (session 48) and the
+    H100 (session 49); short splits ran slower with it on the H100."""
+    return fmt == "nvfp4" and precision == "f32" and split_rows >= LATE_VT_MIN_ROWS
 
 
 COMBINE_TD = 16  # D2 columns per combine program
@@ -619,7 +625,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
     8), ``"v3"`` (v2's inline-PTX decode with transposed MMAs, K rows on M and the query heads on
     N = 8, no padded heads; ``chains`` independent row chunks per iteration, default 1), the
     older ones kept for side-by-side measurement. ``late_vt`` (v6; None = ``LATE_VT``, and when
-    that is None too :func:`default_late_vt`: NVFP4 with f32 P): each
+    that is None too :func:`default_late_vt`: NVFP4 with f32 P, splits of >= 1024 rows): each
     decoded V plane is transposed right before its own P.V MMA instead of both before the first,
     so that the two transposes' shared-memory buffers can be one. ``out_dtype``:
     the output dtype (f32 exposes the kernel's accuracy before the final rounding).
@@ -789,7 +795,7 @@ def decode_attention_triton(q, k_cache, v_cache, lengths, *, sm_scale, block_k=N
                                    scale=scale, precision=precision, interpret=interpret,
                                    chains=chains, k_words=decode in ("v5", "v6"),
                                    v_words=decode == "v6",
-                                   late_vt=_late_vt(late_vt, fmt, precision))
+                                   late_vt=_late_vt(late_vt, fmt, precision, chunk))
         o_block = (d2, gp)  # transposed partial outputs
         o_spec = pl.BlockSpec((None, None, None, *o_block), lambda i, j, k: (i, j, k, 0, 0))
         o_shape = jax.ShapeDtypeStruct((b, h, p, *o_block), partial_dtype)

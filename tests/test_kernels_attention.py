@@ -725,24 +725,35 @@ def test_v6_late_v_transpose_gives_the_same_attention(fmt, prec):
 
 
 def test_late_vt_default_follows_the_measured_rule(monkeypatch):
-    """With ``late_vt`` and ``LATE_VT`` unset, v6 transposes late for NVFP4 with f32 P only (the
-    one case the H200 measured faster); ``LATE_VT`` and the argument override it, in that order.
-    The kernel is checked to receive the resolved flag."""
+    """With ``late_vt`` and ``LATE_VT`` unset, v6 transposes late for NVFP4 with f32 P only, and
+    only where a split holds at least ``LATE_VT_MIN_ROWS`` cache rows (the cases measured
+    faster); ``LATE_VT`` and the argument override the rule, in that order. The kernel is
+    checked to receive the resolved flag, with the split's rows as the call computes them."""
     seen = []
     real = AT._fp4_kernel_v3
     monkeypatch.setattr(AT, "_fp4_kernel_v3", lambda *a, **kw: (seen.append(kw["late_vt"]),
                                                                  real(*a, **kw))[1])
     d = 64
 
-    def run(fmt, prec, late_vt=None):
+    def run(fmt, prec, late_vt=None, splits=1):
         q, kw, vw, lengths, _ = _v6_case(5, fmt, [64, 3], d)
         AT.decode_attention_triton.__wrapped__(
-            q, kw, vw, jnp.asarray(lengths), sm_scale=d ** -0.5, num_splits=1, precision=prec,
-            late_vt=late_vt, interpret=True)
+            q, kw, vw, jnp.asarray(lengths), sm_scale=d ** -0.5, num_splits=splits,
+            precision=prec, late_vt=late_vt, interpret=True)
         return seen.pop()
 
+    assert AT.LATE_VT_MIN_ROWS == 1024
+    assert AT.default_late_vt("nvfp4", "f32", 1024) is True
+    assert AT.default_late_vt("nvfp4", "f32", 1023) is False
+    assert not any(AT.default_late_vt(f, p, 1 << 20) for f, p in
+                   (("nvfp4", "bf16"), ("mxfp4", "f32"), ("mxfp4", "bf16")))
+    # the 64-row cache in one split (64 rows) and in two (32 rows each) about the threshold
+    monkeypatch.setattr(AT, "LATE_VT_MIN_ROWS", 64)
     assert [run(f, p) for f in ("nvfp4", "mxfp4") for p in ("f32", "bf16")] == [
         True, False, False, False]
+    assert run("nvfp4", "f32", splits=2) is False
+    monkeypatch.setattr(AT, "LATE_VT_MIN_ROWS", 32)
+    assert run("nvfp4", "f32", splits=2) is True
     assert run("nvfp4", "f32", late_vt=False) is False
     monkeypatch.setattr(AT, "LATE_VT", True)
     assert run("mxfp4", "bf16") is True
