@@ -14,7 +14,8 @@
 # slower at two 1024-row shapes. (2) tk 128 x 2 stages within +-5% of tk 256 x 2 stages
 # (registers still hold 2 programs per SM), 3 stages 0-5% faster than 2 at tk 128; rule: a
 # config >= 5% faster on both expert shapes with maxdiff 0 becomes the mp-56 default after the
-# fused pair is timed with it.
+# fused pair is timed with it. The PTX / ptxas dumps of that call say where the registers go
+# (253 a thread at tk 256 in 48b's profile).
 # ~3 min on an H200 or an H100 (128 x 128K does not fit an H100 and is not run).
 # Usage (repo root, with .whl/ carried): bash experiments/gpu_sessions/gpu_session49a.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r49a
@@ -25,10 +26,15 @@ timeout 120 python3 experiments/check_mgpu_attention.py --no-mosaic --fmt nvfp4 
 echo "late_vt rc=$?"
 python3 experiments/check_mgpu_attention.py --summary "$R/late_vt/kernels_attention_mgpu.json"
 tar -C "$R" -czf "$OUT/r49a.tar.gz" .
-timeout 120 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
+mkdir -p "$R/ptx"
+MOSAIC_GPU_DUMP_PTX=1 MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO="$R/ptx" timeout 150 \
+  python3 experiments/check_mgpu_matmul.py --grouped --tokens 512 \
   --knobs 56:256:2,56:128:2,56:128:3 --out "$R/tk" > "$R/tk.txt" 2>&1
 echo "tk rc=$?"
 grep -E "^device" "$R/tk.txt"; grep -iE "error|fail" "$R/tk.txt" | head -3
 grouped_summary "$R/tk/kernels_matmul_mgpu_grouped.json"
+for f in "$R"/ptx/*.ptxas; do  # registers per compiled kernel (the PTX assembles offline too)
+  echo "$(basename "$f"): $(grep -hoE "Used [0-9]+ registers|[0-9]+ bytes spill stores" "$f" | tr '\n' ' ')"
+done | sort | uniq -c | head -20
 tar -C "$R" -czf "$OUT/r49a.tar.gz" .
 exit 0
