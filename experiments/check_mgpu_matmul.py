@@ -166,6 +166,11 @@ def main(argv=None) -> int:
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
+    ap.add_argument("--ws", default="",
+                    help="with --grouped: also time the warp-specialized kernel "
+                         "(fp4_matmul_mgpu._grouped_ws) as wgs:steps pairs, e.g. '2:4,2:3' "
+                         "(columns mgpu_ws2_s4, ..., the first config's mp and tk, each with "
+                         "maxdiff against the first Mosaic config)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -177,6 +182,8 @@ def main(argv=None) -> int:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
+    if not re.fullmatch(r"(\d+:\d+(,\d+:\d+)*)?", a.ws):
+        ap.error(f"--ws {a.ws!r}: expected wgs:steps pairs, e.g. '2:4,2:3'")
     if a.widths and a.knobs:  # each set must fit the first config's chunk rows
         r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], grouped_layout(a) == "aligned")
         for ws in parse_widths(a.widths):
@@ -374,6 +381,12 @@ def grouped_layout(a) -> str:
     return "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
 
 
+def parse_ws(spec: str) -> tuple[tuple[int, int], ...]:
+    """'2:4,2:3' -> ((2, 4), (2, 3)): (compute warpgroups, pipeline stages) pairs."""
+    return tuple(tuple(int(v) for v in p.split(":")) for p in filter(None, spec.split(",")))
+
+
+
 def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
     """``"32,40;48"`` -> ((32, 40), (48,)): --widths' sets (the syntax checked by main)."""
     return tuple(tuple(int(v) for v in t.split(",")) for t in spec.split(";") if t)
@@ -430,7 +443,12 @@ def grouped(a, argv) -> int:
                                                x, w, g, mp=mp, tk=tk, steps=steps,
                                                backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
-                if i == 0:  # the width columns right after their baseline: a timeout keeps them
+                if i == 0:  # the warp-specialized and width columns right after their
+                    for wgs, wsteps in parse_ws(a.ws):  # baseline: a timeout keeps them
+                        runs.append((f"mgpu_ws{wgs}_s{wsteps}", jax.jit(
+                            lambda x, w, g, wgs=wgs, wsteps=wsteps: FM.fp4_grouped_matmul_mgpu(
+                                x, w, g, mp=mp0, tk=tk0, steps=wsteps, backend="mgpu",
+                                x_layout="rows", wgs=wgs)), wm, "body", None))
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
@@ -469,7 +487,7 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if first is None and name.startswith("mgpu"):
                             first = out
-                        if a.aligned or name.startswith("mgpu_w"):
+                        if a.aligned or name.startswith(("mgpu_w", "mgpu_ws")):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

@@ -45,10 +45,13 @@ def parse_knobs(spec: str) -> list[dict]:
             kv = {k: int(v) for k, v in (p.split("=") for p in part.split(","))}
         except ValueError:
             raise SystemExit(f"--knobs: {part!r} is not name=integer[,name=integer...]") from None
-        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths", "wgs"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
-                             f"serial, nt, widths)")
+                             f"serial, nt, widths, wgs)")
+        if "wgs" in kv and (kv["wgs"] < 0 or (kv["wgs"] and N % (64 * kv["wgs"]))):
+            raise SystemExit(f"--knobs: wgs={kv['wgs']} (0: the direct kernel; else compute "
+                             f"warpgroups of 64 rows that tile N={N})")
         if kv.get("widths", 1) not in (0, 1):
             raise SystemExit(f"--knobs: widths={kv['widths']} (0: one chunk width, 1: "
                              f"fp4_matmul_mgpu.GROUPED_WIDTHS)")
@@ -93,13 +96,15 @@ def main(argv=None) -> int:
             knobs = tuple(v.get(k) for k in ("mp", "tk", "steps"))
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
                 kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
-                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else ())))
+                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else (),
+                wgs=v.get("wgs", 0))))
         runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
             FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
             FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
             FM.GROUPED_WIDTHS = kw.pop("widths", widths0)
+            FM.GROUPED_WS = kw.pop("wgs", 0)
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
             try:
                 out = f(xin, wg, wu, gs)

@@ -759,6 +759,14 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
+# Compute warpgroups of the warp-specialized grouped kernel (:func:`_grouped_ws`); 0 (default)
+# keeps :func:`_grouped_direct`. Session 49: at 512 tokens the direct kernel holds 2 programs
+# (one warpgroup each) per SM at 253 registers and waits on its TMA data (Nsight Compute on an
+# H100: SM 40%, DRAM 65%, long-scoreboard stalls; NOTES_matmul "Session 49"). The
+# warp-specialized kernel runs ``wgs`` compute warpgroups on adjacent 64-row weight tiles of one
+# expert plus a memory warpgroup that streams their codes and one shared x tile, ``steps`` deep.
+# CPU-tested only (it lowers for CUDA); untimed. Read at trace time.
+GROUPED_WS = 0
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:
@@ -958,6 +966,85 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
+def _grouped_ws(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
+                steps, m, scaled, wgs=2):
+    """What :func:`_grouped_direct` stores (rows x layout, one chunk width), from a
+    warp-specialized kernel: a program (expert e, ``wgs`` x 64 weight rows) runs ``wgs``
+    compute warpgroups, one 64-row tile each, and a memory warpgroup that streams the program's
+    code words, scale words and one x tile per K step for all of them
+    (``emit_pipeline_warp_specialized``, ``steps`` stages). The x tile is read once per
+    ``wgs`` tiles, and the launch of (wgs + 1) x 128 threads lets the compute warpgroups hold
+    up to (512 - 40) / wgs registers each. Weights as in :func:`_grouped_direct`, one or a
+    (gate, up) pair."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
+    nw = len(codes)
+    e, n, k8 = codes[0].shape
+    k, r = 8 * k8, chunk_rows(mp, False)
+    rows = ROWS * wgs  # weight rows per program
+    if k % tk or tk % MG.SPAN:
+        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+    if wgs < 1 or n % rows:
+        raise ValueError(f"N={n} must be a multiple of {ROWS} x wgs={wgs} (wgs >= 1)")
+    if any(c.shape != codes[0].shape for c in codes):
+        raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
+    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+    in_specs = [*[plgpu.BlockSpec((rows, tk // 8), lambda kk: (0, kk))] * nw,
+                *[plgpu.BlockSpec((tk // MG.SPAN, rows), lambda kk: (kk, 0))] * nw,
+                plgpu.BlockSpec((r, tk), lambda kk: (0, kk), transforms=x_tr)]
+
+    def body(*refs):
+        u_refs, s_refs, g_refs = refs[:nw], refs[nw:2 * nw], refs[2 * nw:3 * nw]
+        x_gmem, gs_gmem, ends_gmem, rs_gmem, o_gmem = refs[3 * nw:]
+        ei = jax.lax.axis_index("e")
+        n0 = jax.lax.axis_index("n") * rows
+        wg = jax.lax.axis_index("wg")
+        mine = pl.ds(pl.multiple_of(wg * ROWS, ROWS), ROWS)  # this warpgroup's 64 rows
+        off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
+                                                   mp)
+        total = ends_gmem[e - 1]
+        scale = tuple(g[ei] * 2.0 ** SHIFT for g in g_refs)  # (exact: a power of two)
+
+        def step(_, *args):  # one K step of the compute warpgroups: a wgmma per weight
+            *smem, accs = args
+            for acc_ref, u_smem, s_smem in zip(accs, smem[:nw], smem[nw:2 * nw]):
+                uw = plgpu.load(u_smem.at[mine], layout=plgpu.Layout.WGMMA, optimized=True)
+                srows = [plgpu.load(s_smem.at[j, mine], layout=plgpu.Layout.WGMMA.reduce(1))
+                         for j in range(tk // MG.SPAN)]
+                plgpu.wgmma(acc_ref, _decode_tile(uw, srows, tk), smem[2 * nw].T)
+            plgpu.wgmma_wait(0)
+            return accs
+
+        def chunk(c, carry):
+            ch = chunk_columns(off, first8, nrows, total, c, mp)
+            x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
+
+            def compute(eval_pipeline):  # the compute warpgroups only
+                def scoped(*accs):
+                    eval_pipeline(accs)
+                    _store_rows(tuple(a[...] for a in accs), o_gmem,
+                                rs_gmem if scaled else None, scale, *cols, n0 + wg * ROWS, m)
+
+                pl.run_scoped(scoped, *[plgpu.ACC((ROWS, r), jnp.float32)] * nw)
+
+            plgpu.emit_pipeline_warp_specialized(
+                step, grid=(k // tk,), memory_registers=40, in_specs=in_specs, wg_axis="wg",
+                num_compute_wgs=wgs, max_concurrent_steps=steps, compute_context=compute,
+            )(*(u.at[ei, pl.ds(n0, rows), :] for u in u_refs),
+              *(sr.at[ei, :, pl.ds(n0, rows)] for sr in s_refs),
+              x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :])
+            return carry
+
+        jax.lax.fori_loop(0, nchunks, chunk, 0)
+
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // rows),
+        grid_names=("e", "n"), num_threads=wgs + 1, thread_name="wg",
+    )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale)
+
+
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
                              serial=False, nt=1, widths=()):
@@ -1020,7 +1107,8 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None,
+                            wgs: int | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -1041,9 +1129,12 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values)."""
+    (:func:`chunk_width`; the same values). ``wgs`` (None: ``GROUPED_WS``): > 0 runs the
+    warp-specialized kernel (:func:`_grouped_ws`, that many 64-row compute warpgroups a
+    program; rows layout, one chunk width, no ``nt``; the same values)."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
+                         wgs=wgs)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1061,7 +1152,8 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None,
+                            wgs: int | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1073,11 +1165,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt, widths=widths)
+                         nt=nt, widths=widths, wgs=wgs)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt, widths=None):
+                  nt, widths=None, wgs=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -1095,6 +1187,19 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"group_sizes must be [{e}] (one per expert), got {group_sizes.shape}")
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
+    wgs = GROUPED_WS if wgs is None else wgs
+    if not isinstance(wgs, int) or wgs < 0:
+        raise ValueError(f"wgs={wgs!r} (fp4_matmul_mgpu.GROUPED_WS): use 0 or a positive int")
+    if wgs:  # the warp-specialized kernel: rows layout, one chunk width, its own N tiling
+        bad = [f"{a}={v!r}" for a, v, ok in (
+            ("x_layout", layout, layout == "rows"), ("nt", nt, nt is None),
+            ("widths", widths, not widths)) if not ok]
+        if bad:
+            raise ValueError(f"wgs={wgs} (the warp-specialized grouped kernel) takes the rows x "
+                             f"layout, no nt and one chunk width; got {', '.join(bad)}")
+        if n % (ROWS * wgs):
+            raise ValueError(f"wgs={wgs}: N={n} must be a multiple of {ROWS} x wgs")
+        nt, widths = 1, ()
     if nt is None:
         nt = default_tiles(n, len(ws)) if GROUPED_TILES is None else GROUPED_TILES
         if not isinstance(nt, int) or nt < 1:
@@ -1136,6 +1241,10 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
     codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
     ends = _cumsum_small(gs) if ends is None else ends
+    if wgs and backend != "emulate":
+        return _grouped_ws(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
+                           gscale[0] if one else gscale, rs, mp=mp, tk=min(tk, k), steps=steps,
+                           m=m, scaled=row_scale is not None, wgs=wgs)
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,

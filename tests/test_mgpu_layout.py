@@ -735,3 +735,38 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     ns = [sorted(int(v) for v in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", t))
           for t in txt]
     assert ns == [[r], sorted((*widths, r))]  # one K pipeline (a wgmma of N = width) per width
+
+
+def test_warp_specialized_grouped_kernel_lowers_and_refuses_bad_settings(monkeypatch):
+    """``wgs`` > 0 (or ``GROUPED_WS``) routes the grouped call, one weight or the fused pair,
+    scaled or not, to the warp-specialized kernel: it lowers for CUDA with the memory
+    warpgroup's register hand-off (``setmaxnreg``, absent from the direct kernel). Settings it
+    does not take (the aligned layout, nt, chunk widths, an N the warpgroups do not tile, a
+    negative count) are refused by name before any lowering."""
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    e, k, n, m = 3, 512, 256, 96
+    ws = [jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2, global_scope="tensor")))(
+        jax.random.normal(jax.random.PRNGKey(i), (e, k, n))) for i in (0, 1)]
+    x = jnp.zeros((m, k), jnp.bfloat16)
+    gs = jnp.array([30, 0, 66], jnp.int32)
+    rs = jnp.ones((m, 1), jnp.float32)
+
+    def lowered(pair, **kw):
+        f = (lambda x, a, b, g: FM.fp4_grouped_swiglu_mgpu(x, a, b, g, backend="mgpu", mp=56,
+                                                            tk=256, steps=3, **kw)) if pair else (
+            lambda x, a, b, g: FM.fp4_grouped_matmul_mgpu(x, a, g, backend="mgpu", mp=56,
+                                                          tk=256, steps=3, **kw))
+        txt = jax.jit(f).trace(x, *ws, gs).lower(lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
+        return "setmaxnreg" in txt
+
+    assert lowered(False, wgs=2) and lowered(True, wgs=2, row_scale=rs)
+    assert not lowered(False, wgs=0)
+    monkeypatch.setattr(FM, "GROUPED_WS", 2)
+    assert lowered(True) and not lowered(True, wgs=0)
+    for kw, msg in ((dict(x_layout="aligned"), "x_layout='aligned'"), (dict(nt=2), "nt=2"),
+                    (dict(widths=(32,)), r"widths=\(32,\)"), (dict(wgs=-1), "wgs=-1"),
+                    (dict(wgs=3), r"N=256 must be a multiple of 64 x wgs")):
+        with pytest.raises(ValueError, match=msg):
+            FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, backend="mgpu", **kw)

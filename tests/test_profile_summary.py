@@ -196,8 +196,10 @@ def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
+    assert CS.parse_knobs("wgs=2") == [{}, {"wgs": 2}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
-                     ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2")):
+                     ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
+                     ("wgs=5", "wgs=5"), ("wgs=-1", "wgs=-1")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 
@@ -218,6 +220,11 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
         CM.main(["--grouped", "--widths", "32,40;x"])
     assert "--widths '32,40;x'" in capsys.readouterr().err
     assert CM.parse_widths("32,40;48") == ((32, 40), (48,))
+    assert CM.parse_ws("2:4,3:2") == ((2, 4), (3, 2))
+    for bad in ("2", "2:4;2:3", "2:x"):
+        with pytest.raises(SystemExit):
+            CM.main(["--grouped", "--ws", bad])
+        assert f"--ws '{bad}'" in capsys.readouterr().err
     for layout, bad in (("rows", "64"), ("rows", "12"), ("aligned", "56")):
         with pytest.raises(SystemExit):
             CM.main(["--grouped", "--x-layout", layout, "--knobs", "56:256:2",
