@@ -170,7 +170,8 @@ def main(argv=None) -> int:
                     help="with --grouped: also time the warp-specialized kernel "
                          "(fp4_matmul_mgpu._grouped_ws) as wgs:steps pairs, e.g. '2:4,2:3' "
                          "(columns mgpu_ws2_s4, ..., the first config's mp and tk, each with "
-                         "maxdiff against the first Mosaic config)")
+                         "maxdiff against the first Mosaic config; the pipeline runs at most "
+                         "K / tk stages: at K = 768, tk 256, s4 runs 3)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -182,8 +183,10 @@ def main(argv=None) -> int:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
-    if not re.fullmatch(r"(\d+:\d+(,\d+:\d+)*)?", a.ws):
-        ap.error(f"--ws {a.ws!r}: expected wgs:steps pairs, e.g. '2:4,2:3'")
+    if not re.fullmatch(r"(\d+:\d+(,\d+:\d+)*)?", a.ws) or any(
+            g not in FM.WS_COUNTS or st < 1 for g, st in parse_ws(a.ws)):
+        ap.error(f"--ws {a.ws!r}: expected wgs:steps pairs, wgs in {FM.WS_COUNTS}, e.g. "
+                 f"'2:4,2:3'")
     if a.widths and a.knobs:  # each set must fit the first config's chunk rows
         r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], grouped_layout(a) == "aligned")
         for ws in parse_widths(a.widths):
@@ -386,7 +389,6 @@ def parse_ws(spec: str) -> tuple[tuple[int, int], ...]:
     return tuple(tuple(int(v) for v in p.split(":")) for p in filter(None, spec.split(",")))
 
 
-
 def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
     """``"32,40;48"`` -> ((32, 40), (48,)): --widths' sets (the syntax checked by main)."""
     return tuple(tuple(int(v) for v in t.split(",")) for t in spec.split(";") if t)
@@ -487,7 +489,7 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if first is None and name.startswith("mgpu"):
                             first = out
-                        if a.aligned or name.startswith(("mgpu_w", "mgpu_ws")):
+                        if a.aligned or name.startswith("mgpu_w"):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

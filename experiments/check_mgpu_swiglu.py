@@ -49,9 +49,10 @@ def parse_knobs(spec: str) -> list[dict]:
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
                              f"serial, nt, widths, wgs)")
-        if "wgs" in kv and (kv["wgs"] < 0 or (kv["wgs"] and N % (64 * kv["wgs"]))):
-            raise SystemExit(f"--knobs: wgs={kv['wgs']} (0: the direct kernel; else compute "
-                             f"warpgroups of 64 rows that tile N={N})")
+        if "wgs" in kv and kv["wgs"] and (kv["wgs"] not in FM.WS_COUNTS
+                                          or N % (64 * kv["wgs"])):
+            raise SystemExit(f"--knobs: wgs={kv['wgs']} (0: the direct kernel; else one of "
+                             f"{FM.WS_COUNTS} compute warpgroups of 64 rows that tile N={N})")
         if kv.get("widths", 1) not in (0, 1):
             raise SystemExit(f"--knobs: widths={kv['widths']} (0: one chunk width, 1: "
                              f"fp4_matmul_mgpu.GROUPED_WIDTHS)")

@@ -484,7 +484,8 @@ SPLIT_COMBINES = ("kernel", "xla")  # (the choices of SPLIT_COMBINE)
 # Session 49 (H100, device time, side by side, maxdiff 0; NOTES_attention session 49): NVFP4
 # f32 P with late_vt 0.9-1.7% faster where a split holds 1024 cache rows (111 x 32K, 27 x 128K,
 # 32 x 32K / 128K, 128 x 8K / 32K; 8 x 128K 1.6% slower), but 2.7-7.7% slower where it holds
-# 256 (8 x 8K / 32K, 32 x 8K). Hence LATE_VT_MIN_ROWS: the rule asks for that many rows a split.
+# 256 (8 x 8K / 32K, 32 x 8K). Hence LATE_VT_MIN_ROWS: the rule asks for that many cache rows
+# a split (capacity rows; a rollout's shorter lengths were not measured). Both read at trace time.
 LATE_VT: bool | None = None
 LATE_VT_MIN_ROWS = 1024
 

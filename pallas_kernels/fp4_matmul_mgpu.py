@@ -53,6 +53,7 @@ def clear_trace_caches() -> None:
     (``_DIAG`` and the others that no static argument carries) anew."""
     _matmul_t.clear_cache()
     _grouped_direct.clear_cache()
+    _grouped_ws.clear_cache()
 SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
 
 
@@ -765,8 +766,11 @@ GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
 # H100: SM 40%, DRAM 65%, long-scoreboard stalls; NOTES_matmul "Session 49"). The
 # warp-specialized kernel runs ``wgs`` compute warpgroups on adjacent 64-row weight tiles of one
 # expert plus a memory warpgroup that streams their codes and one shared x tile, ``steps`` deep.
-# CPU-tested only (it lowers for CUDA); untimed. Read at trace time.
+# CPU-tested only (it lowers for CUDA); untimed. Calls it does not fit (the aligned layout, nt
+# or widths given, N not a multiple of 64 x GROUPED_WS) keep the direct kernel; an explicit
+# ``wgs=`` argument refuses them instead. Read at trace time.
 GROUPED_WS = 0
+WS_COUNTS = (1, 2, 3)  # the compute warpgroup counts whose register split fits (_grouped_ws)
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:
@@ -966,16 +970,21 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
+@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "serial",
+                                             "wgs"))
 def _grouped_ws(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
-                steps, m, scaled, wgs=2):
+                steps, m, scaled, serial=False, wgs=2):
     """What :func:`_grouped_direct` stores (rows x layout, one chunk width), from a
     warp-specialized kernel: a program (expert e, ``wgs`` x 64 weight rows) runs ``wgs``
     compute warpgroups, one 64-row tile each, and a memory warpgroup that streams the program's
     code words, scale words and one x tile per K step for all of them
     (``emit_pipeline_warp_specialized``, ``steps`` stages). The x tile is read once per
-    ``wgs`` tiles, and the launch of (wgs + 1) x 128 threads lets the compute warpgroups hold
-    up to (512 - 40) / wgs registers each. Weights as in :func:`_grouped_direct`, one or a
-    (gate, up) pair."""
+    ``wgs`` tiles. Registers: the memory warpgroup keeps 40 and the compute warpgroups get
+    (512 - 40) / wgs each, rounded down to 8 (232 at wgs 2, 152 at 3), which is why ``wgs``
+    is 1..3 (:data:`WS_COUNTS`; at 4 the split does not fit the launch's pool and
+    ``setmaxnreg`` would block for ever). Weights as in :func:`_grouped_direct`, one or a
+    (gate, up) pair; ``serial``: wait for each weight's wgmma before decoding the next (one
+    decoded A tile live at a time, :data:`SERIAL_TILES`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -986,8 +995,9 @@ def _grouped_ws(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *
     rows = ROWS * wgs  # weight rows per program
     if k % tk or tk % MG.SPAN:
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
-    if wgs < 1 or n % rows:
-        raise ValueError(f"N={n} must be a multiple of {ROWS} x wgs={wgs} (wgs >= 1)")
+    if wgs not in WS_COUNTS or n % rows:
+        raise ValueError(f"wgs={wgs} must be one of {WS_COUNTS} and N={n} a multiple of "
+                         f"{ROWS} x wgs")
     if any(c.shape != codes[0].shape for c in codes):
         raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
     x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
@@ -1014,6 +1024,8 @@ def _grouped_ws(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *
                 srows = [plgpu.load(s_smem.at[j, mine], layout=plgpu.Layout.WGMMA.reduce(1))
                          for j in range(tk // MG.SPAN)]
                 plgpu.wgmma(acc_ref, _decode_tile(uw, srows, tk), smem[2 * nw].T)
+                if serial and acc_ref is not accs[-1]:
+                    plgpu.wgmma_wait(0)
             plgpu.wgmma_wait(0)
             return accs
 
@@ -1129,9 +1141,10 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values). ``wgs`` (None: ``GROUPED_WS``): > 0 runs the
-    warp-specialized kernel (:func:`_grouped_ws`, that many 64-row compute warpgroups a
-    program; rows layout, one chunk width, no ``nt``; the same values)."""
+    (:func:`chunk_width`; the same values). ``wgs`` (None: ``GROUPED_WS``): one of
+    :data:`WS_COUNTS` runs the warp-specialized kernel (:func:`_grouped_ws`, that many 64-row
+    compute warpgroups a program; rows layout, one chunk width, no ``nt``; the same values);
+    a call it does not fit is refused, or with the knob left to the direct kernel."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
                          backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
                          wgs=wgs)
@@ -1187,13 +1200,16 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"group_sizes must be [{e}] (one per expert), got {group_sizes.shape}")
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
-    wgs = GROUPED_WS if wgs is None else wgs
-    if not isinstance(wgs, int) or wgs < 0:
-        raise ValueError(f"wgs={wgs!r} (fp4_matmul_mgpu.GROUPED_WS): use 0 or a positive int")
+    knob, wgs = wgs is None, GROUPED_WS if wgs is None else wgs
+    if type(wgs) is not int or (wgs and wgs not in WS_COUNTS):
+        raise ValueError(f"wgs={wgs!r} (fp4_matmul_mgpu.GROUPED_WS): use 0 (the direct kernel) "
+                         f"or one of {WS_COUNTS}")
+    bad = [f"{a}={v!r}" for a, v, ok in (
+        ("x_layout", layout, layout == "rows"), ("nt", nt, nt is None),
+        ("widths", widths, not widths)) if not ok]
+    if wgs and knob and (bad or n % (ROWS * wgs)):
+        wgs = 0  # the knob leaves the calls it does not fit to the direct kernel
     if wgs:  # the warp-specialized kernel: rows layout, one chunk width, its own N tiling
-        bad = [f"{a}={v!r}" for a, v, ok in (
-            ("x_layout", layout, layout == "rows"), ("nt", nt, nt is None),
-            ("widths", widths, not widths)) if not ok]
         if bad:
             raise ValueError(f"wgs={wgs} (the warp-specialized grouped kernel) takes the rows x "
                              f"layout, no nt and one chunk width; got {', '.join(bad)}")
@@ -1244,7 +1260,7 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     if wgs and backend != "emulate":
         return _grouped_ws(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
                            gscale[0] if one else gscale, rs, mp=mp, tk=min(tk, k), steps=steps,
-                           m=m, scaled=row_scale is not None, wgs=wgs)
+                           m=m, scaled=row_scale is not None, serial=SERIAL_TILES, wgs=wgs)
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,

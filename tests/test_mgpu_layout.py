@@ -740,9 +740,11 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
 def test_warp_specialized_grouped_kernel_lowers_and_refuses_bad_settings(monkeypatch):
     """``wgs`` > 0 (or ``GROUPED_WS``) routes the grouped call, one weight or the fused pair,
     scaled or not, to the warp-specialized kernel: it lowers for CUDA with the memory
-    warpgroup's register hand-off (``setmaxnreg``, absent from the direct kernel). Settings it
-    does not take (the aligned layout, nt, chunk widths, an N the warpgroups do not tile, a
-    negative count) are refused by name before any lowering."""
+    warpgroup's register hand-off (``setmaxnreg``, absent from the direct kernel). With an
+    explicit ``wgs``, settings it does not take (the aligned layout, nt, chunk widths, an N the
+    warpgroups do not tile, a count outside ``WS_COUNTS``: 4 would block in ``setmaxnreg``) are
+    refused by name before any lowering; the ``GROUPED_WS`` knob leaves such calls to the direct
+    kernel."""
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     e, k, n, m = 3, 512, 256, 96
@@ -763,10 +765,17 @@ def test_warp_specialized_grouped_kernel_lowers_and_refuses_bad_settings(monkeyp
 
     assert lowered(False, wgs=2) and lowered(True, wgs=2, row_scale=rs)
     assert not lowered(False, wgs=0)
-    monkeypatch.setattr(FM, "GROUPED_WS", 2)
-    assert lowered(True) and not lowered(True, wgs=0)
-    for kw, msg in ((dict(x_layout="aligned"), "x_layout='aligned'"), (dict(nt=2), "nt=2"),
-                    (dict(widths=(32,)), r"widths=\(32,\)"), (dict(wgs=-1), "wgs=-1"),
+    for kw, msg in ((dict(wgs=2, x_layout="aligned"), "x_layout='aligned'"),
+                    (dict(wgs=2, nt=2), "nt=2"), (dict(wgs=2, widths=(32,)), r"widths=\(32,\)"),
+                    (dict(wgs=-1), "wgs=-1"), (dict(wgs=4), "wgs=4"), (dict(wgs=True), "wgs=True"),
                     (dict(wgs=3), r"N=256 must be a multiple of 64 x wgs")):
         with pytest.raises(ValueError, match=msg):
             FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, backend="mgpu", **kw)
+    monkeypatch.setattr(FM, "GROUPED_WS", 2)
+    assert lowered(True) and not lowered(True, wgs=0)
+    assert not lowered(False, x_layout="aligned") and not lowered(False, nt=2)
+    monkeypatch.setattr(FM, "GROUPED_WS", 3)  # 3 x 64 rows do not tile N = 256
+    assert not lowered(False)
+    monkeypatch.setattr(FM, "GROUPED_WS", 4)
+    with pytest.raises(ValueError, match="GROUPED_WS"):
+        lowered(False)

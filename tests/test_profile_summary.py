@@ -199,7 +199,7 @@ def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     assert CS.parse_knobs("wgs=2") == [{}, {"wgs": 2}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("wgs=5", "wgs=5"), ("wgs=-1", "wgs=-1")):
+                     ("wgs=5", "wgs=5"), ("wgs=-1", "wgs=-1"), ("wgs=4", "wgs=4")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 
@@ -221,7 +221,7 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
     assert "--widths '32,40;x'" in capsys.readouterr().err
     assert CM.parse_widths("32,40;48") == ((32, 40), (48,))
     assert CM.parse_ws("2:4,3:2") == ((2, 4), (3, 2))
-    for bad in ("2", "2:4;2:3", "2:x"):
+    for bad in ("2", "2:4;2:3", "2:x", "4:2", "2:0"):
         with pytest.raises(SystemExit):
             CM.main(["--grouped", "--ws", bad])
         assert f"--ws '{bad}'" in capsys.readouterr().err
