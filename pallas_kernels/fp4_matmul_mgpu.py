@@ -208,6 +208,32 @@ def _decode_tile(uw, srows, tk):
     return dec(uw, *srows)
 
 
+def _mma_weights(accs, us, ss, x_smem, *, tk, serial, chunked=False):
+    """One K step's wgmmas, a weight at a time: the [64, tk] tile decoded from its code words
+    ``us[i]`` ([64, tk / 8]) and scale words ``ss[i]`` ([tk / 64, 64]) in shared memory, times
+    ``x_smem.T``, into ``accs[i]``. ``chunked``: one wgmma per 64-column span (the next span
+    decodes under it); ``serial``: wait for each weight's wgmma before decoding the next (one
+    decoded tile live at a time). The last wgmma is left for the caller to wait for."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    for acc_ref, u_smem, s_smem in zip(accs, us, ss):
+        if chunked:
+            for j in range(tk // MG.SPAN):
+                uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)], layout=plgpu.Layout.WGMMA,
+                                optimized=False)
+                srow = plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
+                a = _decode_tile(uw, [srow], MG.SPAN)
+                plgpu.wgmma(acc_ref, a, x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)].T)
+        else:
+            uw = plgpu.load(u_smem, layout=plgpu.Layout.WGMMA, optimized=True)
+            srows = [plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
+                     for j in range(tk // MG.SPAN)]
+            plgpu.wgmma(acc_ref, _decode_tile(uw, srows, tk), x_smem.T)
+        if serial and acc_ref is not accs[-1]:
+            plgpu.wgmma_wait(0)
+
+
 def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
@@ -224,26 +250,10 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
 
     def compute(*acc_refs):
         def step(_, *smem):
-            x_smem = smem[2 * nw]
             if _DIAG == "stream_only":  # timing probe: the TMA streams, nothing computed
                 return
-            for acc_ref, u_smem, s_smem in zip(acc_refs, smem[:nw], smem[nw:2 * nw]):
-                if chunked:  # one wgmma per 64-column span: the next span decodes under it
-                    for j in range(tk // MG.SPAN):
-                        uw = plgpu.load(u_smem.at[:, pl.ds(8 * j, 8)],
-                                        layout=plgpu.Layout.WGMMA, optimized=False)
-                        srow = plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
-                        a = _decode_tile(uw, [srow], MG.SPAN)
-                        xs = x_smem.at[:, pl.ds(MG.SPAN * j, MG.SPAN)]
-                        plgpu.wgmma(acc_ref, a, xs.T)
-                else:
-                    uw = plgpu.load(u_smem, layout=plgpu.Layout.WGMMA, optimized=True)
-                    srows = [plgpu.load(s_smem.at[j], layout=plgpu.Layout.WGMMA.reduce(1))
-                             for j in range(tk // MG.SPAN)]
-                    a = _decode_tile(uw, srows, tk)
-                    plgpu.wgmma(acc_ref, a, x_smem.T)
-                if serial and acc_ref is not acc_refs[-1]:
-                    plgpu.wgmma_wait(0)
+            _mma_weights(acc_refs, smem[:nw], smem[nw:2 * nw], smem[2 * nw], tk=tk,
+                         serial=serial, chunked=chunked)
             plgpu.wgmma_wait(0)
 
         plgpu.emit_pipeline(
@@ -1019,13 +1029,9 @@ def _grouped_ws(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *
 
         def step(_, *args):  # one K step of the compute warpgroups: a wgmma per weight
             *smem, accs = args
-            for acc_ref, u_smem, s_smem in zip(accs, smem[:nw], smem[nw:2 * nw]):
-                uw = plgpu.load(u_smem.at[mine], layout=plgpu.Layout.WGMMA, optimized=True)
-                srows = [plgpu.load(s_smem.at[j, mine], layout=plgpu.Layout.WGMMA.reduce(1))
-                         for j in range(tk // MG.SPAN)]
-                plgpu.wgmma(acc_ref, _decode_tile(uw, srows, tk), smem[2 * nw].T)
-                if serial and acc_ref is not accs[-1]:
-                    plgpu.wgmma_wait(0)
+            _mma_weights(accs, [u.at[mine] for u in smem[:nw]],
+                         [sr.at[:, mine] for sr in smem[nw:2 * nw]], smem[2 * nw], tk=tk,
+                         serial=serial)
             plgpu.wgmma_wait(0)
             return accs
 
