@@ -175,6 +175,19 @@ late_vt_ab_if_h200() {
   touch /tmp/r39d_done
 }
 
+# ptxas_registers DIR [KEEP...]: the ptxas register and spill counts of the Mosaic kernels
+# dumped under DIR (MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO=DIR), in compile order; then
+# every dump but *.ptxas, *.resources.txt and the suffixes KEEP (e.g. ptx) is deleted (the MLIR
+# pass logs are ~45 MB a kernel). A kernel with setmaxnreg reads its entry count here.
+ptxas_registers() {
+  local dir=$1 f keep=(-name "*.ptxas" -o -name "*.resources.txt"); shift
+  for f in "$@"; do keep+=(-o -name "*.$f"); done
+  for f in $(ls -tr "$dir"/*.ptxas 2>/dev/null); do
+    echo "$(basename "$f"): $(grep -hoE "Used [0-9]+ registers|[0-9]+ bytes spill stores" "$f" | tr '\n' ' ')"
+  done | head -40
+  find "$dir" -type f ! \( "${keep[@]}" \) -delete
+}
+
 # grouped_summary JSON: one line per config of a check_mgpu_matmul.py --grouped run
 # (kernels_matmul_mgpu_grouped.json): call and kernel device time, % of copy, maxdiff.
 grouped_summary() {

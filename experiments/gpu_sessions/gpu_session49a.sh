@@ -33,10 +33,6 @@ MOSAIC_GPU_DUMP_PTX=1 MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO="$R/ptx" timeou
 echo "tk rc=$?"
 grep -E "^device" "$R/tk.txt"; grep -iE "error|fail" "$R/tk.txt" | head -3
 grouped_summary "$R/tk/kernels_matmul_mgpu_grouped.json"
-for f in "$R"/ptx/*.ptxas; do  # registers per compiled kernel (the PTX assembles offline too)
-  echo "$(basename "$f"): $(grep -hoE "Used [0-9]+ registers|[0-9]+ bytes spill stores" "$f" | tr '\n' ' ')"
-done | sort | uniq -c | head -20
-# keep the PTX, ptxas and resource dumps only (the MLIR pass logs are ~45 MB a kernel)
-find "$R/ptx" -type f ! -name "*.ptx" ! -name "*.ptxas" ! -name "*.resources.txt" -delete
+ptxas_registers "$R/ptx" ptx  # (the PTX kept: it assembles offline too)
 tar -C "$R" -czf "$OUT/r49a.tar.gz" .
 exit 0

@@ -64,10 +64,7 @@ MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO="$R/ptx" timeout 200 \
 echo "ws rc=$?"
 grep -E "^device" "$R/ws.txt"; grep -iE "error|fail" "$R/ws.txt" | head -5
 grouped_summary "$R/ws/kernels_matmul_mgpu_grouped.json"
-for f in $(ls -tr "$R"/ptx/*.ptxas); do  # in compile order; a ws kernel reads 168 at entry
-  echo "$(basename "$f"): $(grep -hoE "Used [0-9]+ registers|[0-9]+ bytes spill stores" "$f" | tr '\n' ' ')"
-done | head -40
-find "$R/ptx" -type f ! -name "*.ptxas" ! -name "*.resources.txt" -delete
+ptxas_registers "$R/ptx"  # a ws kernel reads 168 at entry
 tar -C "$R" -czf "$OUT/r49b.tar.gz" .
 [ "${SHORT:-0}" = 1 ] && exit 0
 timeout 150 python3 experiments/check_mgpu_swiglu.py --tokens 512,1024 \
