@@ -37,27 +37,27 @@ E, TOPK, K, N = 128, 8, 2048, 768
 
 def parse_knobs(spec: str) -> list[dict]:
     """"tk=128;steps=3,tk=128" -> [{}, {"tk": 128}, {"steps": 3, "tk": 128}] (the default
-    first); a knob that is unknown, not an integer, an nt that does not tile N, or a widths
-    other than 0 / 1 exits."""
+    first); a knob that is unknown, not an integer, an nt (or seq runs of nt tiles) that does
+    not tile N, or a widths other than 0 / 1 exits."""
     out = [{}]
     for part in filter(None, spec.split(";")):
         try:
             kv = {k: int(v) for k, v in (p.split("=") for p in part.split(","))}
         except ValueError:
             raise SystemExit(f"--knobs: {part!r} is not name=integer[,name=integer...]") from None
-        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths", "wgs"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths", "seq"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
-                             f"serial, nt, widths, wgs)")
-        if "wgs" in kv and kv["wgs"] and (kv["wgs"] not in FM.WS_COUNTS
-                                          or N % (64 * kv["wgs"])):
-            raise SystemExit(f"--knobs: wgs={kv['wgs']} (0: the direct kernel; else one of "
-                             f"{FM.WS_COUNTS} compute warpgroups of 64 rows that tile N={N})")
+                             f"serial, nt, widths, seq)")
         if kv.get("widths", 1) not in (0, 1):
             raise SystemExit(f"--knobs: widths={kv['widths']} (0: one chunk width, 1: "
                              f"fp4_matmul_mgpu.GROUPED_WIDTHS)")
         if "nt" in kv and (kv["nt"] < 1 or N % (64 * kv["nt"])):
             raise SystemExit(f"--knobs: nt={kv['nt']} does not tile N={N} in 64-row tiles")
+        nt = kv.get("nt", 1)
+        if "seq" in kv and (kv["seq"] < 1 or N % (64 * nt * kv["seq"])):
+            raise SystemExit(f"--knobs: seq={kv['seq']} runs of nt={nt} 64-row tiles do not "
+                             f"tile N={N}")
         out.append(kv)
     return out
 
@@ -72,7 +72,8 @@ def main(argv=None) -> int:
                          "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
-    serial0, nt0, widths0 = FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS  # defaults
+    serial0, nt0, widths0, seq0 = (FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS,
+                                   FM.GROUPED_SEQ)  # the defaults
     bw = devtime.report_copy_bandwidth(1 << 30)
     prep = jax.jit(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor")))
     wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (E, K, N), jnp.float32))
@@ -98,14 +99,14 @@ def main(argv=None) -> int:
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
                 kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
                 nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else (),
-                wgs=v.get("wgs", 0))))
+                seq=v.get("seq", seq0))))
         runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
             FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
             FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
             FM.GROUPED_WIDTHS = kw.pop("widths", widths0)
-            FM.GROUPED_WS = kw.pop("wgs", 0)
+            FM.GROUPED_SEQ = kw.pop("seq", seq0)
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
             try:
                 out = f(xin, wg, wu, gs)

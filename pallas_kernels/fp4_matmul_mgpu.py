@@ -53,7 +53,6 @@ def clear_trace_caches() -> None:
     (``_DIAG`` and the others that no static argument carries) anew."""
     _matmul_t.clear_cache()
     _grouped_direct.clear_cache()
-    _grouped_ws.clear_cache()
 SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
 
 
@@ -234,38 +233,61 @@ def _mma_weights(accs, us, ss, x_smem, *, tk, serial, chunked=False):
             plgpu.wgmma_wait(0)
 
 
-def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
+def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False, seq=1,
+            store=None):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
     tuples of weights that share the x tile (the fused gate / up): one pipeline streams them all
     and each step issues one wgmma per weight; then a tuple of products. ``serial``: wait for
-    each weight's wgmma before decoding the next (one decoded A tile live at a time)."""
+    each weight's wgmma before decoding the next (one decoded A tile live at a time).
+
+    ``seq`` > 1: each weight ref holds ``seq`` 64-row tiles ([64 seq, K / 8], [K / 64, 64 seq]),
+    and one pipeline (grid (seq, K / tk)) streams them one after another against the same x
+    rows, so a tile's first K steps are fetched under the previous tile's last ones instead of
+    after a pipeline restart. After tile j's last K step, ``store(j, products)`` gets its
+    products (a tuple, one per weight) and the accumulators restart from 0; returns None."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     multi = isinstance(u_rows, tuple)
     us, ss = (u_rows, s_rows) if multi else ((u_rows,), (s_rows,))
     nw = len(us)
+    nk = k // tk
     x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+    if (seq > 1) != (store is not None):
+        raise ValueError(f"_k_loop: seq={seq} > 1 takes a store callback, seq 1 none")
 
     def compute(*acc_refs):
-        def step(_, *smem):
+        def step(idx, *smem):
             if _DIAG == "stream_only":  # timing probe: the TMA streams, nothing computed
                 return
             _mma_weights(acc_refs, smem[:nw], smem[nw:2 * nw], smem[2 * nw], tk=tk,
                          serial=serial, chunked=chunked)
             plgpu.wgmma_wait(0)
+            if seq > 1:
+                @pl.when(idx[1] == nk - 1)
+                def _():
+                    store(idx[0], tuple(a[...] for a in acc_refs))
+                    for a in acc_refs:
+                        a[...] = plgpu.layout_cast(jnp.zeros((ROWS, mp), jnp.float32),
+                                                   plgpu.Layout.WGMMA)
 
+        if seq == 1:
+            specs = [*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
+                     *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
+                     plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)]
+        else:
+            specs = [*[plgpu.BlockSpec((ROWS, tk // 8), lambda j, kk: (j, kk))] * nw,
+                     *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda j, kk: (kk, j))] * nw,
+                     plgpu.BlockSpec((mp, tk), lambda j, kk: (0, kk), transforms=x_tr)]
         plgpu.emit_pipeline(
-            step, grid=(k // tk,), max_concurrent_steps=steps,
-            in_specs=[*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
-                      *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
-                      plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
+            step, grid=(nk,) if seq == 1 else (seq, nk), max_concurrent_steps=steps,
+            in_specs=specs,
         )(*us, *ss, x_rows)
-        return tuple(a[...] for a in acc_refs)
+        return None if seq > 1 else tuple(a[...] for a in acc_refs)
 
     accs = pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * nw)
-    return accs if multi else accs[0]
+    return accs if multi or accs is None else accs[0]
 
 
 # Where the dense kernel's f32 output tile lives in shared memory: True, a scope opened after
@@ -770,17 +792,20 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
-# Compute warpgroups of the warp-specialized grouped kernel (:func:`_grouped_ws`); 0 (default)
-# keeps :func:`_grouped_direct`. Session 49: at 512 tokens the direct kernel holds 2 programs
-# (one warpgroup each) per SM at 253 registers and waits on its TMA data (Nsight Compute on an
-# H100: SM 40%, DRAM 65%, long-scoreboard stalls; NOTES_matmul "Session 49"). The
-# warp-specialized kernel runs ``wgs`` compute warpgroups on adjacent 64-row weight tiles of one
-# expert plus a memory warpgroup that streams their codes and one shared x tile, ``steps`` deep.
-# CPU-tested only (it lowers for CUDA); untimed. Calls it does not fit (the aligned layout, nt
-# or widths given, N not a multiple of 64 x GROUPED_WS) keep the direct kernel; an explicit
-# ``wgs=`` argument refuses them instead. Read at trace time.
-GROUPED_WS = 0
-WS_COUNTS = (1, 2, 3)  # the compute warpgroup counts whose register split fits (_grouped_ws)
+# Tile runs of the grouped kernel: each program streams ``seq`` groups of its ``nt`` weight tiles
+# one after another through one K pipeline (:func:`_k_loop`), so a program covers 64 nt seq
+# weight rows of its expert and the pipeline restarts once per program and chunk instead of once
+# per tile group: the next tile's first K steps are fetched under the last ones of the tile
+# before. Session 49 (H100, Nsight Compute at 512 tokens): the kernel waits on its TMA data (SM
+# 40%, DRAM 65%, long-scoreboard stalls at the pipeline's wait), and at K = 768 (3 K steps of
+# tk 256) a restart is one step in four. 1 (default) keeps one tile group per program. Calls
+# whose N is not a multiple of 64 nt seq keep 1; an explicit ``seq`` argument must fit. Read at
+# trace time.
+# Session 49 also timed a warp-specialized kernel (2 compute warpgroups sharing x, 1 memory
+# warpgroup, 4 stages, one program per SM; `gpu_session49b.sh`, H100): maxdiff 0 but 10-45%
+# slower than this kernel at 128 / 512 / 1024 tokens and on the fused pair; it was removed
+# (NOTES_matmul "Session 50").
+GROUPED_SEQ = 1
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:
@@ -909,9 +934,10 @@ def _weight_tuple(a):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths"))
+                                             "serial", "nt", "widths", "seq"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
+                    seq=1):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -921,7 +947,9 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
-    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
+    ``seq``: tile runs (:data:`GROUPED_SEQ`): a program covers 64 nt ``seq`` rows, its tile t
+    the rows from 64 seq t on, streamed ``seq`` tiles in turn by one pipeline."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -933,8 +961,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
         raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
-    if nt < 1 or n % (ROWS * nt):
-        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
+    if nt < 1 or seq < 1 or n % (ROWS * nt * seq):
+        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} x seq={seq} (each >= 1)")
     aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
     widths = check_widths(widths, r)
 
@@ -943,7 +971,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         x_gmem, gs_gmem, ends_gmem, rs_gmem, ae_gmem, o_gmem = refs[3 * nw:]
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
-        n0s = [(ni * nt + j) * ROWS for j in range(nt)]  # the program's tiles' first rows
+        n0s = [(ni * nt + j) * ROWS for j in range(nt)] if seq == 1 else [
+            (ni * nt + j) * seq * ROWS for j in range(nt)]  # the program's tiles' first rows
         off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
                                                    mp)
         aoff = ae_gmem[ei] - jnp.bitwise_and(nrows + 7, -8) if aligned else None
@@ -955,14 +984,19 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
             x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
             tiles = [(u, sr, n0) for n0 in n0s for u, sr in zip(u_refs, s_refs)]
 
-            def run(w):  # the chunk's K loop and stores at w columns
-                acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
-                              tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
-                              x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
-                              tk=tk, steps=steps, serial=serial)
-                for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
+            def store(i, acc):  # run i's products: tile j's at acc[j * nw:(j + 1) * nw]
+                for j, n0 in enumerate(n0s):
                     _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
-                                scale, *cols, n0, m)
+                                scale, *cols, n0 if seq == 1 else n0 + i * ROWS, m)
+
+            def run(w):  # the chunk's K loop and stores at w columns
+                acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS * seq), :] for u, _, n0 in tiles),
+                              tuple(sr.at[ei, :, pl.ds(n0, ROWS * seq)] for _, sr, n0 in tiles),
+                              x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
+                              tk=tk, steps=steps, serial=serial, seq=seq,
+                              store=None if seq == 1 else store)
+                if seq == 1:
+                    store(0, acc)
 
             if not widths:
                 run(r)
@@ -975,97 +1009,14 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         jax.lax.fori_loop(0, nchunks, chunk, 0)
 
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt)),
+        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt * seq)),
         grid_names=("e", "n"),
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
-@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "serial",
-                                             "wgs"))
-def _grouped_ws(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
-                steps, m, scaled, serial=False, wgs=2):
-    """What :func:`_grouped_direct` stores (rows x layout, one chunk width), from a
-    warp-specialized kernel: a program (expert e, ``wgs`` x 64 weight rows) runs ``wgs``
-    compute warpgroups, one 64-row tile each, and a memory warpgroup that streams the program's
-    code words, scale words and one x tile per K step for all of them
-    (``emit_pipeline_warp_specialized``, ``steps`` stages). The x tile is read once per
-    ``wgs`` tiles. Registers: the memory warpgroup keeps 40 and the compute warpgroups get
-    (512 - 40) / wgs each, rounded down to 8 (232 at wgs 2, 152 at 3), which is why ``wgs``
-    is 1..3 (:data:`WS_COUNTS`; at 4 the split does not fit the launch's pool and
-    ``setmaxnreg`` would block for ever). Weights as in :func:`_grouped_direct`, one or a
-    (gate, up) pair; ``serial``: wait for each weight's wgmma before decoding the next (one
-    decoded A tile live at a time, :data:`SERIAL_TILES`)."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
-    nw = len(codes)
-    e, n, k8 = codes[0].shape
-    k, r = 8 * k8, chunk_rows(mp, False)
-    rows = ROWS * wgs  # weight rows per program
-    if k % tk or tk % MG.SPAN:
-        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
-    if wgs not in WS_COUNTS or n % rows:
-        raise ValueError(f"wgs={wgs} must be one of {WS_COUNTS} and N={n} a multiple of "
-                         f"{ROWS} x wgs")
-    if any(c.shape != codes[0].shape for c in codes):
-        raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
-    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-    in_specs = [*[plgpu.BlockSpec((rows, tk // 8), lambda kk: (0, kk))] * nw,
-                *[plgpu.BlockSpec((tk // MG.SPAN, rows), lambda kk: (kk, 0))] * nw,
-                plgpu.BlockSpec((r, tk), lambda kk: (0, kk), transforms=x_tr)]
-
-    def body(*refs):
-        u_refs, s_refs, g_refs = refs[:nw], refs[nw:2 * nw], refs[2 * nw:3 * nw]
-        x_gmem, gs_gmem, ends_gmem, rs_gmem, o_gmem = refs[3 * nw:]
-        ei = jax.lax.axis_index("e")
-        n0 = jax.lax.axis_index("n") * rows
-        wg = jax.lax.axis_index("wg")
-        mine = pl.ds(pl.multiple_of(wg * ROWS, ROWS), ROWS)  # this warpgroup's 64 rows
-        off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
-                                                   mp)
-        total = ends_gmem[e - 1]
-        scale = tuple(g[ei] * 2.0 ** SHIFT for g in g_refs)  # (exact: a power of two)
-
-        def step(_, *args):  # one K step of the compute warpgroups: a wgmma per weight
-            *smem, accs = args
-            _mma_weights(accs, [u.at[mine] for u in smem[:nw]],
-                         [sr.at[:, mine] for sr in smem[nw:2 * nw]], smem[2 * nw], tk=tk,
-                         serial=serial)
-            plgpu.wgmma_wait(0)
-            return accs
-
-        def chunk(c, carry):
-            ch = chunk_columns(off, first8, nrows, total, c, mp)
-            x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
-
-            def compute(eval_pipeline):  # the compute warpgroups only
-                def scoped(*accs):
-                    eval_pipeline(accs)
-                    _store_rows(tuple(a[...] for a in accs), o_gmem,
-                                rs_gmem if scaled else None, scale, *cols, n0 + wg * ROWS, m)
-
-                pl.run_scoped(scoped, *[plgpu.ACC((ROWS, r), jnp.float32)] * nw)
-
-            plgpu.emit_pipeline_warp_specialized(
-                step, grid=(k // tk,), memory_registers=40, in_specs=in_specs, wg_axis="wg",
-                num_compute_wgs=wgs, max_concurrent_steps=steps, compute_context=compute,
-            )(*(u.at[ei, pl.ds(n0, rows), :] for u in u_refs),
-              *(sr.at[ei, :, pl.ds(n0, rows)] for sr in s_refs),
-              x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :])
-            return carry
-
-        jax.lax.fori_loop(0, nchunks, chunk, 0)
-
-    return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // rows),
-        grid_names=("e", "n"), num_threads=wgs + 1, thread_name="wg",
-    )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale)
-
-
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=()):
+                             serial=False, nt=1, widths=(), seq=1):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1073,7 +1024,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
+    del tk, steps, serial, nt, seq  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1126,7 +1077,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             backend: str = "auto", x_pad: bool | None = None,
                             x_layout: str | None = None, nt: int | None = None,
                             widths: tuple[int, ...] | None = None,
-                            wgs: int | None = None) -> jax.Array:
+                            seq: int | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -1147,13 +1098,11 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values). ``wgs`` (None: ``GROUPED_WS``): one of
-    :data:`WS_COUNTS` runs the warp-specialized kernel (:func:`_grouped_ws`, that many 64-row
-    compute warpgroups a program; rows layout, one chunk width, no ``nt``; the same values);
-    a call it does not fit is refused, or with the knob left to the direct kernel."""
+    (:func:`chunk_width`; the same values). ``seq`` (None: ``GROUPED_SEQ``, 1 where it does
+    not divide N / 64 nt): tile runs per program (:data:`GROUPED_SEQ`; the same values)."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
                          backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
-                         wgs=wgs)
+                         seq=seq)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1172,7 +1121,7 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None,
                             widths: tuple[int, ...] | None = None,
-                            wgs: int | None = None) -> jax.Array:
+                            seq: int | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1184,11 +1133,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt, widths=widths, wgs=wgs)
+                         nt=nt, widths=widths, seq=seq)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt, widths=None, wgs=None):
+                  nt, widths=None, seq=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -1206,22 +1155,6 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"group_sizes must be [{e}] (one per expert), got {group_sizes.shape}")
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
-    knob, wgs = wgs is None, GROUPED_WS if wgs is None else wgs
-    if type(wgs) is not int or (wgs and wgs not in WS_COUNTS):
-        raise ValueError(f"wgs={wgs!r} (fp4_matmul_mgpu.GROUPED_WS): use 0 (the direct kernel) "
-                         f"or one of {WS_COUNTS}")
-    bad = [f"{a}={v!r}" for a, v, ok in (
-        ("x_layout", layout, layout == "rows"), ("nt", nt, nt is None),
-        ("widths", widths, not widths)) if not ok]
-    if wgs and knob and (bad or n % (ROWS * wgs)):
-        wgs = 0  # the knob leaves the calls it does not fit to the direct kernel
-    if wgs:  # the warp-specialized kernel: rows layout, one chunk width, its own N tiling
-        if bad:
-            raise ValueError(f"wgs={wgs} (the warp-specialized grouped kernel) takes the rows x "
-                             f"layout, no nt and one chunk width; got {', '.join(bad)}")
-        if n % (ROWS * wgs):
-            raise ValueError(f"wgs={wgs}: N={n} must be a multiple of {ROWS} x wgs")
-        nt, widths = 1, ()
     if nt is None:
         nt = default_tiles(n, len(ws)) if GROUPED_TILES is None else GROUPED_TILES
         if not isinstance(nt, int) or nt < 1:
@@ -1229,6 +1162,14 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         nt = nt if n % (ROWS * nt) == 0 else 1
     elif nt < 1 or n % (ROWS * nt):
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
+    if seq is None:
+        seq = GROUPED_SEQ
+        if type(seq) is not int or seq < 1:
+            raise ValueError(f"fp4_matmul_mgpu.GROUPED_SEQ={seq!r}: use a positive int")
+        seq = seq if n % (ROWS * nt * seq) == 0 else 1
+    elif type(seq) is not int or seq < 1 or n % (ROWS * nt * seq):
+        raise ValueError(f"seq={seq!r}: a positive int with N={n} a multiple of {ROWS} x "
+                         f"nt={nt} x seq")
     r = chunk_rows(mp, layout == "aligned")
     widths = check_widths([w for w in GROUPED_WIDTHS if w < r] if widths is None else widths, r)
     m = x.shape[0]
@@ -1263,11 +1204,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
     codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
     ends = _cumsum_small(gs) if ends is None else ends
-    if wgs and backend != "emulate":
-        return _grouped_ws(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
-                           gscale[0] if one else gscale, rs, mp=mp, tk=min(tk, k), steps=steps,
-                           m=m, scaled=row_scale is not None, serial=SERIAL_TILES, wgs=wgs)
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
+             seq=seq)

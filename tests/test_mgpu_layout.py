@@ -737,14 +737,14 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     assert ns == [[r], sorted((*widths, r))]  # one K pipeline (a wgmma of N = width) per width
 
 
-def test_warp_specialized_grouped_kernel_lowers_and_refuses_bad_settings(monkeypatch):
-    """``wgs`` > 0 (or ``GROUPED_WS``) routes the grouped call, one weight or the fused pair,
-    scaled or not, to the warp-specialized kernel: it lowers for CUDA with the memory
-    warpgroup's register hand-off (``setmaxnreg``, absent from the direct kernel). With an
-    explicit ``wgs``, settings it does not take (the aligned layout, nt, chunk widths, an N the
-    warpgroups do not tile, a count outside ``WS_COUNTS``: 4 would block in ``setmaxnreg``) are
-    refused by name before any lowering; the ``GROUPED_WS`` knob leaves such calls to the direct
-    kernel."""
+def test_grouped_tile_runs_lower_and_refuse_bad_settings(monkeypatch):
+    """``seq`` > 1 (or ``GROUPED_SEQ``) launches E x N / (64 nt seq) programs, each streaming
+    ``seq`` tile groups through one K pipeline: it lowers for CUDA for one weight and the fused
+    pair, with nt, chunk widths, the row scale and the aligned layout. An explicit
+    ``seq`` that does not split N / 64 nt, or is not a positive int, is refused by name before
+    any lowering; the ``GROUPED_SEQ`` knob keeps 1 where it does not fit, and a bad knob value
+    is refused naming it."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     e, k, n, m = 3, 512, 256, 96
@@ -753,29 +753,41 @@ def test_warp_specialized_grouped_kernel_lowers_and_refuses_bad_settings(monkeyp
     x = jnp.zeros((m, k), jnp.bfloat16)
     gs = jnp.array([30, 0, 66], jnp.int32)
     rs = jnp.ones((m, 1), jnp.float32)
+    grids, real_kernel = [], plgpu.kernel
+
+    def kernel(body, *a, grid=(), **kw):
+        grids.append(tuple(grid))
+        return real_kernel(body, *a, grid=grid, **kw)
+
+    monkeypatch.setattr(plgpu, "kernel", kernel)
 
     def lowered(pair, **kw):
+        FM.clear_trace_caches()
         f = (lambda x, a, b, g: FM.fp4_grouped_swiglu_mgpu(x, a, b, g, backend="mgpu", mp=56,
-                                                            tk=256, steps=3, **kw)) if pair else (
-            lambda x, a, b, g: FM.fp4_grouped_matmul_mgpu(x, a, g, backend="mgpu", mp=56,
-                                                          tk=256, steps=3, **kw))
+                                                            **kw)) if pair else (
+            lambda x, a, b, g: FM.fp4_grouped_matmul_mgpu(x, a, g, backend="mgpu", mp=56, **kw))
         txt = jax.jit(f).trace(x, *ws, gs).lower(lowering_platforms=("cuda",)).as_text()
         assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
-        return "setmaxnreg" in txt
+        return grids[-1], txt
 
-    assert lowered(False, wgs=2) and lowered(True, wgs=2, row_scale=rs)
-    assert not lowered(False, wgs=0)
-    for kw, msg in ((dict(wgs=2, x_layout="aligned"), "x_layout='aligned'"),
-                    (dict(wgs=2, nt=2), "nt=2"), (dict(wgs=2, widths=(32,)), r"widths=\(32,\)"),
-                    (dict(wgs=-1), "wgs=-1"), (dict(wgs=4), "wgs=4"), (dict(wgs=True), "wgs=True"),
-                    (dict(wgs=3), r"N=256 must be a multiple of 64 x wgs")):
+    base = lowered(False, nt=1, widths=())
+    assert base[0] == (e, n // 64)
+    run2 = lowered(False, nt=1, widths=(), seq=2)
+    assert run2[0] == (e, n // 128) and run2[1] != base[1]
+    assert lowered(False, nt=2, seq=2, row_scale=rs)[0] == (e, 1)
+    assert lowered(False, nt=1, seq=4, widths=(32, 40, 48))[0] == (e, 1)
+    assert lowered(True, nt=1, seq=2)[0] == (e, 2)
+    assert lowered(True, nt=1, seq=4, x_layout="aligned", row_scale=rs)[0] == (e, 1)
+    for kw, msg in ((dict(seq=3), "seq=3"), (dict(nt=2, seq=4), "seq=4"), (dict(seq=0), "seq=0"),
+                    (dict(seq=True), "seq=True"), (dict(seq=2.0), "seq=2.0")):
         with pytest.raises(ValueError, match=msg):
             FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, backend="mgpu", **kw)
-    monkeypatch.setattr(FM, "GROUPED_WS", 2)
-    assert lowered(True) and not lowered(True, wgs=0)
-    assert not lowered(False, x_layout="aligned") and not lowered(False, nt=2)
-    monkeypatch.setattr(FM, "GROUPED_WS", 3)  # 3 x 64 rows do not tile N = 256
-    assert not lowered(False)
-    monkeypatch.setattr(FM, "GROUPED_WS", 4)
-    with pytest.raises(ValueError, match="GROUPED_WS"):
+    monkeypatch.setattr(FM, "GROUPED_SEQ", 2)
+    assert lowered(False, nt=1)[0] == (e, 2) and lowered(False, nt=1, seq=1)[0] == (e, 4)
+    monkeypatch.setattr(FM, "GROUPED_SEQ", 4)  # 4 runs of nt 2 tiles do not split N = 256
+    assert lowered(False, nt=2)[0] == (e, 2)
+    monkeypatch.setattr(FM, "GROUPED_SEQ", 0)
+    with pytest.raises(ValueError, match="GROUPED_SEQ=0"):
         lowered(False)
+
+
