@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import statistics
@@ -237,6 +238,12 @@ def attention_shapes(tiny):
     return [(b, s) for b, s in list(ROLLOUT_SHAPES) + grid if kv_bytes(b, H, s, D, "bf16") <= KV_BUDGET]
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """Whether a JAX runtime error is the device running out of memory (XLA reports it as
+    RESOURCE_EXHAUSTED, also inside an autotuning failure)."""
+    return "RESOURCE_EXHAUSTED" in str(e) or "Out of memory" in str(e)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "experiments/results"))
@@ -272,15 +279,29 @@ def main(argv=None):
         if time.time() - t0 <= a.max_seconds:
             return True
         print("time budget spent: skipping", what, flush=True)
-        res["skipped"].append(what)
+        res["skipped"].append(f"{what} (time budget)")
         return False
+
+    def fits(what, run):
+        """run(), or None where the device runs out of memory for it (a smaller card than the
+        H200 the shapes were sized for): the row is skipped, named, and the rest still runs."""
+        try:
+            return run()
+        except jax.errors.JaxRuntimeError as e:
+            if not out_of_memory(e):
+                raise
+        print(f"out of device memory: skipping {what}", flush=True)
+        res["skipped"].append(f"{what} (out of device memory)")
+        gc.collect()
+        return None
 
     if "attention" not in skip:
         res["attention"] = []
         for b, s in attention_shapes(a.tiny):
-            if in_time(f"attention {b} x {s}"):
-                res["attention"].append(bench.attention_row(b, s))
-                print(json.dumps(res["attention"][-1]), flush=True)
+            if in_time(f"attention {b} x {s}") and (
+                    row := fits(f"attention {b} x {s}", lambda: bench.attention_row(b, s))):
+                res["attention"].append(row)
+                print(json.dumps(row), flush=True)
                 save()
     if "long" not in skip and in_time("long"):
         res["long_context"] = bench.long_context()
@@ -364,7 +385,7 @@ def to_markdown(res):
         lines += [f"- {r['fmt']} B={r['batch']} S={r['S']} cache {r['cache_MB']:.0f} MB: "
                   f"{r['append_us']:.1f} us" for r in res["append"]]
     if res.get("skipped"):
-        lines += ["", f"skipped (time budget): {res['skipped']}"]
+        lines += ["", f"skipped: {res['skipped']}"]
     return "\n".join(lines) + "\n"
 
 

@@ -758,3 +758,29 @@ def test_late_vt_default_follows_the_measured_rule(monkeypatch):
     monkeypatch.setattr(AT, "LATE_VT", True)
     assert run("mxfp4", "bf16") is True
     assert run("mxfp4", "bf16", late_vt=False) is False
+
+
+def test_attention_benchmark_skips_a_row_the_device_has_no_memory_for(monkeypatch, tmp_path):
+    """A row that runs the device out of memory (the shapes are sized for an H200; an H100
+    could not hold 128 x 128K) is skipped and named in the results, and the rows after it still
+    run; any other runtime error still stops the run."""
+    from pallas_kernels import bench_attention as BA
+    monkeypatch.setattr(BA, "attention_shapes", lambda tiny: [(2, 256), (3, 128)])
+    oom = jax.errors.JaxRuntimeError(
+        "NOT_FOUND: All configs failed during profiling. EXECUTION FAILED: RESOURCE_EXHAUSTED: "
+        "Out of memory while trying to allocate 16.02GiB")
+
+    def row(self, b, s):
+        if b == 2:
+            raise oom
+        return {"batch": b, "context": s}
+
+    monkeypatch.setattr(BA.Bench, "attention_row", row)
+    monkeypatch.setattr(BA, "to_markdown", lambda res: str(res.get("skipped")))
+    res = BA.main(["--tiny", "--skip", "long,qh,append", "--out", str(tmp_path)])
+    assert res["attention"] == [{"batch": 3, "context": 128}]
+    assert res["skipped"] == ["attention 2 x 256 (out of device memory)"]
+    assert "out of device memory" in (tmp_path / "kernels_attention.md").read_text()
+    oom = jax.errors.JaxRuntimeError("INTERNAL: a kernel failed to launch")
+    with pytest.raises(jax.errors.JaxRuntimeError, match="failed to launch"):
+        BA.main(["--tiny", "--skip", "long,qh,append", "--out", str(tmp_path)])
