@@ -166,11 +166,6 @@ def main(argv=None) -> int:
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
-    ap.add_argument("--seq", default="",
-                    help="with --grouped: also time the first Mosaic config with these tile "
-                         "runs per program (fp4_matmul_mgpu.GROUPED_SEQ), e.g. '2,3,6' (columns "
-                         "mgpu_seq2, ..., each with maxdiff against the first Mosaic config; a "
-                         "run count that does not divide a shape's tile groups is skipped there)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -182,8 +177,6 @@ def main(argv=None) -> int:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
-    if not re.fullmatch(r"(\d+(,\d+)*)?", a.seq) or 0 in parse_seq(a.seq):
-        ap.error(f"--seq {a.seq!r}: expected positive ints, e.g. '2,3,6'")
     if a.widths and a.knobs:  # each set must fit the first config's chunk rows
         r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], grouped_layout(a) == "aligned")
         for ws in parse_widths(a.widths):
@@ -381,11 +374,6 @@ def grouped_layout(a) -> str:
     return "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
 
 
-def parse_seq(spec: str) -> tuple[int, ...]:
-    """'2,3,6' -> (2, 3, 6): --seq's tile run counts (the syntax checked by main)."""
-    return tuple(int(v) for v in filter(None, spec.split(",")))
-
-
 def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
     """``"32,40;48"`` -> ((32, 40), (48,)): --widths' sets (the syntax checked by main)."""
     return tuple(tuple(int(v) for v in t.split(",")) for t in spec.split(";") if t)
@@ -442,18 +430,7 @@ def grouped(a, argv) -> int:
                                                x, w, g, mp=mp, tk=tk, steps=steps,
                                                backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
-                if i == 0:  # the tile-run and width columns right after their baseline (a
-                    nt0 = (FM.default_tiles(n, 1) if FM.GROUPED_TILES is None  # timeout keeps
-                           else FM.GROUPED_TILES)  # them)
-                    for q in parse_seq(a.seq):
-                        if n % (64 * nt0 * q):
-                            print(f"  --seq {q}: {n // 64} tiles of N={n} do not split into "
-                                  f"runs of {q} x nt={nt0}; skipped", flush=True)
-                            continue
-                        runs.append((f"mgpu_seq{q}", jax.jit(
-                            lambda x, w, g, q=q: FM.fp4_grouped_matmul_mgpu(
-                                x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                                x_layout=lay, widths=base_ws, seq=q)), wm, "body", None))
+                if i == 0:  # the width columns right after their baseline: a timeout keeps them
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
@@ -481,7 +458,7 @@ def grouped(a, argv) -> int:
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                         x_layout=lay, widths=base_ws)), wm, "body", probe))
-            first = None  # the first Mosaic output (--aligned, --widths, --seq compare with it)
+            first = None  # the first Mosaic output (--aligned and --widths compare with it)
             for name, f, w, kname, probe in runs:
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)
@@ -492,7 +469,7 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if first is None and name.startswith("mgpu"):
                             first = out
-                        if a.aligned or name.startswith(("mgpu_w", "mgpu_seq")):
+                        if a.aligned or name.startswith("mgpu_w"):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

@@ -233,61 +233,38 @@ def _mma_weights(accs, us, ss, x_smem, *, tk, serial, chunked=False):
             plgpu.wgmma_wait(0)
 
 
-def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False, seq=1,
-            store=None):
+def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
     tuples of weights that share the x tile (the fused gate / up): one pipeline streams them all
     and each step issues one wgmma per weight; then a tuple of products. ``serial``: wait for
-    each weight's wgmma before decoding the next (one decoded A tile live at a time).
-
-    ``seq`` > 1: each weight ref holds ``seq`` 64-row tiles ([64 seq, K / 8], [K / 64, 64 seq]),
-    and one pipeline (grid (seq, K / tk)) streams them one after another against the same x
-    rows, so a tile's first K steps are fetched under the previous tile's last ones instead of
-    after a pipeline restart. After tile j's last K step, ``store(j, products)`` gets its
-    products (a tuple, one per weight) and the accumulators restart from 0; returns None."""
+    each weight's wgmma before decoding the next (one decoded A tile live at a time)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     multi = isinstance(u_rows, tuple)
     us, ss = (u_rows, s_rows) if multi else ((u_rows,), (s_rows,))
     nw = len(us)
-    nk = k // tk
     x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-    if (seq > 1) != (store is not None):
-        raise ValueError(f"_k_loop: seq={seq} > 1 takes a store callback, seq 1 none")
 
     def compute(*acc_refs):
-        def step(idx, *smem):
+        def step(_, *smem):
             if _DIAG == "stream_only":  # timing probe: the TMA streams, nothing computed
                 return
             _mma_weights(acc_refs, smem[:nw], smem[nw:2 * nw], smem[2 * nw], tk=tk,
                          serial=serial, chunked=chunked)
             plgpu.wgmma_wait(0)
-            if seq > 1:
-                @pl.when(idx[1] == nk - 1)
-                def _():
-                    store(idx[0], tuple(a[...] for a in acc_refs))
-                    for a in acc_refs:
-                        a[...] = plgpu.layout_cast(jnp.zeros((ROWS, mp), jnp.float32),
-                                                   plgpu.Layout.WGMMA)
 
-        if seq == 1:
-            specs = [*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
-                     *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
-                     plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)]
-        else:
-            specs = [*[plgpu.BlockSpec((ROWS, tk // 8), lambda j, kk: (j, kk))] * nw,
-                     *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda j, kk: (kk, j))] * nw,
-                     plgpu.BlockSpec((mp, tk), lambda j, kk: (0, kk), transforms=x_tr)]
         plgpu.emit_pipeline(
-            step, grid=(nk,) if seq == 1 else (seq, nk), max_concurrent_steps=steps,
-            in_specs=specs,
+            step, grid=(k // tk,), max_concurrent_steps=steps,
+            in_specs=[*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
+                      *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
+                      plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
         )(*us, *ss, x_rows)
-        return None if seq > 1 else tuple(a[...] for a in acc_refs)
+        return tuple(a[...] for a in acc_refs)
 
     accs = pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * nw)
-    return accs if multi or accs is None else accs[0]
+    return accs if multi else accs[0]
 
 
 # Where the dense kernel's f32 output tile lives in shared memory: True, a scope opened after
@@ -792,22 +769,6 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
-# Tile runs of the grouped kernel: each program streams ``seq`` groups of its ``nt`` weight tiles
-# one after another through one K pipeline (:func:`_k_loop`), so a program covers 64 nt seq
-# weight rows of its expert and the pipeline restarts once per program and chunk instead of once
-# per tile group: the next tile's first K steps are fetched under the last ones of the tile
-# before. Session 49 (H100, Nsight Compute at 512 tokens): the kernel waits on its TMA data (SM
-# 40%, DRAM 65%, long-scoreboard stalls at the pipeline's wait), and at K = 768 (3 K steps of
-# tk 256) a restart is one step in four. 1 (default) keeps one tile group per program. Calls
-# whose N is not a multiple of 64 nt seq keep 1; an explicit ``seq`` argument must fit. Read at
-# trace time.
-# Session 49 also timed a warp-specialized kernel (2 compute warpgroups sharing x, 1 memory
-# warpgroup, 4 stages, one program per SM; `gpu_session49b.sh`, H100): maxdiff 0 but 10-45%
-# slower than this kernel at 128 / 512 / 1024 tokens and on the fused pair; it was removed
-# (NOTES_matmul "Session 50").
-GROUPED_SEQ = 1
-
-
 def chunk_rows(mp: int, aligned: bool) -> int:
     """The x rows a grouped chunk reads (the wgmma's N without ``widths``): mp on the aligned
     layout, mp + 8 on the rows layout (its tokens start up to 7 rows into an 8-aligned read)."""
@@ -934,10 +895,9 @@ def _weight_tuple(a):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths", "seq"))
+                                             "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
-                    seq=1):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -947,9 +907,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
-    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
-    ``seq``: tile runs (:data:`GROUPED_SEQ`): a program covers 64 nt ``seq`` rows, its tile t
-    the rows from 64 seq t on, streamed ``seq`` tiles in turn by one pipeline."""
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -961,8 +919,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
         raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
-    if nt < 1 or seq < 1 or n % (ROWS * nt * seq):
-        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} x seq={seq} (each >= 1)")
+    if nt < 1 or n % (ROWS * nt):
+        raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
     aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
     widths = check_widths(widths, r)
 
@@ -971,8 +929,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         x_gmem, gs_gmem, ends_gmem, rs_gmem, ae_gmem, o_gmem = refs[3 * nw:]
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
-        n0s = [(ni * nt + j) * ROWS for j in range(nt)] if seq == 1 else [
-            (ni * nt + j) * seq * ROWS for j in range(nt)]  # the program's tiles' first rows
+        n0s = [(ni * nt + j) * ROWS for j in range(nt)]  # the program's tiles' first rows
         off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
                                                    mp)
         aoff = ae_gmem[ei] - jnp.bitwise_and(nrows + 7, -8) if aligned else None
@@ -984,19 +941,14 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
             x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
             tiles = [(u, sr, n0) for n0 in n0s for u, sr in zip(u_refs, s_refs)]
 
-            def store(i, acc):  # run i's products: tile j's at acc[j * nw:(j + 1) * nw]
-                for j, n0 in enumerate(n0s):
-                    _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
-                                scale, *cols, n0 if seq == 1 else n0 + i * ROWS, m)
-
             def run(w):  # the chunk's K loop and stores at w columns
-                acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS * seq), :] for u, _, n0 in tiles),
-                              tuple(sr.at[ei, :, pl.ds(n0, ROWS * seq)] for _, sr, n0 in tiles),
+                acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
+                              tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
                               x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
-                              tk=tk, steps=steps, serial=serial, seq=seq,
-                              store=None if seq == 1 else store)
-                if seq == 1:
-                    store(0, acc)
+                              tk=tk, steps=steps, serial=serial)
+                for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
+                    _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
+                                scale, *cols, n0, m)
 
             if not widths:
                 run(r)
@@ -1009,14 +961,14 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         jax.lax.fori_loop(0, nchunks, chunk, 0)
 
     return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt * seq)),
+        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt)),
         grid_names=("e", "n"),
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=(), seq=1):
+                             serial=False, nt=1, widths=()):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1024,7 +976,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt, seq  # (the N tiling does not change what a column stores)
+    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1076,8 +1028,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None,
-                            seq: int | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -1098,11 +1049,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values). ``seq`` (None: ``GROUPED_SEQ``, 1 where it does
-    not divide N / 64 nt): tile runs per program (:data:`GROUPED_SEQ`; the same values)."""
+    (:func:`chunk_width`; the same values)."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
-                         seq=seq)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1120,8 +1069,7 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None,
-                            seq: int | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1133,11 +1081,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt, widths=widths, seq=seq)
+                         nt=nt, widths=widths)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt, widths=None, seq=None):
+                  nt, widths=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -1162,14 +1110,6 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         nt = nt if n % (ROWS * nt) == 0 else 1
     elif nt < 1 or n % (ROWS * nt):
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
-    if seq is None:
-        seq = GROUPED_SEQ
-        if type(seq) is not int or seq < 1:
-            raise ValueError(f"fp4_matmul_mgpu.GROUPED_SEQ={seq!r}: use a positive int")
-        seq = seq if n % (ROWS * nt * seq) == 0 else 1
-    elif type(seq) is not int or seq < 1 or n % (ROWS * nt * seq):
-        raise ValueError(f"seq={seq!r}: a positive int with N={n} a multiple of {ROWS} x "
-                         f"nt={nt} x seq")
     r = chunk_rows(mp, layout == "aligned")
     widths = check_widths([w for w in GROUPED_WIDTHS if w < r] if widths is None else widths, r)
     m = x.shape[0]
@@ -1207,5 +1147,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
-             seq=seq)
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)

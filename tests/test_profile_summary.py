@@ -191,16 +191,14 @@ def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
 
 def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     """check_mgpu_swiglu.py --knobs: the default first, then each ';'-separated set; an unknown
-    knob, a non-integer, an nt (or seq runs of nt tiles) that does not tile N, or a widths other
-    than 0 / 1 stops before any GPU work, naming it."""
+    knob, a non-integer, an nt that does not tile N, or a widths other than 0 / 1 stops before
+    any GPU work, naming it."""
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
-    assert CS.parse_knobs("seq=3;nt=2,seq=6") == [{}, {"seq": 3}, {"nt": 2, "seq": 6}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("seq=5", "seq=5 runs of nt=1"), ("seq=0", "seq=0"),
-                     ("nt=2,seq=4", "seq=4 runs of nt=2"), ("nt=0,seq=2", "nt=0 does not")):
+                     ("nt=0", "nt=0 does not")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 
@@ -209,8 +207,7 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
     """check_mgpu_matmul.py --grouped --knobs: mp:tk:steps triples in order; a triple short of a
     field or an mp off the multiple of 8 stops before any GPU work, naming the list; so does a
     --widths list that is not ints, or (with --knobs) a width that does not fit the first
-    config's chunk rows (mp + 8 on the rows layout, mp on the aligned one), or a --seq list
-    that is not positive ints."""
+    config's chunk rows (mp + 8 on the rows layout, mp on the aligned one)."""
     from experiments import check_mgpu_matmul as CM
     assert CM.parse_knobs("56:256:2,40:128:3") == ((56, 256, 2), (40, 128, 3))
     for bad in ("56:256", "52:256:2", "56:256:x", ""):
@@ -222,11 +219,6 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
         CM.main(["--grouped", "--widths", "32,40;x"])
     assert "--widths '32,40;x'" in capsys.readouterr().err
     assert CM.parse_widths("32,40;48") == ((32, 40), (48,))
-    assert CM.parse_seq("2,3,6") == (2, 3, 6)
-    for bad in ("2:4", "2;3", "x", "0", "2,0", "-2"):
-        with pytest.raises(SystemExit):
-            CM.main(["--grouped", "--seq", bad])
-        assert f"--seq '{bad}'" in capsys.readouterr().err
     for layout, bad in (("rows", "64"), ("rows", "12"), ("aligned", "56")):
         with pytest.raises(SystemExit):
             CM.main(["--grouped", "--x-layout", layout, "--knobs", "56:256:2",

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at commit a929e27 (session 50, H100); the warp-specialized kernel was removed afterwards
+# (NOTES_matmul, session 50).
 # Issue 6, grouped kernel at 512 tokens: the warp-specialized kernel (`fp4_matmul_mgpu._grouped_ws`,
 # `wgs=` / `GROUPED_WS`; new in session 49, CPU-tested only: it lowers for CUDA). A program runs 2
 # compute warpgroups on adjacent 64-row weight tiles of one expert and a memory warpgroup that

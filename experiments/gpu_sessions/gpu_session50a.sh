@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at commit 2da13d9 (H100); the tile runs (`seq`) were removed afterwards (NOTES_matmul,
+# session 50).
 # Issue 6, grouped kernel: tile runs (`seq=` / `fp4_matmul_mgpu.GROUPED_SEQ`; new in session 50,
 # CPU-tested only: it lowers for CUDA). A program streams `seq` groups of its nt weight tiles one
 # after another through one K pipeline, so the pipeline restarts once per program and chunk, not
@@ -31,7 +33,7 @@
 # Usage (repo root, with .whl/ carried): [SHORT=1] bash experiments/gpu_sessions/gpu_session50a.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r50a
 install_wheels
-timeout 120 python3 - > "$R/edge.txt" 2>&1 <<'PY'
+timeout 200 python3 - > "$R/edge.txt" 2>&1 <<'PY'
 import jax, jax.numpy as jnp
 from pallas_kernels import fp4_matmul_mgpu as FM
 from pallas_kernels.bench_matmul import route
