@@ -166,10 +166,6 @@ def main(argv=None) -> int:
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
-    ap.add_argument("--no-barriers", action="store_true",
-                    help="with --grouped: also time the first Mosaic config without Pallas' "
-                         "automatic warpgroup barriers (fp4_matmul_mgpu.GROUPED_AUTO_BARRIERS = "
-                         "False; column mgpu_nobar, with maxdiff against the first config)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -435,12 +431,6 @@ def grouped(a, argv) -> int:
                                                backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
                 if i == 0:  # the width columns right after their baseline: a timeout keeps them
-                    if a.no_barriers:
-                        runs.append(("mgpu_nobar", jax.jit(
-                            lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                                x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                                x_layout=lay, widths=base_ws)), wm, "body",
-                            {"GROUPED_AUTO_BARRIERS": False}))
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
@@ -467,20 +457,19 @@ def grouped(a, argv) -> int:
                 runs.append((f"mgpu_{probe}", jax.jit(
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                        x_layout=lay, widths=base_ws)), wm, "body", {"_DIAG": probe}))
-            first = None  # the first Mosaic output (--aligned, --widths, --no-barriers
-            # compare with it)
-            for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
+                        x_layout=lay, widths=base_ws)), wm, "body", probe))
+            first = None  # the first Mosaic output (--aligned and --widths compare with it)
+            for name, f, w, kname, probe in runs:
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)
                     continue
                 try:
-                    with _knobs(**knobs) if knobs else contextlib.nullcontext():
+                    with _knobs(_DIAG=probe) if probe else contextlib.nullcontext():
                         out = f(x, w, gs)
                         row[f"{name}_relerr"] = rel(out, ref)
                         if first is None and name.startswith("mgpu"):
                             first = out
-                        if a.aligned or name.startswith(("mgpu_w", "mgpu_nobar")):
+                        if a.aligned or name.startswith("mgpu_w"):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

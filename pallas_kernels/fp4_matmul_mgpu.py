@@ -769,15 +769,6 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
-# Whether the grouped kernel keeps Pallas' automatic warpgroup barriers (True) or is lowered
-# with ``unsafe_no_auto_barriers`` (False). Pallas puts a ``bar.sync`` before every TMA copy
-# the K pipeline issues (3 a K step: codes, scales, x), so that no warp still reads the stage
-# being refilled. In this kernel every warp's reads of a stage end before the step's last wgmma
-# is issued (its codes and scales feed the decoded A operand; x is read by the wgmma), and each
-# step waits for its wgmmas (``wgmma_wait(0)``) before the pipeline refills that stage, so the
-# barriers order nothing the wait does not. The kernel stores straight to GMEM (no SMEM output
-# that a barrier would have to fence). Read at trace time.
-GROUPED_AUTO_BARRIERS = True
 def chunk_rows(mp: int, aligned: bool) -> int:
     """The x rows a grouped chunk reads (the wgmma's N without ``widths``): mp on the aligned
     layout, mp + 8 on the rows layout (its tokens start up to 7 rows into an 8-aligned read)."""
@@ -904,10 +895,9 @@ def _weight_tuple(a):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths", "barriers"))
+                                             "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
-                    barriers=True):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -917,8 +907,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
-    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
-    ``barriers``: Pallas' automatic warpgroup barriers (:data:`GROUPED_AUTO_BARRIERS`)."""
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -974,13 +963,12 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt)),
         grid_names=("e", "n"),
-        compiler_params=plgpu.CompilerParams(unsafe_no_auto_barriers=not barriers),
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=(), barriers=True):
+                             serial=False, nt=1, widths=()):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -988,7 +976,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt, barriers  # (what a column stores does not depend on them)
+    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1159,5 +1147,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
-             barriers=bool(GROUPED_AUTO_BARRIERS))
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)

@@ -735,36 +735,3 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     ns = [sorted(int(v) for v in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", t))
           for t in txt]
     assert ns == [[r], sorted((*widths, r))]  # one K pipeline (a wgmma of N = width) per width
-
-
-def test_grouped_auto_barriers_knob_drops_only_the_pipeline_barriers(monkeypatch):
-    """``GROUPED_AUTO_BARRIERS = False`` lowers the grouped kernel (one weight and the fused
-    pair) without Pallas' warpgroup barriers (``bar.sync``, 3 per K pipeline step by default)
-    and still with its wgmma and TMA copies; the dense kernel keeps its barriers either way.
-    (The lowered text names each inline-asm string once, so presence is what it can show.)"""
-    from pallas_kernels import fp4_matmul_mgpu as FM
-    from trace_jax.quant import quantize
-    e, k, n, m = 3, 512, 256, 96
-    ws = [jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2, global_scope="tensor")))(
-        jax.random.normal(jax.random.PRNGKey(i), (e, k, n))) for i in (0, 1)]
-    x = jnp.zeros((m, k), jnp.bfloat16)
-    gs = jnp.array([30, 0, 66], jnp.int32)
-
-    def text(f, *args):
-        FM.clear_trace_caches()
-        return jax.jit(lambda *a: f(*a)).trace(*args).lower(  # (a new function: no cached
-            lowering_platforms=("cuda",)).as_text()  # trace from the knob's other value)
-
-    single = lambda x, a, g: FM.fp4_grouped_matmul_mgpu(x, a, g, backend="mgpu", mp=16)
-    pair = lambda x, a, b, g: FM.fp4_grouped_swiglu_mgpu(x, a, b, g, backend="mgpu", mp=56)
-    dense = lambda x, a: FM.fp4_matmul_mgpu(x, a, backend="mgpu")
-    cases = ((single, (x, ws[0], gs)), (pair, (x, *ws, gs)), (dense, (x[:8], ws[0].__class__(
-        codes=ws[0].codes[0], scales=ws[0].scales[0], global_scale=ws[0].global_scale[0]))))
-    on = [text(f, *a) for f, a in cases]
-    monkeypatch.setattr(FM, "GROUPED_AUTO_BARRIERS", False)
-    off = [text(f, *a) for f, a in cases]
-    for t_on, t_off, grouped in zip(on, off, (True, True, False)):
-        assert t_on.count("bar.sync") > 0
-        assert (t_off.count("bar.sync") == 0) == grouped
-        for op in ("wgmma.mma_async", "cp.async.bulk.tensor"):
-            assert op in t_on and op in t_off

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at commit 2571d4b (H100); GROUPED_AUTO_BARRIERS and the scripts' flags were removed
+# afterwards (NOTES_matmul, session 50).
 # Issue 6, grouped kernel: without Pallas' automatic warpgroup barriers
 # (`fp4_matmul_mgpu.GROUPED_AUTO_BARRIERS = False`, i.e. `unsafe_no_auto_barriers`; new in
 # session 50, CPU-tested: it lowers without any `bar.sync`). Pallas puts a `bar.sync` before each
