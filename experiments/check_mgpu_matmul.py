@@ -166,6 +166,12 @@ def main(argv=None) -> int:
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
+    ap.add_argument("--cta-wgs", default="",
+                    help="with --grouped: also time the multi-warpgroup kernel "
+                         "(fp4_matmul_mgpu._grouped_multi) with these warpgroups a CTA, e.g. "
+                         "'3,2' (columns mgpu_cta3, ..., the first config's mp, tk and steps "
+                         "from fp4_matmul_mgpu.multi_knobs, each with maxdiff against the first "
+                         "Mosaic config)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -177,6 +183,8 @@ def main(argv=None) -> int:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
+    if not re.fullmatch(r"(\d+(,\d+)*)?", a.cta_wgs) or 0 in parse_ints(a.cta_wgs):
+        ap.error(f"--cta-wgs {a.cta_wgs!r}: expected positive ints, e.g. '3,2'")
     if a.widths and a.knobs:  # each set must fit the first config's chunk rows
         r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], grouped_layout(a) == "aligned")
         for ws in parse_widths(a.widths):
@@ -374,6 +382,11 @@ def grouped_layout(a) -> str:
     return "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
 
 
+def parse_ints(spec: str) -> tuple[int, ...]:
+    """'3,2' -> (3, 2) (the syntax checked by main)."""
+    return tuple(int(v) for v in filter(None, spec.split(",")))
+
+
 def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
     """``"32,40;48"`` -> ((32, 40), (48,)): --widths' sets (the syntax checked by main)."""
     return tuple(tuple(int(v) for v in t.split(",")) for t in spec.split(";") if t)
@@ -431,6 +444,11 @@ def grouped(a, argv) -> int:
                                                backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
                 if i == 0:  # the width columns right after their baseline: a timeout keeps them
+                    for cw in parse_ints(a.cta_wgs):
+                        runs.append((f"mgpu_cta{cw}", jax.jit(
+                            lambda x, w, g, cw=cw: FM.fp4_grouped_matmul_mgpu(
+                                x, w, g, mp=mp0, backend="mgpu", x_layout="rows", cta_wgs=cw)),
+                            wm, "body", None))
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
@@ -469,7 +487,7 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if first is None and name.startswith("mgpu"):
                             first = out
-                        if a.aligned or name.startswith("mgpu_w"):
+                        if a.aligned or name.startswith(("mgpu_w", "mgpu_cta")):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

@@ -769,6 +769,25 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
+# Warpgroups per CTA of the grouped kernel: 1 (default) is :func:`_grouped_direct` (a CTA is one
+# program of one warpgroup); w > 1 is :func:`_grouped_multi`, CTAs of w warpgroups that each run
+# an independent program with its own K pipeline. Why: ptxas fits a kernel in 65536 / (128 w)
+# registers a thread when a CTA has 128 w threads (168 at w = 3), while Mosaic GPU gives a
+# one-warpgroup kernel no register cap, and at 512 tokens the direct kernel takes 253, so an SM
+# holds 2 of its warpgroups (session 49: SM 40%, DRAM 65%, stalls at the TMA wait). Session 49's
+# offline ptxas run fitted the tk 128 kernel in 165 registers without spills. Rows x layout,
+# one chunk width and one 64-row tile a program only; calls the knob does not fit keep the
+# direct kernel (an explicit ``cta_wgs`` refuses them). Read at trace time.
+GROUPED_CTA_WGS = 1
+
+
+def multi_knobs(n_weights: int) -> tuple[int, int]:
+    """(tk, steps) of :func:`_grouped_multi` when the call gives none: tk 128 and the most
+    stages (at most 3) whose shared memory fits 3 warpgroups: 3 for one weight (185 KB), 2 for
+    the fused pair (150 KB)."""
+    return 128, 3 if n_weights == 1 else 2
+
+
 def chunk_rows(mp: int, aligned: bool) -> int:
     """The x rows a grouped chunk reads (the wgmma's N without ``widths``): mp on the aligned
     layout, mp + 8 on the rows layout (its tokens start up to 7 rows into an 8-aligned read)."""
@@ -966,6 +985,108 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
+@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "serial",
+                                             "wgs"))
+def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
+                   steps, m, scaled, serial=False, wgs=3):
+    """What :func:`_grouped_direct` stores (rows x layout, one chunk width, one 64-row tile a
+    program), from CTAs of ``wgs`` warpgroups (:data:`GROUPED_CTA_WGS`): warpgroup w of CTA c
+    runs program c wgs + w (expert p // (N / 64), tile p % (N / 64)) on its own, with its own K
+    pipeline: ``steps`` stages in its own slots of the CTA's shared memory, its own TMA
+    barriers, ``wgmma_wait(0)`` before a stage is refilled. The programs past E N / 64 idle.
+    Weights as in :func:`_grouped_direct`, one or a (gate, up) pair (``serial``: one decoded A
+    tile live at a time)."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
+    nw = len(codes)
+    e, n, k8 = codes[0].shape
+    k, r = 8 * k8, chunk_rows(mp, False)
+    if k % tk or tk % MG.SPAN:
+        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+    if any(c.shape != codes[0].shape for c in codes):
+        raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
+    if wgs < 1 or steps < 1:
+        raise ValueError(f"wgs={wgs} and steps={steps} must be >= 1")
+    nk, tiles = k // tk, n // ROWS
+    progs, slots = e * tiles, wgs * steps
+    stage = nw * (ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4) + r * tk * 2  # bytes a stage
+    if slots * stage > _SMEM_PER_SM - 1024:
+        raise ValueError(f"{wgs} warpgroups x {steps} stages x {stage} B (tk={tk}, mp={mp}, "
+                         f"{nw} weight(s)) exceed the {_SMEM_PER_SM - 1024} B of shared memory "
+                         f"a CTA may hold: fewer stages or a smaller tk")
+    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+
+    def body(*refs):
+        u_refs, s_refs, g_refs = refs[:nw], refs[nw:2 * nw], refs[2 * nw:3 * nw]
+        x_gmem, gs_gmem, ends_gmem, rs_gmem, o_gmem = refs[3 * nw:3 * nw + 5]
+        u_smem, s_smem = refs[3 * nw + 5:4 * nw + 5], refs[4 * nw + 5:5 * nw + 5]
+        x_smem, bar = refs[5 * nw + 5:]
+        wg = jax.lax.axis_index("wg")
+        p = jax.lax.axis_index("c") * wgs + wg  # this warpgroup's program
+        ei = jnp.minimum(p // tiles, e - 1)
+        n0 = (p % tiles) * ROWS
+        first_slot = wg * steps
+
+        @pl.when(p < progs)
+        def _():
+            off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1,
+                                                       m, mp)
+            total = ends_gmem[e - 1]
+            scale = tuple(g[ei] * 2.0 ** SHIFT for g in g_refs)  # (exact: a power of two)
+
+            def chunk(c, carry):
+                ch = chunk_columns(off, first8, nrows, total, c, mp)
+                x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
+                x_rows = x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :]
+
+                def fetch(kk, slot):  # K step kk's codes, scales and x into one of our slots
+                    i = first_slot + slot
+                    for u, dst in zip(u_refs, u_smem):
+                        plgpu.copy_gmem_to_smem(
+                            u.at[ei, pl.ds(n0, ROWS), pl.ds(kk * (tk // 8), tk // 8)],
+                            dst.at[i], bar.at[i])
+                    for sr, dst in zip(s_refs, s_smem):
+                        plgpu.copy_gmem_to_smem(
+                            sr.at[ei, pl.ds(kk * (tk // MG.SPAN), tk // MG.SPAN),
+                                  pl.ds(n0, ROWS)], dst.at[i], bar.at[i])
+                    plgpu.copy_gmem_to_smem(x_rows.at[:, pl.ds(kk * tk, tk)], x_smem.at[i],
+                                            bar.at[i])
+
+                for kk in range(min(steps, nk)):
+                    fetch(kk, kk)
+
+                def k_loop(*accs):
+                    def step(kk, carry):
+                        slot = jax.lax.rem(kk, steps)
+                        i = first_slot + slot
+                        plgpu.barrier_wait(bar.at[i])
+                        _mma_weights(accs, [u.at[i] for u in u_smem], [sr.at[i] for sr in s_smem],
+                                     x_smem.at[i], tk=tk, serial=serial)
+                        plgpu.wgmma_wait(0)  # (this stage's reads are done: refill it)
+                        pl.when(kk + steps < nk)(lambda: fetch(kk + steps, slot))
+                        return carry
+
+                    jax.lax.fori_loop(0, nk, step, 0)
+                    return tuple(a[...] for a in accs)
+
+                acc = pl.run_scoped(k_loop, *[plgpu.ACC((ROWS, r), jnp.float32)] * nw)
+                _store_rows(acc, o_gmem, rs_gmem if scaled else None, scale, *cols, n0, m)
+                return carry
+
+            jax.lax.fori_loop(0, nchunks, chunk, 0)
+
+    scratch = [*[plgpu.SMEM((slots, ROWS, tk // 8), jnp.uint32)] * nw,
+               *[plgpu.SMEM((slots, tk // MG.SPAN, ROWS), jnp.uint32)] * nw,
+               plgpu.SMEM((slots, r, tk), jnp.bfloat16, transforms=x_tr),
+               plgpu.Barrier(num_arrivals=2 * nw + 1, num_barriers=slots)]
+    return plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(-(-progs // wgs),),
+        grid_names=("c",), num_threads=wgs, thread_name="wg", scratch_types=scratch,
+    )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale)
+
+
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
                              serial=False, nt=1, widths=()):
@@ -1028,7 +1149,8 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None,
+                            cta_wgs: int | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -1049,9 +1171,13 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values)."""
+    (:func:`chunk_width`; the same values). ``cta_wgs`` (None: ``GROUPED_CTA_WGS``): > 1 runs
+    :func:`_grouped_multi` (that many one-tile programs a CTA; rows layout, one chunk width,
+    nt 1; tk and steps unset: :func:`multi_knobs`; the same values); an explicit value refuses a
+    call it does not fit, the knob leaves such calls to the direct kernel."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
+                         cta_wgs=cta_wgs)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1069,7 +1195,8 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None,
+                            cta_wgs: int | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1081,11 +1208,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt, widths=widths)
+                         nt=nt, widths=widths, cta_wgs=cta_wgs)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt, widths=None):
+                  nt, widths=None, cta_wgs=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -1094,6 +1221,22 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     if layout not in X_LAYOUTS:
         raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k, layout == "aligned")
+    knob, cta_wgs = cta_wgs is None, GROUPED_CTA_WGS if cta_wgs is None else cta_wgs
+    if type(cta_wgs) is not int or cta_wgs < 1:
+        raise ValueError(f"cta_wgs={cta_wgs!r} (fp4_matmul_mgpu.GROUPED_CTA_WGS): a positive int")
+    if cta_wgs > 1:  # the multi-warpgroup kernel: rows layout, one chunk width, one tile
+        bad = [f"{a}={v!r}" for a, v, ok in (
+            ("x_layout", layout, layout == "rows"), ("nt", nt, nt in (None, 1)),
+            ("widths", widths, not widths)) if not ok]
+        if bad and not knob:
+            raise ValueError(f"cta_wgs={cta_wgs} (the multi-warpgroup grouped kernel) takes the "
+                             f"rows x layout, nt 1 and one chunk width; got {', '.join(bad)}")
+        if bad:
+            cta_wgs = 1  # the knob leaves the calls it does not fit to the direct kernel
+        else:
+            nt, widths = 1, ()
+            dtk, dsteps = multi_knobs(len(ws))
+            dtk = dtk if k % dtk == 0 else MG.SPAN
     mp = dmp if mp is None else mp
     tk = dtk if tk is None else tk
     steps = dsteps if steps is None else steps
@@ -1144,6 +1287,11 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
     codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
     ends = _cumsum_small(gs) if ends is None else ends
+    if cta_wgs > 1 and backend != "emulate":
+        return _grouped_multi(codes[0] if one else codes, scales[0] if one else scales, xp, gs,
+                              ends, gscale[0] if one else gscale, rs, mp=mp, tk=min(tk, k),
+                              steps=steps, m=m, scaled=row_scale is not None,
+                              serial=SERIAL_TILES, wgs=cta_wgs)
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,

@@ -735,3 +735,57 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     ns = [sorted(int(v) for v in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", t))
           for t in txt]
     assert ns == [[r], sorted((*widths, r))]  # one K pipeline (a wgmma of N = width) per width
+
+
+def test_multi_warpgroup_grouped_kernel_lowers_and_refuses_bad_settings(monkeypatch):
+    """``cta_wgs`` > 1 (or ``GROUPED_CTA_WGS``) runs the grouped call, one weight or the fused
+    pair, scaled or not, as CTAs of that many warpgroups (128 x cta_wgs threads: ptxas's
+    register cap), ceil(E x N / 64 / cta_wgs) of them, each warpgroup with its own pipeline
+    stages in the CTA's shared memory (tk 128 and 3 stages for one weight, 2 for the pair,
+    unless given). Settings it does not take (the aligned layout, nt > 1, chunk widths, a
+    non-positive count, stages that overflow shared memory) are refused by name with an
+    explicit ``cta_wgs``; the knob leaves such calls to the direct kernel."""
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    e, k, n, m = 3, 512, 256, 96
+    ws = [jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2, global_scope="tensor")))(
+        jax.random.normal(jax.random.PRNGKey(i), (e, k, n))) for i in (0, 1)]
+    x = jnp.zeros((m, k), jnp.bfloat16)
+    gs = jnp.array([30, 0, 66], jnp.int32)
+    rs = jnp.ones((m, 1), jnp.float32)
+    launches, real_kernel = [], plgpu.kernel
+
+    def kernel(body, *a, **kw):
+        launches.append((kw.get("grid"), kw.get("num_threads"), [
+            t.shape for t in kw.get("scratch_types", ()) if hasattr(t, "shape")]))
+        return real_kernel(body, *a, **kw)
+
+    monkeypatch.setattr(plgpu, "kernel", kernel)
+
+    def lowered(pair, **kw):
+        FM.clear_trace_caches()
+        f = (lambda x, a, b, g: FM.fp4_grouped_swiglu_mgpu(x, a, b, g, backend="mgpu", mp=56,
+                                                            **kw)) if pair else (
+            lambda x, a, b, g: FM.fp4_grouped_matmul_mgpu(x, a, g, backend="mgpu", mp=56, **kw))
+        jax.jit(lambda *a: f(*a)).trace(x, *ws, gs).lower(lowering_platforms=("cuda",))
+        return launches[-1]
+
+    grid, threads, shapes = lowered(False, cta_wgs=3)
+    assert grid == (-(-e * n // 64 // 3),) and threads == 3  # 12 programs in 4 CTAs
+    assert shapes == [(9, 64, 16), (9, 2, 64), (9, 64, 128)]  # 3 warpgroups x 3 stages, tk 128
+    assert lowered(True, cta_wgs=3, row_scale=rs)[2][0] == (6, 64, 16)  # the pair: 2 stages
+    assert lowered(False, cta_wgs=2, tk=256, steps=2)[:2] == ((6,), 2)
+    assert lowered(False, cta_wgs=1, nt=1)[1] is None  # the direct kernel
+    for kw, msg in ((dict(cta_wgs=3, x_layout="aligned"), "x_layout='aligned'"),
+                    (dict(cta_wgs=3, nt=2), "nt=2"), (dict(cta_wgs=3, widths=(32,)), "widths"),
+                    (dict(cta_wgs=0), "cta_wgs=0"), (dict(cta_wgs=True), "cta_wgs=True"),
+                    (dict(cta_wgs=3, tk=256, steps=2), "exceed")):
+        with pytest.raises(ValueError, match=msg):
+            FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, backend="mgpu", mp=56, **kw)
+    monkeypatch.setattr(FM, "GROUPED_CTA_WGS", 3)
+    assert lowered(True)[1] == 3 and lowered(False, cta_wgs=1)[1] is None
+    assert lowered(False, nt=2)[1] is None and lowered(False, x_layout="aligned")[1] is None
+    monkeypatch.setattr(FM, "GROUPED_CTA_WGS", -1)
+    with pytest.raises(ValueError, match="GROUPED_CTA_WGS"):
+        lowered(False)
