@@ -167,11 +167,15 @@ def main(argv=None) -> int:
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
     ap.add_argument("--cta-wgs", default="",
-                    help="with --grouped: also time the multi-warpgroup kernel "
-                         "(fp4_matmul_mgpu._grouped_multi) with these warpgroups a CTA, e.g. "
-                         "'3,2' (columns mgpu_cta3, ..., the first config's mp, tk and steps "
-                         "from fp4_matmul_mgpu.multi_knobs, each with maxdiff against the first "
+                    help="with --grouped: also time the manual-pipeline kernel "
+                         "(fp4_matmul_mgpu._grouped_multi) at these warpgroups a CTA, each W or "
+                         "W:tk:steps, e.g. '3,1:256:3' (columns mgpu_cta3, mgpu_cta1_tk256_s3, "
+                         "...; the first config's mp; tk and steps otherwise from "
+                         "fp4_matmul_mgpu.multi_knobs; each with maxdiff against the first "
                          "Mosaic config)")
+    ap.add_argument("--overlap", action="store_true",
+                    help="with --cta-wgs: each of its columns also with "
+                         "fp4_matmul_mgpu.GROUPED_MMA_OVERLAP on (suffix _ov)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -183,8 +187,10 @@ def main(argv=None) -> int:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
-    if not re.fullmatch(r"(\d+(,\d+)*)?", a.cta_wgs) or 0 in parse_ints(a.cta_wgs):
-        ap.error(f"--cta-wgs {a.cta_wgs!r}: expected positive ints, e.g. '3,2'")
+    if not re.fullmatch(r"(\d+(:\d+:\d+)?(,\d+(:\d+:\d+)?)*)?", a.cta_wgs) or any(
+            0 in spec for spec in parse_cta(a.cta_wgs)):
+        ap.error(f"--cta-wgs {a.cta_wgs!r}: expected W or W:tk:steps items of positive ints, "
+                 f"e.g. '3,1:256:3'")
     if a.widths and a.knobs:  # each set must fit the first config's chunk rows
         r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], grouped_layout(a) == "aligned")
         for ws in parse_widths(a.widths):
@@ -382,9 +388,10 @@ def grouped_layout(a) -> str:
     return "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
 
 
-def parse_ints(spec: str) -> tuple[int, ...]:
-    """'3,2' -> (3, 2) (the syntax checked by main)."""
-    return tuple(int(v) for v in filter(None, spec.split(",")))
+def parse_cta(spec: str) -> tuple[tuple[int, ...], ...]:
+    """'3,1:256:3' -> ((3,), (1, 256, 3)): --cta-wgs' (warpgroups[, tk, steps]) items (the
+    syntax checked by main)."""
+    return tuple(tuple(int(v) for v in it.split(":")) for it in filter(None, spec.split(",")))
 
 
 def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
@@ -444,11 +451,15 @@ def grouped(a, argv) -> int:
                                                backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
                 if i == 0:  # the width columns right after their baseline: a timeout keeps them
-                    for cw in parse_ints(a.cta_wgs):
-                        runs.append((f"mgpu_cta{cw}", jax.jit(
-                            lambda x, w, g, cw=cw: FM.fp4_grouped_matmul_mgpu(
-                                x, w, g, mp=mp0, backend="mgpu", x_layout="rows", cta_wgs=cw)),
-                            wm, "body", None))
+                    for cw, *ts in parse_cta(a.cta_wgs):
+                        tag = f"mgpu_cta{cw}" + (f"_tk{ts[0]}_s{ts[1]}" if ts else "")
+                        for ov in (False, True)[:1 + a.overlap]:
+                            runs.append((tag + "_ov" * ov, jax.jit(
+                                lambda x, w, g, cw=cw, ts=ts: FM.fp4_grouped_matmul_mgpu(
+                                    x, w, g, mp=mp0, tk=ts[0] if ts else None,
+                                    steps=ts[1] if ts else None, backend="mgpu",
+                                    x_layout="rows", cta_wgs=cw)),
+                                wm, "body", {"GROUPED_MMA_OVERLAP": ov}))
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(

@@ -53,6 +53,7 @@ def clear_trace_caches() -> None:
     (``_DIAG`` and the others that no static argument carries) anew."""
     _matmul_t.clear_cache()
     _grouped_direct.clear_cache()
+    _grouped_multi.clear_cache()
 SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
 
 
@@ -769,23 +770,32 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
-# Warpgroups per CTA of the grouped kernel: 1 (default) is :func:`_grouped_direct` (a CTA is one
-# program of one warpgroup); w > 1 is :func:`_grouped_multi`, CTAs of w warpgroups that each run
-# an independent program with its own K pipeline. Why: ptxas fits a kernel in 65536 / (128 w)
-# registers a thread when a CTA has 128 w threads (168 at w = 3), while Mosaic GPU gives a
-# one-warpgroup kernel no register cap, and at 512 tokens the direct kernel takes 253, so an SM
-# holds 2 of its warpgroups (session 49: SM 40%, DRAM 65%, stalls at the TMA wait). Session 49's
-# offline ptxas run fitted the tk 128 kernel in 165 registers without spills. Rows x layout,
-# one chunk width and one 64-row tile a program only; calls the knob does not fit keep the
-# direct kernel (an explicit ``cta_wgs`` refuses them). Read at trace time.
-GROUPED_CTA_WGS = 1
+# Warpgroups per CTA of the manual-pipeline grouped kernel (:func:`_grouped_multi`): 0 (default)
+# keeps :func:`_grouped_direct` (Pallas' ``emit_pipeline``, one warpgroup a CTA); w >= 1 runs CTAs
+# of w warpgroups that each run an independent program with a K pipeline of its own making.
+# Session 50 (gpu_session50d.sh, H100, 512 tokens, tk 128 x 3 stages, maxdiff 0): the kernel
+# takes 112-114 registers without spills (the direct kernel 253 / 255), yet w = 3 was 14% / 27%
+# slower at 2048 x 768 / 768 x 2048 (71.5 / 83.2 against 62.5 / 65.4 us) and the fused pair
+# 17% (129.2 against 110.6 us); w = 2 slower still. More warpgroups an SM and more bytes in
+# flight do not pay while each warpgroup decodes, issues its wgmma and waits for it before the
+# next K step: hence :data:`GROUPED_MMA_OVERLAP`. Rows x layout, one chunk width and one 64-row
+# tile a program only; calls the knob does not fit keep the direct kernel (an explicit
+# ``cta_wgs`` refuses them). Read at trace time.
+GROUPED_CTA_WGS = 0
+# Whether :func:`_grouped_multi` leaves a K step's wgmma in flight while the warpgroup waits for
+# and decodes the next step's tile (``wgmma_wait(1)``; the stage the previous step's wgmma read
+# is refilled once that wgmma is done), instead of waiting for it (``wgmma_wait(0)``) at the end
+# of its own step. It keeps a step of decoded A operand live longer, and prefetches one step
+# less at the same stages. Needs 2 or more stages. Untimed (session 50 wrote it after the
+# device budget ran out). Read at trace time.
+GROUPED_MMA_OVERLAP = False
 
 
-def multi_knobs(n_weights: int) -> tuple[int, int]:
+def multi_knobs(n_weights: int, wgs: int) -> tuple[int, int]:
     """(tk, steps) of :func:`_grouped_multi` when the call gives none: tk 128 and the most
-    stages (at most 3) whose shared memory fits 3 warpgroups: 3 for one weight (185 KB), 2 for
-    the fused pair (150 KB)."""
-    return 128, 3 if n_weights == 1 else 2
+    stages, at most 3, whose shared memory ``wgs`` warpgroups fit (mp 56: 21 KB a stage for one
+    weight, 25.6 KB for the fused pair; 3 warpgroups of the pair take 2)."""
+    return 128, 3 if n_weights == 1 or wgs < 3 else 2
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:
@@ -986,16 +996,18 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "serial",
-                                             "wgs"))
+                                             "wgs", "overlap"))
 def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
-                   steps, m, scaled, serial=False, wgs=3):
+                   steps, m, scaled, serial=False, wgs=3, overlap=False):
     """What :func:`_grouped_direct` stores (rows x layout, one chunk width, one 64-row tile a
     program), from CTAs of ``wgs`` warpgroups (:data:`GROUPED_CTA_WGS`): warpgroup w of CTA c
     runs program c wgs + w (expert p // (N / 64), tile p % (N / 64)) on its own, with its own K
     pipeline: ``steps`` stages in its own slots of the CTA's shared memory, its own TMA
     barriers, ``wgmma_wait(0)`` before a stage is refilled. The programs past E N / 64 idle.
     Weights as in :func:`_grouped_direct`, one or a (gate, up) pair (``serial``: one decoded A
-    tile live at a time)."""
+    tile live at a time). ``overlap`` (:data:`GROUPED_MMA_OVERLAP`): a step's wgmma stays in
+    flight until the next step has issued its own (``wgmma_wait(1)``); then the stage it read is
+    refilled. The same sums in the same order either way."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -1007,8 +1019,9 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
         raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
-    if wgs < 1 or steps < 1:
-        raise ValueError(f"wgs={wgs} and steps={steps} must be >= 1")
+    if wgs < 1 or steps < 1 + overlap:
+        raise ValueError(f"wgs={wgs} must be >= 1 and steps={steps} >= {1 + overlap}"
+                         + (" (overlap refills the stage of the step before)" if overlap else ""))
     nk, tiles = k // tk, n // ROWS
     progs, slots = e * tiles, wgs * steps
     stage = nw * (ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4) + r * tk * 2  # bytes a stage
@@ -1064,12 +1077,18 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
                         plgpu.barrier_wait(bar.at[i])
                         _mma_weights(accs, [u.at[i] for u in u_smem], [sr.at[i] for sr in s_smem],
                                      x_smem.at[i], tk=tk, serial=serial)
-                        plgpu.wgmma_wait(0)  # (this stage's reads are done: refill it)
-                        pl.when(kk + steps < nk)(lambda: fetch(kk + steps, slot))
+                        if not overlap:
+                            plgpu.wgmma_wait(0)  # (this stage's reads are done: refill it)
+                            pl.when(kk + steps < nk)(lambda: fetch(kk + steps, slot))
+                            return carry
+                        plgpu.wgmma_wait(1)  # the step before's wgmmas are done: its stage
+                        prev = kk - 1  # is free (ours stays in flight)
+                        pl.when((kk >= 1) & (prev + steps < nk))(
+                            lambda: fetch(prev + steps, jax.lax.rem(prev + steps, steps)))
                         return carry
 
                     jax.lax.fori_loop(0, nk, step, 0)
-                    return tuple(a[...] for a in accs)
+                    return tuple(a[...] for a in accs)  # (a read waits for every wgmma)
 
                 acc = pl.run_scoped(k_loop, *[plgpu.ACC((ROWS, r), jnp.float32)] * nw)
                 _store_rows(acc, o_gmem, rs_gmem if scaled else None, scale, *cols, n0, m)
@@ -1171,10 +1190,11 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values). ``cta_wgs`` (None: ``GROUPED_CTA_WGS``): > 1 runs
-    :func:`_grouped_multi` (that many one-tile programs a CTA; rows layout, one chunk width,
-    nt 1; tk and steps unset: :func:`multi_knobs`; the same values); an explicit value refuses a
-    call it does not fit, the knob leaves such calls to the direct kernel."""
+    (:func:`chunk_width`; the same values). ``cta_wgs`` (None: ``GROUPED_CTA_WGS``): 0 runs
+    :func:`_grouped_direct`, w >= 1 :func:`_grouped_multi` (w one-tile programs a CTA, each its
+    own K pipeline; rows layout, one chunk width, nt 1; tk and steps unset:
+    :func:`multi_knobs`; the same values); an explicit w refuses a call it does not fit, the knob
+    leaves such calls to the direct kernel."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
                          backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
                          cta_wgs=cta_wgs)
@@ -1222,20 +1242,21 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k, layout == "aligned")
     knob, cta_wgs = cta_wgs is None, GROUPED_CTA_WGS if cta_wgs is None else cta_wgs
-    if type(cta_wgs) is not int or cta_wgs < 1:
-        raise ValueError(f"cta_wgs={cta_wgs!r} (fp4_matmul_mgpu.GROUPED_CTA_WGS): a positive int")
-    if cta_wgs > 1:  # the multi-warpgroup kernel: rows layout, one chunk width, one tile
+    if type(cta_wgs) is not int or cta_wgs < 0:
+        raise ValueError(f"cta_wgs={cta_wgs!r} (fp4_matmul_mgpu.GROUPED_CTA_WGS): 0 (the direct "
+                         f"kernel) or the warpgroups a CTA")
+    if cta_wgs:  # the manual-pipeline kernel: rows layout, one chunk width, one tile
         bad = [f"{a}={v!r}" for a, v, ok in (
             ("x_layout", layout, layout == "rows"), ("nt", nt, nt in (None, 1)),
             ("widths", widths, not widths)) if not ok]
         if bad and not knob:
-            raise ValueError(f"cta_wgs={cta_wgs} (the multi-warpgroup grouped kernel) takes the "
+            raise ValueError(f"cta_wgs={cta_wgs} (the manual-pipeline grouped kernel) takes the "
                              f"rows x layout, nt 1 and one chunk width; got {', '.join(bad)}")
         if bad:
-            cta_wgs = 1  # the knob leaves the calls it does not fit to the direct kernel
+            cta_wgs = 0  # the knob leaves the calls it does not fit to the direct kernel
         else:
             nt, widths = 1, ()
-            dtk, dsteps = multi_knobs(len(ws))
+            dtk, dsteps = multi_knobs(len(ws), cta_wgs)
             dtk = dtk if k % dtk == 0 else MG.SPAN
     mp = dmp if mp is None else mp
     tk = dtk if tk is None else tk
@@ -1287,11 +1308,12 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
     codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
     ends = _cumsum_small(gs) if ends is None else ends
-    if cta_wgs > 1 and backend != "emulate":
+    if cta_wgs and backend != "emulate":
         return _grouped_multi(codes[0] if one else codes, scales[0] if one else scales, xp, gs,
                               ends, gscale[0] if one else gscale, rs, mp=mp, tk=min(tk, k),
                               steps=steps, m=m, scaled=row_scale is not None,
-                              serial=SERIAL_TILES, wgs=cta_wgs)
+                              serial=SERIAL_TILES, wgs=cta_wgs,
+                              overlap=bool(GROUPED_MMA_OVERLAP))
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,

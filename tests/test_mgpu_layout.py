@@ -737,14 +737,15 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     assert ns == [[r], sorted((*widths, r))]  # one K pipeline (a wgmma of N = width) per width
 
 
-def test_multi_warpgroup_grouped_kernel_lowers_and_refuses_bad_settings(monkeypatch):
-    """``cta_wgs`` > 1 (or ``GROUPED_CTA_WGS``) runs the grouped call, one weight or the fused
-    pair, scaled or not, as CTAs of that many warpgroups (128 x cta_wgs threads: ptxas's
-    register cap), ceil(E x N / 64 / cta_wgs) of them, each warpgroup with its own pipeline
-    stages in the CTA's shared memory (tk 128 and 3 stages for one weight, 2 for the pair,
-    unless given). Settings it does not take (the aligned layout, nt > 1, chunk widths, a
-    non-positive count, stages that overflow shared memory) are refused by name with an
-    explicit ``cta_wgs``; the knob leaves such calls to the direct kernel."""
+def test_manual_pipeline_grouped_kernel_lowers_and_refuses_bad_settings(monkeypatch):
+    """``cta_wgs`` = w >= 1 (or ``GROUPED_CTA_WGS``) runs the grouped call, one weight or the
+    fused pair, scaled or not, as ceil(E x N / 64 / w) CTAs of w warpgroups (128 w threads:
+    ptxas's register cap), each warpgroup with its own pipeline stages in the CTA's shared
+    memory (tk 128 and 3 stages, 2 for the pair at w = 3, unless given); 0 keeps the direct
+    kernel. ``GROUPED_MMA_OVERLAP`` (a step's wgmma left in flight) lowers too and needs 2
+    stages. Settings it does not take (the aligned layout, nt > 1, chunk widths, a negative
+    count, stages that overflow shared memory, one stage with the overlap) are refused by name
+    with an explicit ``cta_wgs``; the knob leaves such calls to the direct kernel."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
@@ -776,15 +777,19 @@ def test_multi_warpgroup_grouped_kernel_lowers_and_refuses_bad_settings(monkeypa
     assert shapes == [(9, 64, 16), (9, 2, 64), (9, 64, 128)]  # 3 warpgroups x 3 stages, tk 128
     assert lowered(True, cta_wgs=3, row_scale=rs)[2][0] == (6, 64, 16)  # the pair: 2 stages
     assert lowered(False, cta_wgs=2, tk=256, steps=2)[:2] == ((6,), 2)
-    assert lowered(False, cta_wgs=1, nt=1)[1] is None  # the direct kernel
+    assert lowered(False, cta_wgs=1)[:2] == ((12,), 1)
+    assert lowered(False, cta_wgs=0, nt=1)[1] is None  # the direct kernel
+    monkeypatch.setattr(FM, "GROUPED_MMA_OVERLAP", True)
+    assert lowered(True, cta_wgs=3)[1] == 3 and lowered(False, cta_wgs=1, steps=2)[1] == 1
     for kw, msg in ((dict(cta_wgs=3, x_layout="aligned"), "x_layout='aligned'"),
                     (dict(cta_wgs=3, nt=2), "nt=2"), (dict(cta_wgs=3, widths=(32,)), "widths"),
-                    (dict(cta_wgs=0), "cta_wgs=0"), (dict(cta_wgs=True), "cta_wgs=True"),
-                    (dict(cta_wgs=3, tk=256, steps=2), "exceed")):
+                    (dict(cta_wgs=-1), "cta_wgs=-1"), (dict(cta_wgs=True), "cta_wgs=True"),
+                    (dict(cta_wgs=3, tk=256, steps=2), "exceed"),
+                    (dict(cta_wgs=1, steps=1), "overlap refills")):
         with pytest.raises(ValueError, match=msg):
             FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, backend="mgpu", mp=56, **kw)
     monkeypatch.setattr(FM, "GROUPED_CTA_WGS", 3)
-    assert lowered(True)[1] == 3 and lowered(False, cta_wgs=1)[1] is None
+    assert lowered(True)[1] == 3 and lowered(False, cta_wgs=0)[1] is None
     assert lowered(False, nt=2)[1] is None and lowered(False, x_layout="aligned")[1] is None
     monkeypatch.setattr(FM, "GROUPED_CTA_WGS", -1)
     with pytest.raises(ValueError, match="GROUPED_CTA_WGS"):

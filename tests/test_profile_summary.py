@@ -191,15 +191,17 @@ def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
 
 def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     """check_mgpu_swiglu.py --knobs: the default first, then each ';'-separated set; an unknown
-    knob, a non-integer, an nt that does not tile N, a widths other than 0 / 1 or a cta_wgs
-    below 1 stops before any GPU work, naming it."""
+    knob, a non-integer, an nt that does not tile N, a widths or overlap other than 0 / 1 or a
+    negative cta_wgs stops before any GPU work, naming it."""
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
-    assert CS.parse_knobs("cta_wgs=3,steps=2") == [{}, {"cta_wgs": 3, "steps": 2}]
+    assert CS.parse_knobs("cta_wgs=3,steps=2;overlap=1") == [{}, {"cta_wgs": 3, "steps": 2},
+                                                             {"overlap": 1}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("nt=0", "nt=0 does not"), ("cta_wgs=0", "cta_wgs=0")):
+                     ("nt=0", "nt=0 does not"), ("cta_wgs=-1", "cta_wgs=-1"),
+                     ("overlap=2", "overlap=2")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 
@@ -220,8 +222,8 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
         CM.main(["--grouped", "--widths", "32,40;x"])
     assert "--widths '32,40;x'" in capsys.readouterr().err
     assert CM.parse_widths("32,40;48") == ((32, 40), (48,))
-    assert CM.parse_ints("3,2") == (3, 2)
-    for bad in ("3;2", "x", "0", "3,0", "3:2"):
+    assert CM.parse_cta("3,1:256:3") == ((3,), (1, 256, 3))
+    for bad in ("3;2", "x", "0", "3,0", "3:2", "1:0:3", "1:256"):
         with pytest.raises(SystemExit):
             CM.main(["--grouped", "--cta-wgs", bad])
         assert f"--cta-wgs '{bad}'" in capsys.readouterr().err
