@@ -171,7 +171,7 @@ def main(argv=None) -> int:
                          "(fp4_matmul_mgpu._grouped_multi) at these warpgroups a CTA, each W or "
                          "W:tk:steps, e.g. '3,1:256:3' (columns mgpu_cta3, mgpu_cta1_tk256_s3, "
                          "...; the first config's mp; tk and steps otherwise from "
-                         "fp4_matmul_mgpu.multi_knobs; each with maxdiff against the first "
+                         "fp4_matmul_mgpu.multi_plan; each with maxdiff against the first "
                          "Mosaic config)")
     ap.add_argument("--overlap", action="store_true",
                     help="with --cta-wgs: each of its columns also with "
@@ -486,14 +486,14 @@ def grouped(a, argv) -> int:
                 runs.append((f"mgpu_{probe}", jax.jit(
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                        x_layout=lay, widths=base_ws)), wm, "body", probe))
+                        x_layout=lay, widths=base_ws)), wm, "body", {"_DIAG": probe}))
             first = None  # the first Mosaic output (--aligned and --widths compare with it)
-            for name, f, w, kname, probe in runs:
+            for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)
                     continue
                 try:
-                    with _knobs(_DIAG=probe) if probe else contextlib.nullcontext():
+                    with _knobs(**knobs) if knobs else contextlib.nullcontext():
                         out = f(x, w, gs)
                         row[f"{name}_relerr"] = rel(out, ref)
                         if first is None and name.startswith("mgpu"):

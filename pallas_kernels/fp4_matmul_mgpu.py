@@ -791,17 +791,50 @@ GROUPED_CTA_WGS = 0
 GROUPED_MMA_OVERLAP = False
 
 
-def multi_knobs(n_weights: int, wgs: int) -> tuple[int, int]:
-    """(tk, steps) of :func:`_grouped_multi` when the call gives none: tk 128 and the most
-    stages, at most 3, whose shared memory ``wgs`` warpgroups fit (mp 56: 21 KB a stage for one
-    weight, 25.6 KB for the fused pair; 3 warpgroups of the pair take 2)."""
-    return 128, 3 if n_weights == 1 or wgs < 3 else 2
-
-
 def chunk_rows(mp: int, aligned: bool) -> int:
     """The x rows a grouped chunk reads (the wgmma's N without ``widths``): mp on the aligned
     layout, mp + 8 on the rows layout (its tokens start up to 7 rows into an 8-aligned read)."""
     return mp if aligned else mp + 8
+
+
+# Shared memory the stages of a :func:`_grouped_multi` CTA may take: a CTA's 227 KB less 2 KB for
+# Mosaic's barriers and alignment (session 50: 584-1096 B of them at 3 warpgroups).
+_MULTI_SMEM = _SMEM_PER_SM - 1024 - 2048
+
+
+def multi_stage_bytes(n_weights: int, mp: int, tk: int) -> int:
+    """Shared memory of one K pipeline stage of a :func:`_grouped_multi` warpgroup: each
+    weight's code words ([64, tk / 8] u32) and scale words ([tk / 64, 64] u32), and the x tile
+    ([mp + 8, tk] bf16)."""
+    return n_weights * (ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4) + chunk_rows(mp, False) * tk * 2
+
+
+def multi_plan(wgs: int, n_weights: int, k: int, mp: int, tk: int | None, steps: int | None,
+               *, layout: str, nt: int | None, widths, overlap: bool):
+    """(tk, steps) for :func:`_grouped_multi` at ``wgs`` warpgroups a CTA, or a string that says
+    why the call does not fit it. Unset, tk is 128 (64 where 128 does not divide K) and steps
+    the most stages, at most 3, whose shared memory the ``wgs`` warpgroups fit
+    (:func:`multi_stage_bytes`, :data:`_MULTI_SMEM`)."""
+    bad = [f"{a}={v!r}" for a, v, ok in (
+        ("x_layout", layout, layout == "rows"), ("nt", nt, nt in (None, 1)),
+        ("widths", widths, not widths)) if not ok]
+    if bad:
+        return f"takes the rows x layout, nt 1 and one chunk width; got {', '.join(bad)}"
+    if wgs > 8:
+        return f"{wgs} warpgroups are more than a CTA's 1024 threads"
+    tk = (128 if k % 128 == 0 else MG.SPAN) if tk is None else tk
+    stage = multi_stage_bytes(n_weights, mp, tk)
+    steps = min(3, _MULTI_SMEM // (wgs * stage)) if steps is None else steps
+    if steps < 1 + overlap:
+        return (f"{steps} stage(s) at tk={tk}, mp={mp}; it needs {1 + overlap}"
+                + (" (GROUPED_MMA_OVERLAP refills the stage of the step before)" if overlap
+                   else ""))
+    if wgs * steps * stage > _MULTI_SMEM:
+        return (f"{wgs} warpgroups x {steps} stages x {stage} B (tk={tk}, mp={mp}, {n_weights} "
+                f"weight(s)) exceed the {_MULTI_SMEM} B of shared memory a CTA's stages may take")
+    if wgs * steps > 32:
+        return f"{wgs} warpgroups x {steps} stages are more than 32 TMA barriers"
+    return tk, steps
 
 
 def chunk_width(chunk, widths: tuple[int, ...], r: int):
@@ -1019,16 +1052,12 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
         raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
         raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
-    if wgs < 1 or steps < 1 + overlap:
-        raise ValueError(f"wgs={wgs} must be >= 1 and steps={steps} >= {1 + overlap}"
-                         + (" (overlap refills the stage of the step before)" if overlap else ""))
+    plan = multi_plan(wgs, nw, k, mp, tk, steps, layout="rows", nt=1, widths=(),
+                      overlap=overlap)
+    if wgs < 1 or isinstance(plan, str):
+        raise ValueError(f"_grouped_multi at wgs={wgs}: {plan}")
     nk, tiles = k // tk, n // ROWS
     progs, slots = e * tiles, wgs * steps
-    stage = nw * (ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4) + r * tk * 2  # bytes a stage
-    if slots * stage > _SMEM_PER_SM - 1024:
-        raise ValueError(f"{wgs} warpgroups x {steps} stages x {stage} B (tk={tk}, mp={mp}, "
-                         f"{nw} weight(s)) exceed the {_SMEM_PER_SM - 1024} B of shared memory "
-                         f"a CTA may hold: fewer stages or a smaller tk")
     x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 
     def body(*refs):
@@ -1087,7 +1116,17 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
                             lambda: fetch(prev + steps, jax.lax.rem(prev + steps, steps)))
                         return carry
 
-                    jax.lax.fori_loop(0, nk, step, 0)
+                    if not overlap:
+                        jax.lax.fori_loop(0, nk, step, 0)
+                    else:  # two steps a loop iteration (and a tail step): each step's decode
+                        # is its own code, so its A registers differ from the step before's,
+                        # whose wgmma may still read them (inside one loop body every
+                        # iteration's decode writes the same registers, and ptxas does not
+                        # keep them for an in-flight wgmma)
+                        jax.lax.fori_loop(0, nk // 2, lambda j, c: step(2 * j + 1, step(2 * j, c)),
+                                          0)
+                        if nk % 2:
+                            step(jnp.int32(nk - 1), 0)
                     return tuple(a[...] for a in accs)  # (a read waits for every wgmma)
 
                 acc = pl.run_scoped(k_loop, *[plgpu.ACC((ROWS, r), jnp.float32)] * nw)
@@ -1193,7 +1232,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     (:func:`chunk_width`; the same values). ``cta_wgs`` (None: ``GROUPED_CTA_WGS``): 0 runs
     :func:`_grouped_direct`, w >= 1 :func:`_grouped_multi` (w one-tile programs a CTA, each its
     own K pipeline; rows layout, one chunk width, nt 1; tk and steps unset:
-    :func:`multi_knobs`; the same values); an explicit w refuses a call it does not fit, the knob
+    :func:`multi_plan`; the same values); an explicit w refuses a call it does not fit, the knob
     leaves such calls to the direct kernel."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
                          backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
@@ -1245,28 +1284,24 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     if type(cta_wgs) is not int or cta_wgs < 0:
         raise ValueError(f"cta_wgs={cta_wgs!r} (fp4_matmul_mgpu.GROUPED_CTA_WGS): 0 (the direct "
                          f"kernel) or the warpgroups a CTA")
+    mp = dmp if mp is None else mp
+    if mp % 8 or not 8 <= mp <= 256:
+        raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
     if cta_wgs:  # the manual-pipeline kernel: rows layout, one chunk width, one tile
-        bad = [f"{a}={v!r}" for a, v, ok in (
-            ("x_layout", layout, layout == "rows"), ("nt", nt, nt in (None, 1)),
-            ("widths", widths, not widths)) if not ok]
-        if bad and not knob:
-            raise ValueError(f"cta_wgs={cta_wgs} (the manual-pipeline grouped kernel) takes the "
-                             f"rows x layout, nt 1 and one chunk width; got {', '.join(bad)}")
-        if bad:
+        plan = multi_plan(cta_wgs, len(ws), k, mp, tk, steps, layout=layout, nt=nt,
+                          widths=widths, overlap=bool(GROUPED_MMA_OVERLAP))
+        if isinstance(plan, str) and not knob:
+            raise ValueError(f"cta_wgs={cta_wgs} (the manual-pipeline grouped kernel) {plan}")
+        if isinstance(plan, str):
             cta_wgs = 0  # the knob leaves the calls it does not fit to the direct kernel
         else:
-            nt, widths = 1, ()
-            dtk, dsteps = multi_knobs(len(ws), cta_wgs)
-            dtk = dtk if k % dtk == 0 else MG.SPAN
-    mp = dmp if mp is None else mp
+            (tk, steps), nt, widths = plan, 1, ()
     tk = dtk if tk is None else tk
     steps = dsteps if steps is None else steps
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {x.shape}")
     if group_sizes.shape != (e,):
         raise ValueError(f"group_sizes must be [{e}] (one per expert), got {group_sizes.shape}")
-    if mp % 8 or not 8 <= mp <= 256:
-        raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
     if nt is None:
         nt = default_tiles(n, len(ws)) if GROUPED_TILES is None else GROUPED_TILES
         if not isinstance(nt, int) or nt < 1:

@@ -741,11 +741,12 @@ def test_manual_pipeline_grouped_kernel_lowers_and_refuses_bad_settings(monkeypa
     """``cta_wgs`` = w >= 1 (or ``GROUPED_CTA_WGS``) runs the grouped call, one weight or the
     fused pair, scaled or not, as ceil(E x N / 64 / w) CTAs of w warpgroups (128 w threads:
     ptxas's register cap), each warpgroup with its own pipeline stages in the CTA's shared
-    memory (tk 128 and 3 stages, 2 for the pair at w = 3, unless given); 0 keeps the direct
-    kernel. ``GROUPED_MMA_OVERLAP`` (a step's wgmma left in flight) lowers too and needs 2
-    stages. Settings it does not take (the aligned layout, nt > 1, chunk widths, a negative
-    count, stages that overflow shared memory, one stage with the overlap) are refused by name
-    with an explicit ``cta_wgs``; the knob leaves such calls to the direct kernel."""
+    memory (tk 128 and the most stages, at most 3, that fit, unless given); 0 keeps the direct
+    kernel. ``GROUPED_MMA_OVERLAP`` (a step's wgmma left in flight; two steps a loop iteration)
+    lowers too and needs 2 stages. Settings it does not take (the aligned layout, nt > 1, chunk
+    widths, a negative count, more than 8 warpgroups, stages that overflow shared memory, one
+    stage with the overlap) are refused by name with an explicit ``cta_wgs``; the knob leaves
+    such calls to the direct kernel."""
     from jax.experimental.pallas import mosaic_gpu as plgpu
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
@@ -775,22 +776,34 @@ def test_manual_pipeline_grouped_kernel_lowers_and_refuses_bad_settings(monkeypa
     grid, threads, shapes = lowered(False, cta_wgs=3)
     assert grid == (-(-e * n // 64 // 3),) and threads == 3  # 12 programs in 4 CTAs
     assert shapes == [(9, 64, 16), (9, 2, 64), (9, 64, 128)]  # 3 warpgroups x 3 stages, tk 128
-    assert lowered(True, cta_wgs=3, row_scale=rs)[2][0] == (6, 64, 16)  # the pair: 2 stages
+    assert lowered(True, cta_wgs=3, row_scale=rs)[2][0] == (9, 64, 16)  # the pair: 3 fit
+    assert lowered(False, cta_wgs=4)[2][0] == (8, 64, 16)  # 4 warpgroups: 2 stages fit
     assert lowered(False, cta_wgs=2, tk=256, steps=2)[:2] == ((6,), 2)
     assert lowered(False, cta_wgs=1)[:2] == ((12,), 1)
     assert lowered(False, cta_wgs=0, nt=1)[1] is None  # the direct kernel
     monkeypatch.setattr(FM, "GROUPED_MMA_OVERLAP", True)
     assert lowered(True, cta_wgs=3)[1] == 3 and lowered(False, cta_wgs=1, steps=2)[1] == 1
+    assert lowered(False, cta_wgs=1, tk=128, steps=3)[1] == 1  # K / tk = 4 steps: 2 loop rounds
+    assert lowered(False, cta_wgs=2, tk=256, steps=2)[1] == 2  # K / tk = 2
+    for kk in (192, 64):  # an odd step count (a tail step after the loop) and a single step
+        wk = jax.jit(lambda a: FM.prepare_mgpu(quantize(a, "nvfp4", axis=-2,
+                                                        global_scope="tensor")))(
+            jax.random.normal(jax.random.PRNGKey(kk), (e, kk, n)))
+        jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
+            x, w, g, backend="mgpu", mp=56, cta_wgs=1, steps=2)).trace(
+            jnp.zeros((m, kk), jnp.bfloat16), wk, gs).lower(lowering_platforms=("cuda",))
+        assert launches[-1][2][0] == (2, 64, 8)  # tk 64 (128 does not divide K), 2 stages
     for kw, msg in ((dict(cta_wgs=3, x_layout="aligned"), "x_layout='aligned'"),
                     (dict(cta_wgs=3, nt=2), "nt=2"), (dict(cta_wgs=3, widths=(32,)), "widths"),
                     (dict(cta_wgs=-1), "cta_wgs=-1"), (dict(cta_wgs=True), "cta_wgs=True"),
-                    (dict(cta_wgs=3, tk=256, steps=2), "exceed"),
-                    (dict(cta_wgs=1, steps=1), "overlap refills")):
+                    (dict(cta_wgs=3, tk=256, steps=2), "exceed"), (dict(cta_wgs=9), "1024"),
+                    (dict(cta_wgs=1, steps=1), "it needs 2")):
         with pytest.raises(ValueError, match=msg):
             FM.fp4_grouped_matmul_mgpu(x, ws[0], gs, backend="mgpu", mp=56, **kw)
     monkeypatch.setattr(FM, "GROUPED_CTA_WGS", 3)
     assert lowered(True)[1] == 3 and lowered(False, cta_wgs=0)[1] is None
     assert lowered(False, nt=2)[1] is None and lowered(False, x_layout="aligned")[1] is None
+    assert lowered(False, tk=256, steps=2)[1] is None  # (does not fit shared memory)
     monkeypatch.setattr(FM, "GROUPED_CTA_WGS", -1)
     with pytest.raises(ValueError, match="GROUPED_CTA_WGS"):
         lowered(False)
