@@ -785,9 +785,11 @@ GROUPED_CTA_WGS = 0
 # Whether :func:`_grouped_multi` leaves a K step's wgmma in flight while the warpgroup waits for
 # and decodes the next step's tile (``wgmma_wait(1)``; the stage the previous step's wgmma read
 # is refilled once that wgmma is done), instead of waiting for it (``wgmma_wait(0)``) at the end
-# of its own step. It keeps a step of decoded A operand live longer, and prefetches one step
-# less at the same stages. Needs 2 or more stages. Untimed (session 50 wrote it after the
-# device budget ran out). Read at trace time.
+# of its own step. The K loop then runs two steps an iteration, so that consecutive steps decode
+# into different registers (in one loop body every iteration writes the same ones, and the
+# in-flight wgmma still reads them: a review in session 50). It keeps two decoded A operands
+# live, and prefetches one step less at the same stages. Needs 2 or more stages. Untimed
+# (session 50 wrote it after the device budget ran out). Read at trace time.
 GROUPED_MMA_OVERLAP = False
 
 
