@@ -232,3 +232,30 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
             CM.main(["--grouped", "--x-layout", layout, "--knobs", "56:256:2",
                      "--widths", f"32,40;{bad}"])
         assert f"chunk widths [{bad}]" in capsys.readouterr().err
+
+
+def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
+    """check_mgpu_grouped_edge.py: variants / knobs / shapes parse or exit naming the bad part;
+    a check passes only when every repeat equals the default bit for bit, holds no NaN and
+    equals the first run, and the failures are kept by label."""
+    import jax.numpy as jnp
+    from experiments import check_mgpu_grouped_edge as CE
+    assert CE.parse_variants("cta_wgs=3;cta_wgs=1,steps=2") == [{"cta_wgs": 3},
+                                                                {"cta_wgs": 1, "steps": 2}]
+    assert CE.parse_knobs("GROUPED_MMA_OVERLAP=1") == {"GROUPED_MMA_OVERLAP": 1}
+    assert CE.parse_shapes("2048x768,128x768") == [(2048, 768), (128, 768)]
+    for fn, bad, msg in ((CE.parse_variants, "cta_wgs=x", "cta_wgs=x"),
+                         (CE.parse_variants, "", "at least one"),
+                         (CE.parse_knobs, "NO_SUCH_KNOB=1", "NO_SUCH_KNOB"),
+                         (CE.parse_knobs, "GROUPED_MMA_OVERLAP=yes", "GROUPED_MMA_OVERLAP=yes"),
+                         (CE.parse_shapes, "2048,768", "2048,768")):
+        with pytest.raises(SystemExit, match=msg):
+            fn(bad)
+    base = jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3)
+    calls = iter(range(100))
+    run = CE.EdgeCheck(repeats=3)
+    assert run.check("same", lambda b: b, (base,), base)
+    assert not run.check("off by one", lambda b: b.at[1, 2].add(1), (base,), base)
+    assert not run.check("nan", lambda b: b.at[0, 0].set(jnp.nan), (base,), base)
+    assert not run.check("racy", lambda b: b.at[0, 0].add(next(calls) % 2 * 1.0), (base,), base)
+    assert run.failures == ["off by one", "nan", "racy"]
