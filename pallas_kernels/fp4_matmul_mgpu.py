@@ -958,6 +958,18 @@ def _weight_tuple(a):
     return a if isinstance(a, tuple) else (a,)
 
 
+def _grouped_weights(codes, scales, gscale, tk):
+    """The grouped kernels' weight arguments as tuples (one weight or the (gate, up) pair) and
+    (E, N, K), after checking that tk tiles K and that a pair's weights share one shape."""
+    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
+    e, n, k8 = codes[0].shape
+    if 8 * k8 % tk or tk % MG.SPAN:
+        raise ValueError(f"K={8 * k8} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
+    if any(c.shape != codes[0].shape for c in codes):
+        raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
+    return codes, scales, gscale, (e, n, 8 * k8)
+
+
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
                                              "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
@@ -975,14 +987,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
-    nw = len(codes)
-    e, n, k8 = codes[0].shape
-    k, r = 8 * k8, chunk_rows(mp, aligned)
-    if k % tk or tk % MG.SPAN:
-        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
-    if any(c.shape != codes[0].shape for c in codes):
-        raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
+    codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
+    nw, r = len(codes), chunk_rows(mp, aligned)
     if nt < 1 or n % (ROWS * nt):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
     aends = ends if aends is None else aends  # (a placeholder the rows layout never reads)
@@ -1046,14 +1052,8 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
-    nw = len(codes)
-    e, n, k8 = codes[0].shape
-    k, r = 8 * k8, chunk_rows(mp, False)
-    if k % tk or tk % MG.SPAN:
-        raise ValueError(f"K={k} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
-    if any(c.shape != codes[0].shape for c in codes):
-        raise ValueError(f"gate and up weights differ in shape: {[c.shape for c in codes]}")
+    codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
+    nw, r = len(codes), chunk_rows(mp, False)
     plan = multi_plan(wgs, nw, k, mp, tk, steps, layout="rows", nt=1, widths=(),
                       overlap=overlap)
     if wgs < 1 or isinstance(plan, str):
