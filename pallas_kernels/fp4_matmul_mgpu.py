@@ -778,9 +778,10 @@ GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
 # slower at 2048 x 768 / 768 x 2048 (71.5 / 83.2 against 62.5 / 65.4 us) and the fused pair
 # 17% (129.2 against 110.6 us); w = 2 slower still. More warpgroups an SM and more bytes in
 # flight do not pay while each warpgroup decodes, issues its wgmma and waits for it before the
-# next K step: hence :data:`GROUPED_MMA_OVERLAP`. Rows x layout, one chunk width and one 64-row
-# tile a program only; calls the knob does not fit keep the direct kernel (an explicit
-# ``cta_wgs`` refuses them). Read at trace time.
+# next K step: hence :data:`GROUPED_MMA_OVERLAP`. (Session 50 timed it with one chunk width; it
+# now takes the chunk widths too, untimed.) Rows x layout and one 64-row tile a program only;
+# calls the knob does not fit keep the direct kernel (an explicit ``cta_wgs`` refuses them).
+# Read at trace time.
 GROUPED_CTA_WGS = 0
 # Whether :func:`_grouped_multi` leaves a K step's wgmma in flight while the warpgroup waits for
 # and decodes the next step's tile (``wgmma_wait(1)``; the stage the previous step's wgmma read
@@ -812,16 +813,15 @@ def multi_stage_bytes(n_weights: int, mp: int, tk: int) -> int:
 
 
 def multi_plan(wgs: int, n_weights: int, k: int, mp: int, tk: int | None, steps: int | None,
-               *, layout: str, nt: int | None, widths, overlap: bool):
+               *, layout: str, nt: int | None, overlap: bool):
     """(tk, steps) for :func:`_grouped_multi` at ``wgs`` warpgroups a CTA, or a string that says
     why the call does not fit it. Unset, tk is 128 (64 where 128 does not divide K) and steps
     the most stages, at most 3, whose shared memory the ``wgs`` warpgroups fit
     (:func:`multi_stage_bytes`, :data:`_MULTI_SMEM`)."""
     bad = [f"{a}={v!r}" for a, v, ok in (
-        ("x_layout", layout, layout == "rows"), ("nt", nt, nt in (None, 1)),
-        ("widths", widths, not widths)) if not ok]
+        ("x_layout", layout, layout == "rows"), ("nt", nt, nt in (None, 1))) if not ok]
     if bad:
-        return f"takes the rows x layout, nt 1 and one chunk width; got {', '.join(bad)}"
+        return f"takes the rows x layout and nt 1; got {', '.join(bad)}"
     if wgs > 8:
         return f"{wgs} warpgroups are more than a CTA's 1024 threads"
     tk = (128 if k % 128 == 0 else MG.SPAN) if tk is None else tk
@@ -1037,11 +1037,11 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "serial",
-                                             "wgs", "overlap"))
+                                             "wgs", "overlap", "widths"))
 def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
-                   steps, m, scaled, serial=False, wgs=3, overlap=False):
-    """What :func:`_grouped_direct` stores (rows x layout, one chunk width, one 64-row tile a
-    program), from CTAs of ``wgs`` warpgroups (:data:`GROUPED_CTA_WGS`): warpgroup w of CTA c
+                   steps, m, scaled, serial=False, wgs=3, overlap=False, widths=()):
+    """What :func:`_grouped_direct` stores (rows x layout, one 64-row tile a program, chunk
+    ``widths`` as there: a chunk's copies, wgmma and stores at its width), from CTAs of ``wgs`` warpgroups (:data:`GROUPED_CTA_WGS`): warpgroup w of CTA c
     runs program c wgs + w (expert p // (N / 64), tile p % (N / 64)) on its own, with its own K
     pipeline: ``steps`` stages in its own slots of the CTA's shared memory, its own TMA
     barriers, ``wgmma_wait(0)`` before a stage is refilled. The programs past E N / 64 idle.
@@ -1054,8 +1054,8 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
 
     codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
     nw, r = len(codes), chunk_rows(mp, False)
-    plan = multi_plan(wgs, nw, k, mp, tk, steps, layout="rows", nt=1, widths=(),
-                      overlap=overlap)
+    plan = multi_plan(wgs, nw, k, mp, tk, steps, layout="rows", nt=1, overlap=overlap)
+    widths = check_widths(widths, r)
     if wgs < 1 or isinstance(plan, str):
         raise ValueError(f"_grouped_multi at wgs={wgs}: {plan}")
     nk, tiles = k // tk, n // ROWS
@@ -1082,8 +1082,18 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
 
             def chunk(c, carry):
                 ch = chunk_columns(off, first8, nrows, total, c, mp)
+                if not widths:
+                    run(ch, r)
+                else:
+                    width = chunk_width(ch, widths, r)
+                    for w in (*widths, r):
+                        pl.when(width == w)(functools.partial(run, ch, w))
+                return carry
+
+            def run(ch, w):  # one chunk at w columns: its K pipeline, then its stores
                 x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
-                x_rows = x_gmem.at[pl.ds(pl.multiple_of(x0, 8), r), :]
+                x_rows = x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :]
+                x_slots = x_smem.at[:, pl.ds(0, w)]
 
                 def fetch(kk, slot):  # K step kk's codes, scales and x into one of our slots
                     i = first_slot + slot
@@ -1095,7 +1105,7 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
                         plgpu.copy_gmem_to_smem(
                             sr.at[ei, pl.ds(kk * (tk // MG.SPAN), tk // MG.SPAN),
                                   pl.ds(n0, ROWS)], dst.at[i], bar.at[i])
-                    plgpu.copy_gmem_to_smem(x_rows.at[:, pl.ds(kk * tk, tk)], x_smem.at[i],
+                    plgpu.copy_gmem_to_smem(x_rows.at[:, pl.ds(kk * tk, tk)], x_slots.at[i],
                                             bar.at[i])
 
                 for kk in range(min(steps, nk)):
@@ -1107,7 +1117,7 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
                         i = first_slot + slot
                         plgpu.barrier_wait(bar.at[i])
                         _mma_weights(accs, [u.at[i] for u in u_smem], [sr.at[i] for sr in s_smem],
-                                     x_smem.at[i], tk=tk, serial=serial)
+                                     x_slots.at[i], tk=tk, serial=serial)
                         if not overlap:
                             plgpu.wgmma_wait(0)  # (this stage's reads are done: refill it)
                             pl.when(kk + steps < nk)(lambda: fetch(kk + steps, slot))
@@ -1131,9 +1141,8 @@ def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale
                             step(jnp.int32(nk - 1), 0)
                     return tuple(a[...] for a in accs)  # (a read waits for every wgmma)
 
-                acc = pl.run_scoped(k_loop, *[plgpu.ACC((ROWS, r), jnp.float32)] * nw)
+                acc = pl.run_scoped(k_loop, *[plgpu.ACC((ROWS, w), jnp.float32)] * nw)
                 _store_rows(acc, o_gmem, rs_gmem if scaled else None, scale, *cols, n0, m)
-                return carry
 
             jax.lax.fori_loop(0, nchunks, chunk, 0)
 
@@ -1233,7 +1242,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
     (:func:`chunk_width`; the same values). ``cta_wgs`` (None: ``GROUPED_CTA_WGS``): 0 runs
     :func:`_grouped_direct`, w >= 1 :func:`_grouped_multi` (w one-tile programs a CTA, each its
-    own K pipeline; rows layout, one chunk width, nt 1; tk and steps unset:
+    own K pipeline; rows layout, nt 1; tk and steps unset:
     :func:`multi_plan`; the same values); an explicit w refuses a call it does not fit, the knob
     leaves such calls to the direct kernel."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
@@ -1289,15 +1298,15 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     mp = dmp if mp is None else mp
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
-    if cta_wgs:  # the manual-pipeline kernel: rows layout, one chunk width, one tile
+    if cta_wgs:  # the manual-pipeline kernel: rows layout, one tile a program
         plan = multi_plan(cta_wgs, len(ws), k, mp, tk, steps, layout=layout, nt=nt,
-                          widths=widths, overlap=bool(GROUPED_MMA_OVERLAP))
+                          overlap=bool(GROUPED_MMA_OVERLAP))
         if isinstance(plan, str) and not knob:
             raise ValueError(f"cta_wgs={cta_wgs} (the manual-pipeline grouped kernel) {plan}")
         if isinstance(plan, str):
             cta_wgs = 0  # the knob leaves the calls it does not fit to the direct kernel
         else:
-            (tk, steps), nt, widths = plan, 1, ()
+            (tk, steps), nt = plan, 1
     tk = dtk if tk is None else tk
     steps = dsteps if steps is None else steps
     if x.ndim != 2 or x.shape[1] != k:
@@ -1350,7 +1359,7 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
                               ends, gscale[0] if one else gscale, rs, mp=mp, tk=min(tk, k),
                               steps=steps, m=m, scaled=row_scale is not None,
                               serial=SERIAL_TILES, wgs=cta_wgs,
-                              overlap=bool(GROUPED_MMA_OVERLAP))
+                              overlap=bool(GROUPED_MMA_OVERLAP), widths=widths)
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,

@@ -742,11 +742,14 @@ def test_manual_pipeline_grouped_kernel_lowers_and_refuses_bad_settings(monkeypa
     fused pair, scaled or not, as ceil(E x N / 64 / w) CTAs of w warpgroups (128 w threads:
     ptxas's register cap), each warpgroup with its own pipeline stages in the CTA's shared
     memory (tk 128 and the most stages, at most 3, that fit, unless given); 0 keeps the direct
-    kernel. ``GROUPED_MMA_OVERLAP`` (a step's wgmma left in flight; two steps a loop iteration)
-    lowers too and needs 2 stages. Settings it does not take (the aligned layout, nt > 1, chunk
-    widths, a negative count, more than 8 warpgroups, stages that overflow shared memory, one
+    kernel. With chunk widths it has one K pipeline (a wgmma of N = width) per width, as the
+    direct kernel. ``GROUPED_MMA_OVERLAP`` (a step's wgmma left in flight; two steps a loop
+    iteration) lowers too and needs 2 stages. Settings it does not take (the aligned layout,
+    nt > 1, a negative count, more than 8 warpgroups, stages that overflow shared memory, one
     stage with the overlap) are refused by name with an explicit ``cta_wgs``; the knob leaves
     such calls to the direct kernel."""
+    import re
+
     from jax.experimental.pallas import mosaic_gpu as plgpu
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
@@ -781,6 +784,16 @@ def test_manual_pipeline_grouped_kernel_lowers_and_refuses_bad_settings(monkeypa
     assert lowered(False, cta_wgs=2, tk=256, steps=2)[:2] == ((6,), 2)
     assert lowered(False, cta_wgs=1)[:2] == ((12,), 1)
     assert lowered(False, cta_wgs=0, nt=1)[1] is None  # the direct kernel
+    for pair in (False, True):  # one K pipeline, a wgmma of N = width, per chunk width
+        FM.clear_trace_caches()
+        txt = jax.jit(lambda *a, pair=pair: (
+            FM.fp4_grouped_swiglu_mgpu(*a, backend="mgpu", mp=56, cta_wgs=3, widths=(32, 40))
+            if pair else FM.fp4_grouped_matmul_mgpu(a[0], a[1], a[3], backend="mgpu", mp=56,
+                                                    cta_wgs=3, widths=(32, 40)))).trace(
+            x, *ws, gs).lower(lowering_platforms=("cuda",)).as_text()
+        assert launches[-1][1] == 3
+        assert sorted({int(v) for v in re.findall(
+            r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", txt)}) == [32, 40, 64]
     monkeypatch.setattr(FM, "GROUPED_MMA_OVERLAP", True)
     assert lowered(True, cta_wgs=3)[1] == 3 and lowered(False, cta_wgs=1, steps=2)[1] == 1
     assert lowered(False, cta_wgs=1, tk=128, steps=3)[1] == 1  # K / tk = 4 steps: 2 loop rounds
@@ -794,7 +807,7 @@ def test_manual_pipeline_grouped_kernel_lowers_and_refuses_bad_settings(monkeypa
             jnp.zeros((m, kk), jnp.bfloat16), wk, gs).lower(lowering_platforms=("cuda",))
         assert launches[-1][2][0] == (2, 64, 8)  # tk 64 (128 does not divide K), 2 stages
     for kw, msg in ((dict(cta_wgs=3, x_layout="aligned"), "x_layout='aligned'"),
-                    (dict(cta_wgs=3, nt=2), "nt=2"), (dict(cta_wgs=3, widths=(32,)), "widths"),
+                    (dict(cta_wgs=3, nt=2), "nt=2"), (dict(cta_wgs=3, widths=(36,)), "36"),
                     (dict(cta_wgs=-1), "cta_wgs=-1"), (dict(cta_wgs=True), "cta_wgs=True"),
                     (dict(cta_wgs=3, tk=256, steps=2), "exceed"), (dict(cta_wgs=9), "1024"),
                     (dict(cta_wgs=1, steps=1), "it needs 2")):
