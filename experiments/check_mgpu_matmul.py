@@ -487,7 +487,7 @@ def grouped(a, argv) -> int:
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                         x_layout=lay, widths=base_ws)), wm, "body", {"_DIAG": probe}))
-            first = None  # the first Mosaic output (--aligned and --widths compare with it)
+            first = None  # the first Mosaic output (--aligned, --widths, --cta-wgs compare with it)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)

@@ -71,7 +71,9 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default="tk=128",
                     help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
                          "steps, serial (0 / 1: fp4_matmul_mgpu.SERIAL_TILES), nt "
-                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS)")
+                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS), cta_wgs "
+                         "(GROUPED_CTA_WGS: 0 the direct kernel, else warpgroups a CTA), "
+                         "overlap (0 / 1: GROUPED_MMA_OVERLAP)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
     serial0, nt0, widths0, cta0, ov0 = (FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS,
