@@ -1,7 +1,7 @@
 """Bit-for-bit checks of grouped FP4 Mosaic GPU kernel variants against the library's default.
 
-  python experiments/check_mgpu_grouped_edge.py --variants "cta_wgs=3;cta_wgs=1,steps=2" \
-      [--knobs GROUPED_MMA_OVERLAP=1] [--shapes 2048x768,768x2048] [--pair] [--repeats 3]
+  python experiments/check_mgpu_grouped_edge.py --variants "tk=128,steps=3;nt=1" \
+      [--knobs SERIAL_TILES=0] [--shapes 2048x768,768x2048] [--pair] [--repeats 3]
 
 Each variant is a set of integer keyword arguments of ``fp4_grouped_matmul_mgpu`` (and, with
 ``--pair``, of ``fp4_grouped_swiglu_mgpu`` at the 2048 x 768 gate / up shape); ``--knobs`` sets
@@ -33,21 +33,21 @@ E, TOPK = 128, 8
 
 
 def parse_variants(spec: str) -> list[dict]:
-    """``"cta_wgs=3;cta_wgs=1,steps=2"`` -> [{"cta_wgs": 3}, {"cta_wgs": 1, "steps": 2}]; a
-    part that is not name=integer[,name=integer...] exits naming it."""
+    """``"tk=128,steps=3;nt=1"`` -> [{"tk": 128, "steps": 3}, {"nt": 1}]; a part that is not
+    name=integer[,name=integer...] exits naming it."""
     out = []
     for part in filter(None, spec.split(";")):
         if not re.fullmatch(r"[a-z_]+=-?\d+(,[a-z_]+=-?\d+)*", part):
             raise SystemExit(f"--variants: {part!r} is not name=integer[,name=integer...]")
         out.append({k: int(v) for k, v in (p.split("=") for p in part.split(","))})
     if not out:
-        raise SystemExit("--variants: give at least one, e.g. 'cta_wgs=3'")
+        raise SystemExit("--variants: give at least one, e.g. 'tk=128'")
     return out
 
 
 def parse_knobs(spec: str) -> dict:
-    """``"GROUPED_MMA_OVERLAP=1"`` -> {"GROUPED_MMA_OVERLAP": 1}; a name fp4_matmul_mgpu does
-    not have, or a value that is not an integer, exits naming it."""
+    """``"SERIAL_TILES=0"`` -> {"SERIAL_TILES": 0}; a name fp4_matmul_mgpu does not have, or a
+    value that is not an integer, exits naming it."""
     out = {}
     for part in filter(None, spec.split(",")):
         name, _, value = part.partition("=")

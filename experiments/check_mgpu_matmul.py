@@ -166,16 +166,6 @@ def main(argv=None) -> int:
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
-    ap.add_argument("--cta-wgs", default="",
-                    help="with --grouped: also time the manual-pipeline kernel "
-                         "(fp4_matmul_mgpu._grouped_multi) at these warpgroups a CTA, each W or "
-                         "W:tk:steps, e.g. '3,1:256:3' (columns mgpu_cta3, mgpu_cta1_tk256_s3, "
-                         "...; the first config's mp; tk and steps otherwise from "
-                         "fp4_matmul_mgpu.multi_plan; each with maxdiff against the first "
-                         "Mosaic config)")
-    ap.add_argument("--overlap", action="store_true",
-                    help="with --cta-wgs: each of its columns also with "
-                         "fp4_matmul_mgpu.GROUPED_MMA_OVERLAP on (suffix _ov)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -187,10 +177,6 @@ def main(argv=None) -> int:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
         ap.error(f"--widths {a.widths!r}: expected ';'-separated lists of ints, e.g. '32,40;48'")
-    if not re.fullmatch(r"(\d+(:\d+:\d+)?(,\d+(:\d+:\d+)?)*)?", a.cta_wgs) or any(
-            0 in spec for spec in parse_cta(a.cta_wgs)):
-        ap.error(f"--cta-wgs {a.cta_wgs!r}: expected W or W:tk:steps items of positive ints, "
-                 f"e.g. '3,1:256:3'")
     if a.widths and a.knobs:  # each set must fit the first config's chunk rows
         r = FM.chunk_rows(parse_knobs(a.knobs)[0][0], grouped_layout(a) == "aligned")
         for ws in parse_widths(a.widths):
@@ -388,12 +374,6 @@ def grouped_layout(a) -> str:
     return "rows" if a.aligned else a.x_layout or FM.GROUPED_X_LAYOUT
 
 
-def parse_cta(spec: str) -> tuple[tuple[int, ...], ...]:
-    """'3,1:256:3' -> ((3,), (1, 256, 3)): --cta-wgs' (warpgroups[, tk, steps]) items (the
-    syntax checked by main)."""
-    return tuple(tuple(int(v) for v in it.split(":")) for it in filter(None, spec.split(",")))
-
-
 def parse_widths(spec: str) -> tuple[tuple[int, ...], ...]:
     """``"32,40;48"`` -> ((32, 40), (48,)): --widths' sets (the syntax checked by main)."""
     return tuple(tuple(int(v) for v in t.split(",")) for t in spec.split(";") if t)
@@ -451,15 +431,6 @@ def grouped(a, argv) -> int:
                                                backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
                 if i == 0:  # the width columns right after their baseline: a timeout keeps them
-                    for cw, *ts in parse_cta(a.cta_wgs):
-                        tag = f"mgpu_cta{cw}" + (f"_tk{ts[0]}_s{ts[1]}" if ts else "")
-                        for ov in (False, True)[:1 + a.overlap]:
-                            runs.append((tag + "_ov" * ov, jax.jit(
-                                lambda x, w, g, cw=cw, ts=ts: FM.fp4_grouped_matmul_mgpu(
-                                    x, w, g, mp=mp0, tk=ts[0] if ts else None,
-                                    steps=ts[1] if ts else None, backend="mgpu",
-                                    x_layout="rows", cta_wgs=cw)),
-                                wm, "body", {"GROUPED_MMA_OVERLAP": ov}))
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
@@ -487,7 +458,7 @@ def grouped(a, argv) -> int:
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                         x_layout=lay, widths=base_ws)), wm, "body", {"_DIAG": probe}))
-            first = None  # the first Mosaic output (--aligned, --widths, --cta-wgs compare with it)
+            first = None  # the first Mosaic output (--aligned, --widths compare with it)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)
@@ -498,7 +469,7 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if first is None and name.startswith("mgpu"):
                             first = out
-                        if a.aligned or name.startswith(("mgpu_w", "mgpu_cta")):
+                        if a.aligned or name.startswith("mgpu_w"):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

@@ -53,7 +53,6 @@ def clear_trace_caches() -> None:
     (``_DIAG`` and the others that no static argument carries) anew."""
     _matmul_t.clear_cache()
     _grouped_direct.clear_cache()
-    _grouped_multi.clear_cache()
 SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the bf16 multiplier)
 
 
@@ -770,73 +769,18 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
-# Warpgroups per CTA of the manual-pipeline grouped kernel (:func:`_grouped_multi`): 0 (default)
-# keeps :func:`_grouped_direct` (Pallas' ``emit_pipeline``, one warpgroup a CTA); w >= 1 runs CTAs
-# of w warpgroups that each run an independent program with a K pipeline of its own making.
-# Session 50 (gpu_session50d.sh, H100, 512 tokens, tk 128 x 3 stages, maxdiff 0): the kernel
-# takes 112-114 registers without spills (the direct kernel 253 / 255), yet w = 3 was 14% / 27%
-# slower at 2048 x 768 / 768 x 2048 (71.5 / 83.2 against 62.5 / 65.4 us) and the fused pair
-# 17% (129.2 against 110.6 us); w = 2 slower still. More warpgroups an SM and more bytes in
-# flight do not pay while each warpgroup decodes, issues its wgmma and waits for it before the
-# next K step: hence :data:`GROUPED_MMA_OVERLAP`. (Session 50 timed it with one chunk width; it
-# now takes the chunk widths too, untimed.) Rows x layout and one 64-row tile a program only;
-# calls the knob does not fit keep the direct kernel (an explicit ``cta_wgs`` refuses them).
-# Read at trace time.
-GROUPED_CTA_WGS = 0
-# Whether :func:`_grouped_multi` leaves a K step's wgmma in flight while the warpgroup waits for
-# and decodes the next step's tile (``wgmma_wait(1)``; the stage the previous step's wgmma read
-# is refilled once that wgmma is done), instead of waiting for it (``wgmma_wait(0)``) at the end
-# of its own step. The K loop then runs two steps an iteration, so that consecutive steps decode
-# into different registers (in one loop body every iteration writes the same ones, and the
-# in-flight wgmma still reads them: a review in session 50). It keeps two decoded A operands
-# live, and prefetches one step less at the same stages. Needs 2 or more stages. Untimed
-# (session 50 wrote it after the device budget ran out). Read at trace time.
-GROUPED_MMA_OVERLAP = False
+# Session 50/51 (H100, 512 tokens): a manual-pipeline grouped kernel (CTAs of 3 warpgroups, each
+# its own program and K pipeline; tk 128 x 3 stages, 168 registers: the launch cap) was 4-28%
+# slower with the chunk widths (65.6 / 83.7 against 62.8 / 65.5 us at 2048 x 768 / 768 x 2048)
+# and 39% on the fused pair; its wgmma left in flight across the next decode (``wgmma_wait(1)``)
+# was slower still (wgmmas serialized; 1 warpgroup a CTA: 255 registers, spills). Removed in
+# session 51 (commit a51d6f2 has it).
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:
     """The x rows a grouped chunk reads (the wgmma's N without ``widths``): mp on the aligned
     layout, mp + 8 on the rows layout (its tokens start up to 7 rows into an 8-aligned read)."""
     return mp if aligned else mp + 8
-
-
-# Shared memory the stages of a :func:`_grouped_multi` CTA may take: a CTA's 227 KB less 2 KB for
-# Mosaic's barriers and alignment (session 50: 584-1096 B of them at 3 warpgroups).
-_MULTI_SMEM = _SMEM_PER_SM - 1024 - 2048
-
-
-def multi_stage_bytes(n_weights: int, mp: int, tk: int) -> int:
-    """Shared memory of one K pipeline stage of a :func:`_grouped_multi` warpgroup: each
-    weight's code words ([64, tk / 8] u32) and scale words ([tk / 64, 64] u32), and the x tile
-    ([mp + 8, tk] bf16)."""
-    return n_weights * (ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4) + chunk_rows(mp, False) * tk * 2
-
-
-def multi_plan(wgs: int, n_weights: int, k: int, mp: int, tk: int | None, steps: int | None,
-               *, layout: str, nt: int | None, overlap: bool):
-    """(tk, steps) for :func:`_grouped_multi` at ``wgs`` warpgroups a CTA, or a string that says
-    why the call does not fit it. Unset, tk is 128 (64 where 128 does not divide K) and steps
-    the most stages, at most 3, whose shared memory the ``wgs`` warpgroups fit
-    (:func:`multi_stage_bytes`, :data:`_MULTI_SMEM`)."""
-    bad = [f"{a}={v!r}" for a, v, ok in (
-        ("x_layout", layout, layout == "rows"), ("nt", nt, nt in (None, 1))) if not ok]
-    if bad:
-        return f"takes the rows x layout and nt 1; got {', '.join(bad)}"
-    if wgs > 8:
-        return f"{wgs} warpgroups are more than a CTA's 1024 threads"
-    tk = (128 if k % 128 == 0 else MG.SPAN) if tk is None else tk
-    stage = multi_stage_bytes(n_weights, mp, tk)
-    steps = min(3, _MULTI_SMEM // (wgs * stage)) if steps is None else steps
-    if steps < 1 + overlap:
-        return (f"{steps} stage(s) at tk={tk}, mp={mp}; it needs {1 + overlap}"
-                + (" (GROUPED_MMA_OVERLAP refills the stage of the step before)" if overlap
-                   else ""))
-    if wgs * steps * stage > _MULTI_SMEM:
-        return (f"{wgs} warpgroups x {steps} stages x {stage} B (tk={tk}, mp={mp}, {n_weights} "
-                f"weight(s)) exceed the {_MULTI_SMEM} B of shared memory a CTA's stages may take")
-    if wgs * steps > 32:
-        return f"{wgs} warpgroups x {steps} stages are more than 32 TMA barriers"
-    return tk, steps
 
 
 def chunk_width(chunk, widths: tuple[int, ...], r: int):
@@ -1036,126 +980,6 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
-@functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "serial",
-                                             "wgs", "overlap", "widths"))
-def _grouped_multi(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, *, mp, tk,
-                   steps, m, scaled, serial=False, wgs=3, overlap=False, widths=()):
-    """What :func:`_grouped_direct` stores (rows x layout, one 64-row tile a program, chunk
-    ``widths`` as there: a chunk's copies, wgmma and stores at its width), from CTAs of ``wgs`` warpgroups (:data:`GROUPED_CTA_WGS`): warpgroup w of CTA c
-    runs program c wgs + w (expert p // (N / 64), tile p % (N / 64)) on its own, with its own K
-    pipeline: ``steps`` stages in its own slots of the CTA's shared memory, its own TMA
-    barriers, ``wgmma_wait(0)`` before a stage is refilled. The programs past E N / 64 idle.
-    Weights as in :func:`_grouped_direct`, one or a (gate, up) pair (``serial``: one decoded A
-    tile live at a time). ``overlap`` (:data:`GROUPED_MMA_OVERLAP`): a step's wgmma stays in
-    flight until the next step has issued its own (``wgmma_wait(1)``); then the stage it read is
-    refilled. The same sums in the same order either way."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
-    nw, r = len(codes), chunk_rows(mp, False)
-    plan = multi_plan(wgs, nw, k, mp, tk, steps, layout="rows", nt=1, overlap=overlap)
-    widths = check_widths(widths, r)
-    if wgs < 1 or isinstance(plan, str):
-        raise ValueError(f"_grouped_multi at wgs={wgs}: {plan}")
-    nk, tiles = k // tk, n // ROWS
-    progs, slots = e * tiles, wgs * steps
-    x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-
-    def body(*refs):
-        u_refs, s_refs, g_refs = refs[:nw], refs[nw:2 * nw], refs[2 * nw:3 * nw]
-        x_gmem, gs_gmem, ends_gmem, rs_gmem, o_gmem = refs[3 * nw:3 * nw + 5]
-        u_smem, s_smem = refs[3 * nw + 5:4 * nw + 5], refs[4 * nw + 5:5 * nw + 5]
-        x_smem, bar = refs[5 * nw + 5:]
-        wg = jax.lax.axis_index("wg")
-        p = jax.lax.axis_index("c") * wgs + wg  # this warpgroup's program
-        ei = jnp.minimum(p // tiles, e - 1)
-        n0 = (p % tiles) * ROWS
-        first_slot = wg * steps
-
-        @pl.when(p < progs)
-        def _():
-            off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1,
-                                                       m, mp)
-            total = ends_gmem[e - 1]
-            scale = tuple(g[ei] * 2.0 ** SHIFT for g in g_refs)  # (exact: a power of two)
-
-            def chunk(c, carry):
-                ch = chunk_columns(off, first8, nrows, total, c, mp)
-                if not widths:
-                    run(ch, r)
-                else:
-                    width = chunk_width(ch, widths, r)
-                    for w in (*widths, r):
-                        pl.when(width == w)(functools.partial(run, ch, w))
-                return carry
-
-            def run(ch, w):  # one chunk at w columns: its K pipeline, then its stores
-                x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
-                x_rows = x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :]
-                x_slots = x_smem.at[:, pl.ds(0, w)]
-
-                def fetch(kk, slot):  # K step kk's codes, scales and x into one of our slots
-                    i = first_slot + slot
-                    for u, dst in zip(u_refs, u_smem):
-                        plgpu.copy_gmem_to_smem(
-                            u.at[ei, pl.ds(n0, ROWS), pl.ds(kk * (tk // 8), tk // 8)],
-                            dst.at[i], bar.at[i])
-                    for sr, dst in zip(s_refs, s_smem):
-                        plgpu.copy_gmem_to_smem(
-                            sr.at[ei, pl.ds(kk * (tk // MG.SPAN), tk // MG.SPAN),
-                                  pl.ds(n0, ROWS)], dst.at[i], bar.at[i])
-                    plgpu.copy_gmem_to_smem(x_rows.at[:, pl.ds(kk * tk, tk)], x_slots.at[i],
-                                            bar.at[i])
-
-                for kk in range(min(steps, nk)):
-                    fetch(kk, kk)
-
-                def k_loop(*accs):
-                    def step(kk, carry):
-                        slot = jax.lax.rem(kk, steps)
-                        i = first_slot + slot
-                        plgpu.barrier_wait(bar.at[i])
-                        _mma_weights(accs, [u.at[i] for u in u_smem], [sr.at[i] for sr in s_smem],
-                                     x_slots.at[i], tk=tk, serial=serial)
-                        if not overlap:
-                            plgpu.wgmma_wait(0)  # (this stage's reads are done: refill it)
-                            pl.when(kk + steps < nk)(lambda: fetch(kk + steps, slot))
-                            return carry
-                        plgpu.wgmma_wait(1)  # the step before's wgmmas are done: its stage
-                        prev = kk - 1  # is free (ours stays in flight)
-                        pl.when((kk >= 1) & (prev + steps < nk))(
-                            lambda: fetch(prev + steps, jax.lax.rem(prev + steps, steps)))
-                        return carry
-
-                    if not overlap:
-                        jax.lax.fori_loop(0, nk, step, 0)
-                    else:  # two steps a loop iteration (and a tail step): each step's decode
-                        # is its own code, so its A registers differ from the step before's,
-                        # whose wgmma may still read them (inside one loop body every
-                        # iteration's decode writes the same registers, and ptxas does not
-                        # keep them for an in-flight wgmma)
-                        jax.lax.fori_loop(0, nk // 2, lambda j, c: step(2 * j + 1, step(2 * j, c)),
-                                          0)
-                        if nk % 2:
-                            step(jnp.int32(nk - 1), 0)
-                    return tuple(a[...] for a in accs)  # (a read waits for every wgmma)
-
-                acc = pl.run_scoped(k_loop, *[plgpu.ACC((ROWS, w), jnp.float32)] * nw)
-                _store_rows(acc, o_gmem, rs_gmem if scaled else None, scale, *cols, n0, m)
-
-            jax.lax.fori_loop(0, nchunks, chunk, 0)
-
-    scratch = [*[plgpu.SMEM((slots, ROWS, tk // 8), jnp.uint32)] * nw,
-               *[plgpu.SMEM((slots, tk // MG.SPAN, ROWS), jnp.uint32)] * nw,
-               plgpu.SMEM((slots, r, tk), jnp.bfloat16, transforms=x_tr),
-               plgpu.Barrier(num_arrivals=2 * nw + 1, num_barriers=slots)]
-    return plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(-(-progs // wgs),),
-        grid_names=("c",), num_threads=wgs, thread_name="wg", scratch_types=scratch,
-    )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale)
-
-
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
                              serial=False, nt=1, widths=()):
@@ -1218,8 +1042,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None,
-                            cta_wgs: int | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -1240,14 +1063,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values). ``cta_wgs`` (None: ``GROUPED_CTA_WGS``): 0 runs
-    :func:`_grouped_direct`, w >= 1 :func:`_grouped_multi` (w one-tile programs a CTA, each its
-    own K pipeline; rows layout, nt 1; tk and steps unset:
-    :func:`multi_plan`; the same values); an explicit w refuses a call it does not fit, the knob
-    leaves such calls to the direct kernel."""
+    (:func:`chunk_width`; the same values)."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
-                         cta_wgs=cta_wgs)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1265,8 +1083,7 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None,
-                            cta_wgs: int | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1278,11 +1095,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt, widths=widths, cta_wgs=cta_wgs)
+                         nt=nt, widths=widths)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt, widths=None, cta_wgs=None):
+                  nt, widths=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -1291,22 +1108,9 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     if layout not in X_LAYOUTS:
         raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
     dmp, dtk, dsteps = default_grouped_knobs(x.shape[0], e, k, layout == "aligned")
-    knob, cta_wgs = cta_wgs is None, GROUPED_CTA_WGS if cta_wgs is None else cta_wgs
-    if type(cta_wgs) is not int or cta_wgs < 0:
-        raise ValueError(f"cta_wgs={cta_wgs!r} (fp4_matmul_mgpu.GROUPED_CTA_WGS): 0 (the direct "
-                         f"kernel) or the warpgroups a CTA")
     mp = dmp if mp is None else mp
     if mp % 8 or not 8 <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
-    if cta_wgs:  # the manual-pipeline kernel: rows layout, one tile a program
-        plan = multi_plan(cta_wgs, len(ws), k, mp, tk, steps, layout=layout, nt=nt,
-                          overlap=bool(GROUPED_MMA_OVERLAP))
-        if isinstance(plan, str) and not knob:
-            raise ValueError(f"cta_wgs={cta_wgs} (the manual-pipeline grouped kernel) {plan}")
-        if isinstance(plan, str):
-            cta_wgs = 0  # the knob leaves the calls it does not fit to the direct kernel
-        else:
-            (tk, steps), nt = plan, 1
     tk = dtk if tk is None else tk
     steps = dsteps if steps is None else steps
     if x.ndim != 2 or x.shape[1] != k:
@@ -1354,12 +1158,6 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     one = len(ws) == 1  # (a single weight passes arrays, a pair tuples)
     codes, scales = tuple(v.codes for v in ws), tuple(v.scales for v in ws)
     ends = _cumsum_small(gs) if ends is None else ends
-    if cta_wgs and backend != "emulate":
-        return _grouped_multi(codes[0] if one else codes, scales[0] if one else scales, xp, gs,
-                              ends, gscale[0] if one else gscale, rs, mp=mp, tk=min(tk, k),
-                              steps=steps, m=m, scaled=row_scale is not None,
-                              serial=SERIAL_TILES, wgs=cta_wgs,
-                              overlap=bool(GROUPED_MMA_OVERLAP), widths=widths)
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,

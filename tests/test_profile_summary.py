@@ -191,17 +191,15 @@ def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
 
 def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     """check_mgpu_swiglu.py --knobs: the default first, then each ';'-separated set; an unknown
-    knob, a non-integer, an nt that does not tile N, a widths or overlap other than 0 / 1 or a
-    negative cta_wgs stops before any GPU work, naming it."""
+    knob, a non-integer, an nt that does not tile N, or a widths other than 0 / 1 stops before
+    any GPU work, naming it."""
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
-    assert CS.parse_knobs("cta_wgs=3,steps=2;overlap=1") == [{}, {"cta_wgs": 3, "steps": 2},
-                                                             {"overlap": 1}]
+    assert CS.parse_knobs("serial=0,nt=2;mp=16") == [{}, {"serial": 0, "nt": 2}, {"mp": 16}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("nt=0", "nt=0 does not"), ("cta_wgs=-1", "cta_wgs=-1"),
-                     ("overlap=2", "overlap=2")):
+                     ("nt=0", "nt=0 does not")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 
@@ -222,11 +220,6 @@ def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
         CM.main(["--grouped", "--widths", "32,40;x"])
     assert "--widths '32,40;x'" in capsys.readouterr().err
     assert CM.parse_widths("32,40;48") == ((32, 40), (48,))
-    assert CM.parse_cta("3,1:256:3") == ((3,), (1, 256, 3))
-    for bad in ("3;2", "x", "0", "3,0", "3:2", "1:0:3", "1:256"):
-        with pytest.raises(SystemExit):
-            CM.main(["--grouped", "--cta-wgs", bad])
-        assert f"--cta-wgs '{bad}'" in capsys.readouterr().err
     for layout, bad in (("rows", "64"), ("rows", "12"), ("aligned", "56")):
         with pytest.raises(SystemExit):
             CM.main(["--grouped", "--x-layout", layout, "--knobs", "56:256:2",
@@ -240,14 +233,14 @@ def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
     equals the first run, and the failures are kept by label."""
     import jax.numpy as jnp
     from experiments import check_mgpu_grouped_edge as CE
-    assert CE.parse_variants("cta_wgs=3;cta_wgs=1,steps=2") == [{"cta_wgs": 3},
-                                                                {"cta_wgs": 1, "steps": 2}]
-    assert CE.parse_knobs("GROUPED_MMA_OVERLAP=1") == {"GROUPED_MMA_OVERLAP": 1}
+    assert CE.parse_variants("nt=1;tk=128,steps=3") == [{"nt": 1}, {"tk": 128, "steps": 3}]
+    assert CE.parse_knobs("SERIAL_TILES=0,GROUPED_TILES=2") == {"SERIAL_TILES": 0,
+                                                                "GROUPED_TILES": 2}
     assert CE.parse_shapes("2048x768,128x768") == [(2048, 768), (128, 768)]
-    for fn, bad, msg in ((CE.parse_variants, "cta_wgs=x", "cta_wgs=x"),
+    for fn, bad, msg in ((CE.parse_variants, "tk=x", "tk=x"),
                          (CE.parse_variants, "", "at least one"),
                          (CE.parse_knobs, "NO_SUCH_KNOB=1", "NO_SUCH_KNOB"),
-                         (CE.parse_knobs, "GROUPED_MMA_OVERLAP=yes", "GROUPED_MMA_OVERLAP=yes"),
+                         (CE.parse_knobs, "SERIAL_TILES=yes", "SERIAL_TILES=yes"),
                          (CE.parse_shapes, "2048,768", "2048,768")):
         with pytest.raises(SystemExit, match=msg):
             fn(bad)
