@@ -2,13 +2,15 @@
 # Issue 6, grouped kernel at 512 tokens: where its time goes, with the timing probes of
 # session 43 (`fp4_matmul_mgpu._DIAG`: `no_decode` puts the code word in the A registers, no
 # decode; `stream_only` runs the TMA pipeline and no decode or wgmma) on the library's kernel
-# (mp 56, widths 32 / 40 / 48, tk 256 x 2 stages) at 512 and 1024 tokens, both expert shapes.
+# (mp 56, widths 32 / 40 / 48, tk 256 x 2 stages) at 512 tokens, and at 128 (mp 16: 78-79% of
+# copy on the H100) for contrast, both expert shapes.
 # Session 43 ran them at 216 / 888 rows only (mp 16, before the widths): the kernel sat 1.9-4.1
 # us above its stream. Session 50e (H100): GROUPED_MMA_OVERLAP made the manual-pipeline kernel
 # 9-38% slower, so "decode and MMA take turns" is not the 512-token limit either.
 # Prediction (before the run), 512 tokens, H100: 2048 x 768 full 62.8 us, no_decode 57-60,
-# stream_only 45-52 (x is re-read from L2 by 12 programs an expert); 768 x 2048 alike; at 1024
-# tokens the stream 60-75% of the full time. What it decides: stream_only >= 90% of the full
+# stream_only 45-52 (x is re-read from L2 by 12 programs an expert); 768 x 2048 alike; at 128
+# tokens (session 43 at 888 rows, before the widths: 1.9-4.1 us above the stream) stream_only
+# within 5 us of the full time. What it decides: stream_only >= 90% of the full
 # time says the TMA stream (weights + x re-reads, 2 programs an SM) is the limit; full -
 # no_decode > 10 us says the decode is; no_decode - stream_only > 10 us says the wgmma is.
 # On an H200 it then runs the H200 measurements not taken since session 48: NVFP4 f32 P with
@@ -19,7 +21,7 @@
 source "$(dirname "$0")/../gpu_prelude.sh" r51a
 R="$OUT/r51a"; mkdir -p "$R"
 install_wheels
-timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 512,1024 \
+timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 128,512 \
   --diag no_decode,stream_only --max-seconds 185 --out "$R/probes" \
   > "$R/probes.txt" 2>&1
 echo "probes rc=$?"; grep -iE "error|fail" "$R/probes.txt" | head -3
