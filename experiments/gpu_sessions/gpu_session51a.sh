@@ -17,11 +17,11 @@
 # late_vt on / off at the short-split shapes (gpu_session49a.sh's first part) and the issue's
 # grouped table at 32 / 128 / 512 tokens (gpu_session48a.sh's first part).
 # ~3 min on an H100, ~7 on an H200. Usage (repo root, with .whl/ carried):
-#   bash experiments/gpu_sessions/gpu_session51a.sh
+#   [TOKENS=512] bash experiments/gpu_sessions/gpu_session51a.sh  (TOKENS: the probes' token counts)
 source "$(dirname "$0")/../gpu_prelude.sh" r51a
 R="$OUT/r51a"; mkdir -p "$R"
 install_wheels
-timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens 128,512 \
+timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens "${TOKENS:-128,512}" \
   --diag no_decode,stream_only --max-seconds 185 --out "$R/probes" \
   > "$R/probes.txt" 2>&1
 echo "probes rc=$?"; grep -iE "error|fail" "$R/probes.txt" | head -3
