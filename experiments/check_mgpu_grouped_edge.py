@@ -16,6 +16,7 @@ not show in one run). Prints one line per check; exits 1 naming the failures. GP
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import re
 import sys
@@ -32,14 +33,29 @@ from trace_jax.quant import quantize  # noqa: E402
 E, TOPK = 128, 8
 
 
+def _variant_keywords() -> set[str]:
+    """The keyword arguments a variant may set: the ``int | None`` ones that the single-weight
+    and the fused-pair grouped calls both take."""
+    def kw(f):
+        return {n for n, q in inspect.signature(f).parameters.items()
+                if q.kind is q.KEYWORD_ONLY and q.annotation == "int | None"}
+    return kw(FM.fp4_grouped_matmul_mgpu) & kw(FM.fp4_grouped_swiglu_mgpu)
+
+
 def parse_variants(spec: str) -> list[dict]:
     """``"tk=128,steps=3;nt=1"`` -> [{"tk": 128, "steps": 3}, {"nt": 1}]; a part that is not
-    name=integer[,name=integer...] exits naming it."""
-    out = []
+    name=integer[,name=integer...], or a name the grouped calls do not take, exits naming it
+    (before any GPU work)."""
+    out, known = [], _variant_keywords()
     for part in filter(None, spec.split(";")):
         if not re.fullmatch(r"[a-z_]+=-?\d+(,[a-z_]+=-?\d+)*", part):
             raise SystemExit(f"--variants: {part!r} is not name=integer[,name=integer...]")
-        out.append({k: int(v) for k, v in (p.split("=") for p in part.split(","))})
+        v = {k: int(x) for k, x in (p.split("=") for p in part.split(","))}
+        unknown = sorted(set(v) - known)
+        if unknown:
+            raise SystemExit(f"--variants: {part!r}: {unknown} not keyword arguments of "
+                             f"fp4_grouped_matmul_mgpu (it takes {sorted(known)})")
+        out.append(v)
     if not out:
         raise SystemExit("--variants: give at least one, e.g. 'tk=128'")
     return out

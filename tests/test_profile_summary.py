@@ -239,6 +239,7 @@ def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
     assert CE.parse_shapes("2048x768,128x768") == [(2048, 768), (128, 768)]
     for fn, bad, msg in ((CE.parse_variants, "tk=x", "tk=x"),
                          (CE.parse_variants, "", "at least one"),
+                         (CE.parse_variants, "tk=128;cta_wgs=3", r"\['cta_wgs'\] not keyword"),
                          (CE.parse_knobs, "NO_SUCH_KNOB=1", "NO_SUCH_KNOB"),
                          (CE.parse_knobs, "SERIAL_TILES=yes", "SERIAL_TILES=yes"),
                          (CE.parse_shapes, "2048,768", "2048,768")):

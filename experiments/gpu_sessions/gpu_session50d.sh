@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Ran in session 50 on an H100; the manual-pipeline kernel (cta_wgs) was removed in session 51:
-# check out a51d6f2 to repeat it (NOTES_matmul, sessions 50 and 51).
+# Ran in session 50 on an H100 with one chunk width; the manual-pipeline kernel (cta_wgs) was
+# removed in session 51: check out 89d788c (its results' commit) to repeat it (NOTES_matmul).
 # Issue 6, grouped kernel at 512 tokens: CTAs of 3 warpgroups, each an independent program with
 # its own K pipeline (`fp4_matmul_mgpu._grouped_multi`, `cta_wgs=` / `GROUPED_CTA_WGS`; new in
 # session 50, CPU-tested only: it lowers for CUDA). A 384-thread CTA makes ptxas fit the kernel

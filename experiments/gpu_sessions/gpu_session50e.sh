@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Ran at commit a51d6f2 (session 51, H100); the manual-pipeline kernel (cta_wgs) was removed afterwards:
-# check out a51d6f2 to repeat it (NOTES_matmul, sessions 50 and 51).
+# Ran at commit a51d6f2 (session 51, H100); the manual-pipeline kernel (cta_wgs) was removed
+# afterwards: check out a51d6f2 to repeat it (NOTES_matmul, sessions 50 and 51).
 # Issue 6, grouped kernel at 512 tokens: the manual-pipeline kernel (`fp4_matmul_mgpu.
 # _grouped_multi`, `cta_wgs=` / `GROUPED_CTA_WGS`) with its wgmma left in flight while the next
 # K step's tile is awaited and decoded (`GROUPED_MMA_OVERLAP`; written in session 50 after the
