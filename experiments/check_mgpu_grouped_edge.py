@@ -1,11 +1,12 @@
 """Bit-for-bit checks of grouped FP4 Mosaic GPU kernel variants against the library's default.
 
-  python experiments/check_mgpu_grouped_edge.py --variants "tk=128,steps=3;nt=1" \
+  python experiments/check_mgpu_grouped_edge.py --variants "tk=128,steps=3;GROUPED_CHUNKED=1" \
       [--knobs SERIAL_TILES=0] [--shapes 2048x768,768x2048] [--pair] [--repeats 3]
 
 Each variant is a set of integer keyword arguments of ``fp4_grouped_matmul_mgpu`` (and, with
-``--pair``, of ``fp4_grouped_swiglu_mgpu`` at the 2048 x 768 gate / up shape); ``--knobs`` sets
-``fp4_matmul_mgpu`` module knobs (integers) for the whole run. Per expert shape K x N (128
+``--pair``, of ``fp4_grouped_swiglu_mgpu`` at the 2048 x 768 gate / up shape) and of
+``fp4_matmul_mgpu`` module knobs (upper-case names, set while that variant runs); ``--knobs``
+sets module knobs (integers) for the whole run, the default's calls included. Per expert shape K x N (128
 experts, NVFP4) two group layouts: 512 tokens routed top-8 (4096 rows) and skewed groups (400
 rows: one expert of 300, so several chunks; experts of 5 and 57; the rest empty; the groups
 sum to 362, so the last 38 rows store 0). Every variant runs ``--repeats`` times: each output
@@ -26,6 +27,7 @@ import jax.numpy as jnp
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
+from experiments.check_mgpu_matmul import _knobs as module_knobs  # noqa: E402
 from pallas_kernels import fp4_matmul_mgpu as FM  # noqa: E402
 from pallas_kernels.bench_matmul import route  # noqa: E402
 from trace_jax.quant import quantize  # noqa: E402
@@ -43,15 +45,19 @@ def _variant_keywords() -> set[str]:
 
 
 def parse_variants(spec: str) -> list[dict]:
-    """``"tk=128,steps=3;nt=1"`` -> [{"tk": 128, "steps": 3}, {"nt": 1}]; a part that is not
-    name=integer[,name=integer...], or a name the grouped calls do not take, exits naming it
-    (before any GPU work)."""
+    """``"tk=128,steps=3;GROUPED_CHUNKED=1"`` -> [{"tk": 128, "steps": 3},
+    {"GROUPED_CHUNKED": 1}]; a part that is not name=integer[,name=integer...], or a lower-case
+    name the grouped calls do not take, or an upper-case one that is no knob of fp4_matmul_mgpu,
+    exits naming it (before any GPU work)."""
     out, known = [], _variant_keywords()
     for part in filter(None, spec.split(";")):
-        if not re.fullmatch(r"[a-z_]+=-?\d+(,[a-z_]+=-?\d+)*", part):
+        if not re.fullmatch(r"[A-Za-z_]+=-?\d+(,[A-Za-z_]+=-?\d+)*", part):
             raise SystemExit(f"--variants: {part!r} is not name=integer[,name=integer...]")
         v = {k: int(x) for k, x in (p.split("=") for p in part.split(","))}
-        unknown = sorted(set(v) - known)
+        knobs = sorted(n for n in v if n.isupper() and not hasattr(FM, n))
+        if knobs:
+            raise SystemExit(f"--variants: {part!r}: {knobs} not knobs of fp4_matmul_mgpu")
+        unknown = sorted(n for n in set(v) - known if not n.isupper())
         if unknown:
             raise SystemExit(f"--variants: {part!r}: {unknown} not keyword arguments of "
                              f"fp4_grouped_matmul_mgpu (it takes {sorted(known)})")
@@ -59,6 +65,12 @@ def parse_variants(spec: str) -> list[dict]:
     if not out:
         raise SystemExit("--variants: give at least one, e.g. 'tk=128'")
     return out
+
+
+def split_variant(v: dict) -> tuple[dict, dict]:
+    """A parsed variant as (keyword arguments, module knobs: its upper-case names)."""
+    return ({n: x for n, x in v.items() if not n.isupper()},
+            {n: x for n, x in v.items() if n.isupper()})
 
 
 def parse_knobs(spec: str) -> dict:
@@ -142,9 +154,11 @@ def main(argv=None) -> int:
             base = jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(x, w, g, backend="mgpu"))(
                 x, w, gs)
             for v in variants:
-                f = jax.jit(lambda x, w, g, v=v: FM.fp4_grouped_matmul_mgpu(
-                    x, w, g, backend="mgpu", **v))
-                run.check(f"{k}x{n} {name} {tag(v)}", f, (x, w, gs), base)
+                kw, knobs = split_variant(v)
+                with module_knobs(**knobs):  # (f traces at its first call, in check)
+                    f = jax.jit(lambda x, w, g, kw=kw: FM.fp4_grouped_matmul_mgpu(
+                        x, w, g, backend="mgpu", **kw))
+                    run.check(f"{k}x{n} {name} {tag(v)}", f, (x, w, gs), base)
     if a.pair:
         wg, wu = weights(2048, 768, 7), weights(2048, 768, 8)
         for name, gs, m in group_cases():
@@ -152,9 +166,11 @@ def main(argv=None) -> int:
             base = jax.jit(lambda x, a, b, g: FM.fp4_grouped_swiglu_mgpu(
                 x, a, b, g, backend="mgpu"))(x, wg, wu, gs)
             for v in variants:
-                f = jax.jit(lambda x, a, b, g, v=v: FM.fp4_grouped_swiglu_mgpu(
-                    x, a, b, g, backend="mgpu", **v))
-                run.check(f"pair {name} {tag(v)}", f, (x, wg, wu, gs), base)
+                kw, knobs = split_variant(v)
+                with module_knobs(**knobs):
+                    f = jax.jit(lambda x, a, b, g, kw=kw: FM.fp4_grouped_swiglu_mgpu(
+                        x, a, b, g, backend="mgpu", **kw))
+                    run.check(f"pair {name} {tag(v)}", f, (x, wg, wu, gs), base)
     print("edge: all identical" if not run.failures else
           f"edge: {len(run.failures)} FAILED: {run.failures}", flush=True)
     return 1 if run.failures else 0

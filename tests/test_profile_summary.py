@@ -196,9 +196,11 @@ def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
-    assert CS.parse_knobs("serial=0,nt=2;mp=16") == [{}, {"serial": 0, "nt": 2}, {"mp": 16}]
+    assert CS.parse_knobs("serial=0,nt=2;mp=16;chunked=1") == [{}, {"serial": 0, "nt": 2},
+                                                               {"mp": 16}, {"chunked": 1}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
+                     ("chunked=2", "chunked=2"),
                      ("nt=0", "nt=0 does not")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
@@ -234,12 +236,15 @@ def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
     import jax.numpy as jnp
     from experiments import check_mgpu_grouped_edge as CE
     assert CE.parse_variants("nt=1;tk=128,steps=3") == [{"nt": 1}, {"tk": 128, "steps": 3}]
+    v = CE.parse_variants("tk=128,GROUPED_CHUNKED=1")
+    assert CE.split_variant(v[0]) == ({"tk": 128}, {"GROUPED_CHUNKED": 1})
     assert CE.parse_knobs("SERIAL_TILES=0,GROUPED_TILES=2") == {"SERIAL_TILES": 0,
                                                                 "GROUPED_TILES": 2}
     assert CE.parse_shapes("2048x768,128x768") == [(2048, 768), (128, 768)]
     for fn, bad, msg in ((CE.parse_variants, "tk=x", "tk=x"),
                          (CE.parse_variants, "", "at least one"),
                          (CE.parse_variants, "tk=128;cta_wgs=3", r"\['cta_wgs'\] not keyword"),
+                         (CE.parse_variants, "NO_SUCH_KNOB=1", r"\['NO_SUCH_KNOB'\] not knobs"),
                          (CE.parse_knobs, "NO_SUCH_KNOB=1", "NO_SUCH_KNOB"),
                          (CE.parse_knobs, "SERIAL_TILES=yes", "SERIAL_TILES=yes"),
                          (CE.parse_shapes, "2048,768", "2048,768")):
