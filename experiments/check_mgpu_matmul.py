@@ -426,6 +426,7 @@ def grouped(a, argv) -> int:
             # width columns compare with a single-width kernel
             base_ws = () if a.widths else None
             mp0, tk0, steps0 = knobs[0]
+            base = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp0}_tk{tk0}_s{steps0}"
             for i, (mp, tk, steps) in enumerate(knobs):
                 name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
                 runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
@@ -467,7 +468,8 @@ def grouped(a, argv) -> int:
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                         x_layout=lay, widths=base_ws)), wm, "body", {"_DIAG": probe}))
-            first = None  # the first Mosaic output (--aligned, --widths compare with it)
+            first = None  # the first Mosaic config's output (--aligned, --widths, --chunked
+            # compare with it; their maxdiff is NaN where it did not run)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)
@@ -476,7 +478,7 @@ def grouped(a, argv) -> int:
                     with _knobs(**knobs) if knobs else contextlib.nullcontext():
                         out = f(x, w, gs)
                         row[f"{name}_relerr"] = rel(out, ref)
-                        if first is None and name.startswith("mgpu"):
+                        if name == base:
                             first = out
                         if a.aligned or name.startswith("mgpu_w") or name == "mgpu_chunked":
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
