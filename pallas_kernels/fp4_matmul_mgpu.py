@@ -775,6 +775,7 @@ GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
 # and 39% on the fused pair; its wgmma left in flight across the next decode (``wgmma_wait(1)``)
 # was slower still (wgmmas serialized; 1 warpgroup a CTA: 255 registers, spills). Removed in
 # session 51 (commit a51d6f2 has it).
+
 # Whether a grouped K step issues one wgmma per 64-column span of its decoded tile, so that the
 # next span decodes while the previous span's wgmma runs (``_mma_weights``' ``chunked``), instead
 # of one wgmma for the whole tile after its decode. The same k16 MMAs in the same order. Session
