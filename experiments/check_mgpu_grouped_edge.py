@@ -44,6 +44,13 @@ def _variant_keywords() -> set[str]:
     return kw(FM.fp4_grouped_matmul_mgpu) & kw(FM.fp4_grouped_swiglu_mgpu)
 
 
+def int_knob(name: str) -> bool:
+    """Whether ``name`` is a public module knob of fp4_matmul_mgpu that takes an integer (its
+    value a bool, an int or None), so that setting it from the command line means something."""
+    return (not name.startswith("_") and hasattr(FM, name)
+            and isinstance(getattr(FM, name), (bool, int, type(None))))
+
+
 def parse_variants(spec: str) -> list[dict]:
     """``"tk=128,steps=3;GROUPED_CHUNKED=1"`` -> [{"tk": 128, "steps": 3},
     {"GROUPED_CHUNKED": 1}]; a part that is not name=integer[,name=integer...], or a lower-case
@@ -54,9 +61,10 @@ def parse_variants(spec: str) -> list[dict]:
         if not re.fullmatch(r"[A-Za-z_]+=-?\d+(,[A-Za-z_]+=-?\d+)*", part):
             raise SystemExit(f"--variants: {part!r} is not name=integer[,name=integer...]")
         v = {k: int(x) for k, x in (p.split("=") for p in part.split(","))}
-        knobs = sorted(n for n in v if n.isupper() and not hasattr(FM, n))
+        knobs = sorted(n for n in v if n.isupper() and not int_knob(n))
         if knobs:
-            raise SystemExit(f"--variants: {part!r}: {knobs} not knobs of fp4_matmul_mgpu")
+            raise SystemExit(f"--variants: {part!r}: {knobs} not integer knobs of "
+                             f"fp4_matmul_mgpu")
         unknown = sorted(n for n in set(v) - known if not n.isupper())
         if unknown:
             raise SystemExit(f"--variants: {part!r}: {unknown} not keyword arguments of "
@@ -79,8 +87,8 @@ def parse_knobs(spec: str) -> dict:
     out = {}
     for part in filter(None, spec.split(",")):
         name, _, value = part.partition("=")
-        if not hasattr(FM, name) or not re.fullmatch(r"-?\d+", value):
-            raise SystemExit(f"--knobs: {part!r} is not KNOB=integer with a KNOB of "
+        if not int_knob(name) or not re.fullmatch(r"-?\d+", value):
+            raise SystemExit(f"--knobs: {part!r} is not KNOB=integer with an integer KNOB of "
                              f"fp4_matmul_mgpu")
         out[name] = int(value)
     return out

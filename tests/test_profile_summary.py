@@ -244,8 +244,11 @@ def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
     for fn, bad, msg in ((CE.parse_variants, "tk=x", "tk=x"),
                          (CE.parse_variants, "", "at least one"),
                          (CE.parse_variants, "tk=128;cta_wgs=3", r"\['cta_wgs'\] not keyword"),
-                         (CE.parse_variants, "NO_SUCH_KNOB=1", r"\['NO_SUCH_KNOB'\] not knobs"),
+                         (CE.parse_variants, "NO_SUCH_KNOB=1", r"\['NO_SUCH_KNOB'\] not integer"),
+                         (CE.parse_variants, "GROUPED_WIDTHS=1", r"\['GROUPED_WIDTHS'\] not"),
+                         (CE.parse_variants, "_DIAG=1", r"\['_DIAG'\] not integer"),
                          (CE.parse_knobs, "NO_SUCH_KNOB=1", "NO_SUCH_KNOB"),
+                         (CE.parse_knobs, "GROUPED_WIDTHS=1", "GROUPED_WIDTHS"),
                          (CE.parse_knobs, "SERIAL_TILES=yes", "SERIAL_TILES=yes"),
                          (CE.parse_shapes, "2048,768", "2048,768")):
         with pytest.raises(SystemExit, match=msg):
