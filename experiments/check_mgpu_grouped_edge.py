@@ -5,9 +5,9 @@
 
 Each variant is a set of integer keyword arguments of ``fp4_grouped_matmul_mgpu`` (and, with
 ``--pair``, of ``fp4_grouped_swiglu_mgpu`` at the 2048 x 768 gate / up shape) and of
-``fp4_matmul_mgpu`` module knobs (upper-case names, set while that variant runs); ``--knobs``
-sets module knobs (integers) for the whole run, the default's calls included. Per expert shape K x N (128
-experts, NVFP4) two group layouts: 512 tokens routed top-8 (4096 rows) and skewed groups (400
+``fp4_matmul_mgpu``'s integer module knobs (upper-case names, set while that variant runs);
+``--knobs`` sets such knobs for the whole run, the default's calls included. Per expert shape
+K x N (128 experts, NVFP4) two group layouts: 512 tokens routed top-8 (4096 rows) and skewed groups (400
 rows: one expert of 300, so several chunks; experts of 5 and 57; the rest empty; the groups
 sum to 362, so the last 38 rows store 0). Every variant runs ``--repeats`` times: each output
 must equal the default kernel's bit for bit, hold no NaN, and equal the first run (a race need
@@ -54,8 +54,8 @@ def int_knob(name: str) -> bool:
 def parse_variants(spec: str) -> list[dict]:
     """``"tk=128,steps=3;GROUPED_CHUNKED=1"`` -> [{"tk": 128, "steps": 3},
     {"GROUPED_CHUNKED": 1}]; a part that is not name=integer[,name=integer...], or a lower-case
-    name the grouped calls do not take, or an upper-case one that is no knob of fp4_matmul_mgpu,
-    exits naming it (before any GPU work)."""
+    name the grouped calls do not take, or an upper-case one that is no :func:`int_knob`, exits
+    naming it (before any GPU work)."""
     out, known = [], _variant_keywords()
     for part in filter(None, spec.split(";")):
         if not re.fullmatch(r"[A-Za-z_]+=-?\d+(,[A-Za-z_]+=-?\d+)*", part):
@@ -82,7 +82,7 @@ def split_variant(v: dict) -> tuple[dict, dict]:
 
 
 def parse_knobs(spec: str) -> dict:
-    """``"SERIAL_TILES=0"`` -> {"SERIAL_TILES": 0}; a name fp4_matmul_mgpu does not have, or a
+    """``"SERIAL_TILES=0"`` -> {"SERIAL_TILES": 0}; a name that is no :func:`int_knob`, or a
     value that is not an integer, exits naming it."""
     out = {}
     for part in filter(None, spec.split(",")):
