@@ -9,9 +9,10 @@ Each variant is a set of integer keyword arguments of ``fp4_grouped_matmul_mgpu`
 ``--knobs`` sets such knobs for the whole run, the default's calls included. Per expert shape
 K x N (128 experts, NVFP4) two group layouts: 512 tokens routed top-8 (4096 rows) and skewed
 groups (400 rows: one expert of 300, so several chunks; experts of 5 and 57; the rest empty;
-the groups sum to 362, so the last 38 rows store 0). Every variant runs ``--repeats`` times: each output
-must equal the default kernel's bit for bit, hold no NaN, and equal the first run (a race need
-not show in one run). Prints one line per check; exits 1 naming the failures. GPU only.
+the groups sum to 362, so the last 38 rows store 0). Every variant runs ``--repeats`` times:
+each output must equal the default kernel's bit for bit, hold no NaN, and equal the first run
+(a race need not show in one run). Prints one line per check; exits 1 naming the failures. GPU
+only.
 """
 
 from __future__ import annotations
