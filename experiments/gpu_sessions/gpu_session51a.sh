@@ -17,15 +17,18 @@
 # late_vt on / off at the short-split shapes (gpu_session49a.sh's first part) and the issue's
 # grouped table at 32 / 128 / 512 tokens (gpu_session48a.sh's first part).
 # ~3 min on an H100, ~7 on an H200. Usage (repo root, with .whl/ carried):
-#   [TOKENS=512] bash experiments/gpu_sessions/gpu_session51a.sh  (TOKENS: the probes' token counts)
+#   [TOKENS=512] bash experiments/gpu_sessions/gpu_session51a.sh  (TOKENS: the probes' token counts;
+#   TOKENS=none skips the probes, e.g. after gpu_session51b.sh, which runs them, on the same card)
 source "$(dirname "$0")/../gpu_prelude.sh" r51a
 R="$OUT/r51a"; mkdir -p "$R"
 install_wheels
-timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens "${TOKENS:-128,512}" \
-  --diag no_decode,stream_only --max-seconds 185 --out "$R/probes" \
-  > "$R/probes.txt" 2>&1
-echo "probes rc=$?"; grep -iE "error|fail" "$R/probes.txt" | head -3
-grouped_summary "$R/probes/kernels_matmul_mgpu_grouped.json"
+if [ "${TOKENS:-}" != none ]; then
+  timeout 200 python3 experiments/check_mgpu_matmul.py --grouped --tokens "${TOKENS:-128,512}" \
+    --diag no_decode,stream_only --max-seconds 185 --out "$R/probes" \
+    > "$R/probes.txt" 2>&1
+  echo "probes rc=$?"; grep -iE "error|fail" "$R/probes.txt" | head -3
+  grouped_summary "$R/probes/kernels_matmul_mgpu_grouped.json"
+fi
 grep -q H200 <<<"$(nvidia-smi -L)" || exit 0
 timeout 120 python3 experiments/check_mgpu_attention.py --no-mosaic --fmt nvfp4 \
   --shapes 8:8192,8:32768,32:8192,8:131072,32:32768,128:8192 \
