@@ -25,18 +25,26 @@
 # no_decode - stream_only is under 10 us at 512 tokens the reading is wrong (then the stream is
 # what is left: stream_only against the full time says how much).
 # ~7 min on an H100 or an H200 (at most ~9.5). Usage (repo root, with .whl/ carried):
-#   bash experiments/gpu_sessions/gpu_session51b.sh
+#   [QUICK=1] bash experiments/gpu_sessions/gpu_session51b.sh
+# QUICK=1 (~4 min, for a call with little device time left): the edge check at tk 256 only (both
+# expert shapes and the pair, 1 repeat), the timing at 512 tokens only.
 source "$(dirname "$0")/../gpu_prelude.sh" r51b
 R="$OUT/r51b"; mkdir -p "$R"
 install_wheels
-timeout 260 python3 experiments/check_mgpu_grouped_edge.py \
-  --variants "GROUPED_CHUNKED=1;GROUPED_CHUNKED=1,tk=128;GROUPED_CHUNKED=1,tk=64" \
-  --shapes 2048x768,768x2048,128x768,256x768 --pair --repeats 3 > "$R/edge.txt" 2>&1
+if [ "${QUICK:-0}" = 1 ]; then  # a short call: tk 256 only, the expert shapes, 1 repeat, 512 tokens
+  edge=(--variants "GROUPED_CHUNKED=1" --shapes 2048x768,768x2048 --pair --repeats 1)
+  tokens=512
+else
+  edge=(--variants "GROUPED_CHUNKED=1;GROUPED_CHUNKED=1,tk=128;GROUPED_CHUNKED=1,tk=64"
+        --shapes 2048x768,768x2048,128x768,256x768 --pair --repeats 3)
+  tokens=512,128
+fi
+timeout 260 python3 experiments/check_mgpu_grouped_edge.py "${edge[@]}" > "$R/edge.txt" 2>&1
 rc=$?; echo "edge rc=$rc"; grep -E "^(FAIL|edge|device)" "$R/edge.txt" | tail -20
 [ $rc = 0 ] || exit 0
 mkdir -p /tmp/r51b_ptx
 MOSAIC_GPU_DUMP_PTX=1 MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_TO=/tmp/r51b_ptx timeout 215 \
-  python3 experiments/check_mgpu_matmul.py --grouped --tokens 512,128 --chunked \
+  python3 experiments/check_mgpu_matmul.py --grouped --tokens "$tokens" --chunked \
   --diag no_decode,stream_only --max-seconds 200 --out "$R/grouped" > "$R/grouped.txt" 2>&1
 echo "grouped rc=$?"; grep -iE "error|fail" "$R/grouped.txt" | grep -v nvdisasm | head -5
 grouped_summary "$R/grouped/kernels_matmul_mgpu_grouped.json" | grep -v triton
