@@ -1,6 +1,6 @@
 """Bit-for-bit checks of grouped FP4 Mosaic GPU kernel variants against the library's default.
 
-  python experiments/check_mgpu_grouped_edge.py --variants "tk=128,steps=3;GROUPED_CHUNKED=1" \
+  python experiments/check_mgpu_grouped_edge.py --variants "tk=128,steps=3;GROUPED_TILES=2" \
       [--knobs SERIAL_TILES=0] [--shapes 2048x768,768x2048] [--pair] [--repeats 3]
 
 Each variant is a set of integer keyword arguments of ``fp4_grouped_matmul_mgpu`` (and, with
@@ -53,8 +53,8 @@ def int_knob(name: str) -> bool:
 
 
 def parse_variants(spec: str) -> list[dict]:
-    """``"tk=128,steps=3;GROUPED_CHUNKED=1"`` -> [{"tk": 128, "steps": 3},
-    {"GROUPED_CHUNKED": 1}]; a part that is not name=integer[,name=integer...], or a lower-case
+    """``"tk=128,steps=3;GROUPED_TILES=2"`` -> [{"tk": 128, "steps": 3},
+    {"GROUPED_TILES": 2}]; a part that is not name=integer[,name=integer...], or a lower-case
     name the grouped calls do not take, or an upper-case one that is no :func:`int_knob`, exits
     naming it (before any GPU work)."""
     out, known = [], _variant_keywords()

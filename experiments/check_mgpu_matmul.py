@@ -99,9 +99,7 @@ def main(argv=None) -> int:
                     help="pipeline stages (default: fp4_matmul_mgpu.default_steps by M); dense: "
                          "a list, e.g. 2,3,4")
     ap.add_argument("--chunked", action="store_true",
-                    help="dense: one wgmma per 64-column span of a K step; with --grouped: also "
-                         "time the first Mosaic config so (fp4_matmul_mgpu.GROUPED_CHUNKED; "
-                         "column mgpu_chunked, with maxdiff against the first Mosaic config)")
+                    help="dense only: one wgmma per 64-column span of a K step")
     ap.add_argument("--shapes", default="",
                     help="K x N shapes instead of the issue's, e.g. 8192x25344,8192x28672 (with "
                          "--grouped: per expert, e.g. 768x2048)")
@@ -435,12 +433,6 @@ def grouped(a, argv) -> int:
                                                backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
                 if i == 0:  # the width columns right after their baseline: a timeout keeps them
-                    if a.chunked:
-                        runs.append(("mgpu_chunked", jax.jit(
-                            lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                                x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                                x_layout=lay, widths=base_ws)), wm, "body",
-                            {"GROUPED_CHUNKED": True}))
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
@@ -468,8 +460,8 @@ def grouped(a, argv) -> int:
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                         x_layout=lay, widths=base_ws)), wm, "body", {"_DIAG": probe}))
-            first = None  # the first Mosaic config's output (--aligned, --widths, --chunked
-            # compare with it; their maxdiff is NaN where it did not run)
+            first = None  # the first Mosaic config's output (--aligned, --widths compare
+            # with it; their maxdiff is NaN where it did not run)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
                 if time.time() > deadline:
                     print(f"  time budget spent: skipping {name} K={k} N={n} T={t}", flush=True)
@@ -480,7 +472,7 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if name == base:
                             first = out
-                        if a.aligned or name.startswith("mgpu_w") or name == "mgpu_chunked":
+                        if a.aligned or name.startswith("mgpu_w"):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

@@ -774,16 +774,11 @@ GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
 # slower with the chunk widths (65.6 / 83.7 against 62.8 / 65.5 us at 2048 x 768 / 768 x 2048)
 # and 39% on the fused pair; its wgmma left in flight across the next decode (``wgmma_wait(1)``)
 # was slower still (wgmmas serialized; 1 warpgroup a CTA: 255 registers, spills). Removed in
-# session 51 (commit a51d6f2 has it).
-
-# Whether a grouped K step issues one wgmma per 64-column span of its decoded tile, so that the
-# next span decodes while the previous span's wgmma runs (``_mma_weights``' ``chunked``), instead
-# of one wgmma for the whole tile after its decode. The same k16 MMAs in the same order. Session
-# 14 (14g) measured it 5-20% slower in the dense kernel at decode M, where the MMA is small; at
-# 512 grouped tokens (wgmma N 32-64) it is not: session 51 reads the 512-token time as decode
-# and MMA taking turns within a warpgroup (NOTES_matmul "Session 51"). Untimed on the grouped
-# kernel (`gpu_session51b.sh` times it). Read at trace time.
-GROUPED_CHUNKED = False
+# session 51 (commit a51d6f2 has it). The same kernel with one wgmma per 64-column span of each
+# K step (``GROUPED_CHUNKED``, so the next span decodes under the previous span's wgmma; the
+# dense kernel's ``chunked``) stored the default's output bit for bit and was 3-9% slower (512
+# tokens: 66.9 / 67.8 against 63.3 / 65.5 us; 128 tokens: 51.5 against 47.4; the pair 117.6
+# against 112.1). Removed in session 52 (commit 6255351 has it).
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:
@@ -924,10 +919,9 @@ def _grouped_weights(codes, scales, gscale, tk):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths", "chunked"))
+                                             "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
-                    chunked=False):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -937,8 +931,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
-    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
-    ``chunked``: one wgmma per 64-column span of a K step (:data:`GROUPED_CHUNKED`)."""
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -970,7 +963,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
                 acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
                               tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
                               x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
-                              tk=tk, steps=steps, serial=serial, chunked=chunked)
+                              tk=tk, steps=steps, serial=serial)
                 for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
                     _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
                                 scale, *cols, n0, m)
@@ -993,7 +986,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=(), chunked=False):
+                             serial=False, nt=1, widths=()):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1001,8 +994,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt, chunked  # (the N tiling and the MMA split do not change what a
-    # column stores)
+    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1173,5 +1165,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
-             chunked=bool(GROUPED_CHUNKED))
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)

@@ -455,36 +455,6 @@ def test_weight_tiles_per_program_lower_and_are_checked(monkeypatch):
                            steps=2, m=m, scaled=False, nt=8)
 
 
-def test_grouped_chunked_k_step_issues_a_wgmma_per_span_and_lowers(monkeypatch):
-    """``GROUPED_CHUNKED``: a grouped K step of tk columns issues tk / 64 wgmmas (one per span,
-    each on its 64 columns of the x tile) instead of one, for each weight of the fused pair too,
-    and the kernel lowers for CUDA with the chunk widths; off, one wgmma a step."""
-    import re
-
-    from pallas_kernels import fp4_matmul_mgpu as FM
-    from trace_jax.quant import quantize
-    e, k, n, m = 4, 512, 128, 100
-    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(0), (e, k, n)), "nvfp4",
-                                 axis=-2, global_scope="tensor"))
-    gs = jnp.array([30, 0, 50, 20], jnp.int32)
-    x = jnp.zeros((m, k), jnp.bfloat16)
-    def spans(fused):  # the x-tile column windows of the jaxpr's wgmmas (a new trace each)
-        ws = (w, w) if fused else (w,)
-        f = FM.fp4_grouped_swiglu_mgpu if fused else FM.fp4_grouped_matmul_mgpu
-        return re.findall(r"wgmma_ref .*?\](\[:,[0-9:]*\])?\{transpose", str(jax.make_jaxpr(
-            lambda x, g: f(x, *ws, g, backend="mgpu", mp=56, tk=256, widths=()))(x, gs)))
-
-    one, pair = False, True
-
-    assert spans(one) == [""] and spans(pair) == ["", ""]
-    monkeypatch.setattr(FM, "GROUPED_CHUNKED", True)
-    cols = ["[:,:64]", "[:,64:128]", "[:,128:192]", "[:,192:]"]
-    assert spans(one) == cols and spans(pair) == cols * 2
-    txt = jax.jit(lambda x, w, g: FM.fp4_grouped_swiglu_mgpu(x, w, w, g, backend="mgpu", mp=56)
-                  ).trace(x, w, gs).lower(lowering_platforms=("cuda",)).as_text()
-    assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
-
-
 def test_appended_x_rows_with_and_without_the_read_pad():
     from pallas_kernels import fp4_matmul_mgpu as FM
     assert FM.appended_rows(888, 16, True) == FM.read_pad(888, 16) == 24

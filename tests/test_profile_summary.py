@@ -196,11 +196,9 @@ def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
-    assert CS.parse_knobs("serial=0,nt=2;mp=16;chunked=1") == [{}, {"serial": 0, "nt": 2},
-                                                               {"mp": 16}, {"chunked": 1}]
+    assert CS.parse_knobs("serial=0,nt=2;mp=16") == [{}, {"serial": 0, "nt": 2}, {"mp": 16}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("chunked=2", "chunked=2"),
                      ("nt=0", "nt=0 does not")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
@@ -236,8 +234,8 @@ def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
     import jax.numpy as jnp
     from experiments import check_mgpu_grouped_edge as CE
     assert CE.parse_variants("nt=1;tk=128,steps=3") == [{"nt": 1}, {"tk": 128, "steps": 3}]
-    v = CE.parse_variants("tk=128,GROUPED_CHUNKED=1")
-    assert CE.split_variant(v[0]) == ({"tk": 128}, {"GROUPED_CHUNKED": 1})
+    v = CE.parse_variants("tk=128,GROUPED_TILES=2")
+    assert CE.split_variant(v[0]) == ({"tk": 128}, {"GROUPED_TILES": 2})
     assert CE.parse_knobs("SERIAL_TILES=0,GROUPED_TILES=2") == {"SERIAL_TILES": 0,
                                                                 "GROUPED_TILES": 2}
     assert CE.parse_shapes("2048x768,128x768") == [(2048, 768), (128, 768)]

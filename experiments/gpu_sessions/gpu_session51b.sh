@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran in session 52 on an H100 (experiments/results/gpu/session52/51b/): GROUPED_CHUNKED stored
+# the default's output bit for bit and was 3-9% slower; it is removed (commit 6255351 has it),
+# so this script no longer runs as written.
 # Issue 6, grouped kernel at 512 tokens: one wgmma per 64-column span of each K step
 # (`fp4_matmul_mgpu.GROUPED_CHUNKED`, new in session 51, CPU-tested: the jaxpr has tk / 64
 # wgmmas a step, one weight and the pair, and it lowers for CUDA with the chunk widths), so
