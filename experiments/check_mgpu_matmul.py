@@ -146,8 +146,8 @@ def main(argv=None) -> int:
     ap.add_argument("--diag", default="",
                     help="also time each dense config (with --grouped: the first Mosaic "
                          "config, columns mgpu_<probe>) with these timing probes, e.g. "
-                         "no_decode,stream_only (fp4_matmul_mgpu.DIAGS; wrong values: their "
-                         "relerr and maxdiff_t1 are not judged)")
+                         "no_decode,stream_only,weights_only,x_only (fp4_matmul_mgpu.DIAGS; "
+                         "wrong values: their relerr and maxdiff_t1 are not judged)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="skip the configs (dense) or columns (--grouped) left after this many "
                          "seconds (the results so far are still written)")

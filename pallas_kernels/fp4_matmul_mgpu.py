@@ -43,9 +43,12 @@ ROWS = 64  # weight rows (N) per warpgroup: wgmma's M
 # - "raw_scales": the raw scale words as multipliers (no E4M3 -> bf16 conversion);
 # - "no_decode": wgmma's A operand is the code words themselves, each word in the four registers
 #   its decode would fill (no decode, no scales): the streams and the wgmma without the decode;
-# - "stream_only": neither decode nor wgmma: the pipeline's TMA streams alone (output zeros).
+# - "stream_only": neither decode nor wgmma: the pipeline's TMA streams alone (output zeros);
+# - "weights_only" / "x_only": as stream_only, with only the weight (codes and scales) / only
+#   the x stream in the pipeline: which of the two sets the stream's time.
 _DIAG: str | None = None
-DIAGS = ("raw_scales", "no_decode", "stream_only")
+STREAM_PROBES = ("stream_only", "weights_only", "x_only")
+DIAGS = ("raw_scales", "no_decode", *STREAM_PROBES)
 
 
 def clear_trace_caches() -> None:
@@ -249,18 +252,20 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
 
     def compute(*acc_refs):
         def step(_, *smem):
-            if _DIAG == "stream_only":  # timing probe: the TMA streams, nothing computed
+            if _DIAG in STREAM_PROBES:  # timing probe: the TMA streams, nothing computed
                 return
             _mma_weights(acc_refs, smem[:nw], smem[nw:2 * nw], smem[2 * nw], tk=tk,
                          serial=serial, chunked=chunked)
             plgpu.wgmma_wait(0)
 
-        plgpu.emit_pipeline(
-            step, grid=(k // tk,), max_concurrent_steps=steps,
-            in_specs=[*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
-                      *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
-                      plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)],
-        )(*us, *ss, x_rows)
+        specs = [*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
+                 *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
+                 plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)]
+        refs = [*us, *ss, x_rows]
+        keep = {"weights_only": slice(0, 2 * nw), "x_only": slice(2 * nw, None)}.get(
+            _DIAG, slice(None))  # (the stream probes that leave a stream out)
+        plgpu.emit_pipeline(step, grid=(k // tk,), max_concurrent_steps=steps,
+                            in_specs=specs[keep])(*refs[keep])
         return tuple(a[...] for a in acc_refs)
 
     accs = pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * nw)

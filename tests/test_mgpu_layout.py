@@ -647,7 +647,9 @@ def test_dense_token_major_partials_lower_on_cpu(monkeypatch):
 
 @pytest.mark.parametrize("diag, decode, mma", [(None, True, True), ("raw_scales", True, True),
                                                ("no_decode", False, True),
-                                               ("stream_only", False, False)])
+                                               ("stream_only", False, False),
+                                               ("weights_only", False, False),
+                                               ("x_only", False, False)])
 def test_dense_timing_probes_leave_out_their_parts(monkeypatch, diag, decode, mma):
     """``_DIAG`` (check_mgpu_matmul --diag, timing only): the dense and grouped kernels lower for
     CUDA with each probe, and the probe leaves out exactly its part: no_decode has the wgmma but
@@ -679,6 +681,38 @@ def test_dense_timing_probes_leave_out_their_parts(monkeypatch, diag, decode, mm
         assert ("mul.rn.bf16x2" in txt) == decode
         assert ("wgmma.mma_async" in txt) == mma
         assert ("mad.lo.u32" in txt) == (diag is None)  # the E4M3 -> bf16 scale conversion
+
+
+def test_stream_probes_copy_only_their_streams(monkeypatch):
+    """The stream probes' pipelines copy, into shared memory, codes + scales + x (stream_only),
+    codes + scales (weights_only) or x alone (x_only), for one weight and for the fused pair:
+    the kernel jaxpr's copy_gmem_to_smem count is the same per stream in all three."""
+    import re
+
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(6), (2, 512, 128)),
+                                 "nvfp4", axis=-2, global_scope="tensor"))
+    gs = jnp.array([3, 20], jnp.int32)
+    x = jnp.zeros((23, 512), jnp.bfloat16)
+
+    def copies(diag, pair):  # a new function each call: make_jaxpr caches by identity
+        monkeypatch.setattr(FM, "_DIAG", diag)
+        FM.clear_trace_caches()
+        ws = (w, w) if pair else (w,)
+        f = FM.fp4_grouped_swiglu_mgpu if pair else FM.fp4_grouped_matmul_mgpu
+        txt = str(jax.make_jaxpr(lambda x, g: f(x, *ws, g, backend="mgpu", mp=16, tk=256))(x, gs))
+        return len(re.findall(r"copy_gmem_to_smem", txt))
+
+    try:
+        for pair, nw in ((False, 1), (True, 2)):
+            both = copies("stream_only", pair)
+            per_stream, rest = divmod(both, 2 * nw + 1)
+            assert per_stream > 0 and rest == 0, both
+            assert copies("weights_only", pair) == 2 * nw * per_stream
+            assert copies("x_only", pair) == per_stream
+    finally:
+        FM.clear_trace_caches()
 
 
 @pytest.mark.parametrize("lay,mp,widths", [("rows", 16, (8, 16)), ("aligned", 16, (8,)),
