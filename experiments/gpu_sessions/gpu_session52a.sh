@@ -19,17 +19,20 @@
 # On an H200 it then runs gpu_session51a.sh's H200 part (late_vt at the short splits, the
 # grouped table), with the probes at 512 tokens only.
 # ~5 min on an H100, ~9 on an H200. Usage (repo root, with .whl/ carried):
-#   bash experiments/gpu_sessions/gpu_session52a.sh
+#   [QUICK=1] bash experiments/gpu_sessions/gpu_session52a.sh
+# QUICK=1 (~2.5 min, for a call with little device time left): the probes at 512 tokens only,
+# 110 s of timing, nothing else.
 source "$(dirname "$0")/../gpu_prelude.sh" r52a
 R="$OUT/r52a"; mkdir -p "$R"
 install_wheels
 h200=0; grep -q H200 <<<"$(nvidia-smi -L)" && h200=1
 tokens=512,128; [ $h200 = 1 ] && tokens=512
-timeout 290 python3 experiments/check_mgpu_matmul.py --grouped --tokens "$tokens" \
-  --diag stream_only,weights_only,x_only --max-seconds 270 --out "$R/probes" \
+secs=270; [ "${QUICK:-0}" = 1 ] && tokens=512 secs=110
+timeout $((secs + 20)) python3 experiments/check_mgpu_matmul.py --grouped --tokens "$tokens" \
+  --diag stream_only,weights_only,x_only --max-seconds $secs --out "$R/probes" \
   > "$R/probes.txt" 2>&1
 echo "probes rc=$?"; grep -iE "error|fail" "$R/probes.txt" | head -3
 grouped_summary "$R/probes/kernels_matmul_mgpu_grouped.json" | grep -v triton
-[ $h200 = 1 ] || exit 0
+[ $h200 = 1 ] && [ "${QUICK:-0}" != 1 ] || exit 0
 TOKENS=none bash "$(dirname "$0")/gpu_session51a.sh"
 exit 0
