@@ -147,7 +147,9 @@ def main(argv=None) -> int:
                     help="also time each dense config (with --grouped: the first Mosaic "
                          "config, columns mgpu_<probe>) with these timing probes, e.g. "
                          "no_decode,stream_only,weights_only,x_only (fp4_matmul_mgpu.DIAGS; "
-                         "wrong values: their relerr and maxdiff_t1 are not judged)")
+                         "wrong values: their relerr and maxdiff_t1 are not judged); with "
+                         "--grouped a stream probe may cap the CTAs an SM holds of it, e.g. "
+                         "stream_only:2 (column mgpu_stream_only_c2; fp4_matmul_mgpu._DIAG_CTAS)")
     ap.add_argument("--max-seconds", type=float, default=1e9,
                     help="skip the configs (dense) or columns (--grouped) left after this many "
                          "seconds (the results so far are still written)")
@@ -171,9 +173,12 @@ def main(argv=None) -> int:
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
     a = ap.parse_args(argv)
-    unknown = sorted({v for v in a.diag.split(",") if v} - set(FM.DIAGS))
-    if unknown:
-        ap.error(f"--diag: unknown probe(s) {unknown}; expected some of {list(FM.DIAGS)}")
+    try:
+        probes = parse_probes(a.diag)
+    except ValueError as e:
+        ap.error(f"--diag: {e}")
+    if any(ctas for _, ctas in probes) and not a.grouped:
+        ap.error("--diag: a stream probe's CTA cap (probe:N) is for --grouped only")
     if a.knobs:
         parse_knobs(a.knobs)  # (a malformed list stops here, before any GPU work)
     if not re.fullmatch(r"(\d+(,\d+)*)?(;\d+(,\d+)*)*", a.widths):
@@ -357,6 +362,22 @@ PREFILL_TOKENS = (2048, 8192)  # --prefill: 16K and 64K routed rows (mean group 
 E, TOPK = 128, 8
 
 
+def parse_probes(spec: str) -> list[tuple[str, int | None]]:
+    """``"no_decode,stream_only:2"`` -> [("no_decode", None), ("stream_only", 2)]: --diag's
+    timing probes (fp4_matmul_mgpu.DIAGS), a stream probe optionally with the CTAs an SM may
+    hold of it (fp4_matmul_mgpu._DIAG_CTAS, column suffix _c2). ValueError names a bad entry."""
+    out = []
+    for part in filter(None, spec.split(",")):
+        probe, _, ctas = part.partition(":")
+        if probe not in FM.DIAGS:
+            raise ValueError(f"unknown probe {probe!r}; expected some of {list(FM.DIAGS)}")
+        if ctas and (probe not in FM.STREAM_PROBES or not ctas.isdigit() or int(ctas) < 1):
+            raise ValueError(f"{part!r}: a CTA cap is a positive integer after a stream probe "
+                             f"({', '.join(FM.STREAM_PROBES)})")
+        out.append((probe, int(ctas) if ctas else None))
+    return out
+
+
 def parse_knobs(spec: str) -> tuple[tuple[int, int, int], ...]:
     """``"56:256:2,40:256:2"`` -> ((56, 256, 2), (40, 256, 2)): --knobs' (mp, tk, steps)."""
     try:
@@ -455,11 +476,12 @@ def grouped(a, argv) -> int:
                         lambda x, w, g, amp=amp: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=amp, backend="mgpu", x_layout="aligned")), wm, "body",
                         None))
-            for probe in filter(None, a.diag.split(",")):  # timing probes of the first config
-                runs.append((f"mgpu_{probe}", jax.jit(
+            for probe, ctas in parse_probes(a.diag):  # timing probes of the first config
+                runs.append((f"mgpu_{probe}" + (f"_c{ctas}" if ctas else ""), jax.jit(
                     lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                        x_layout=lay, widths=base_ws)), wm, "body", {"_DIAG": probe}))
+                        x_layout=lay, widths=base_ws)), wm, "body",
+                    {"_DIAG": probe, "_DIAG_CTAS": ctas}))
             first = None  # the first Mosaic config's output (--aligned, --widths compare
             # with it; their maxdiff is NaN where it did not run)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)

@@ -49,6 +49,11 @@ ROWS = 64  # weight rows (N) per warpgroup: wgmma's M
 _DIAG: str | None = None
 STREAM_PROBES = ("stream_only", "weights_only", "x_only")
 DIAGS = ("raw_scales", "no_decode", *STREAM_PROBES)
+# With a stream probe: pad each K pipeline's shared memory so that an SM holds at most this many
+# CTAs, the kernel's own count (the grouped kernel's 245-255 registers a thread allow 2 CTAs of
+# one warpgroup), instead of the more that the probe's few registers and smaller stages allow.
+# None: no pad. Read when the K loop traces.
+_DIAG_CTAS: int | None = None
 
 
 def clear_trace_caches() -> None:
@@ -236,6 +241,18 @@ def _mma_weights(accs, us, ss, x_smem, *, tk, serial, chunked=False):
             plgpu.wgmma_wait(0)
 
 
+def probe_pad(nw: int, mp: int, tk: int, steps: int, keep: slice = slice(None)) -> int:
+    """Bytes of shared memory a stream probe's K pipeline adds (:data:`_DIAG_CTAS`) so that its
+    stages (``keep``: the streams it copies of codes, scales and x) and the pad with the CTA's
+    1 KB reserve exceed 1 / (``_DIAG_CTAS`` + 1) of an SM's; 0 without a stream probe, without
+    the cap, or where the stages are that large already."""
+    if _DIAG not in STREAM_PROBES or not _DIAG_CTAS:
+        return 0
+    sizes = [ROWS * tk // 2] * nw + [tk // MG.SPAN * ROWS * 4] * nw + [mp * tk * 2]
+    stages = steps * sum(sizes[keep])
+    return max(0, _SMEM_PER_SM // (_DIAG_CTAS + 1) + 1 - 1024 - stages)
+
+
 def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
@@ -264,8 +281,14 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
         refs = [*us, *ss, x_rows]
         keep = {"weights_only": slice(0, 2 * nw), "x_only": slice(2 * nw, None)}.get(
             _DIAG, slice(None))  # (the stream probes that leave a stream out)
-        plgpu.emit_pipeline(step, grid=(k // tk,), max_concurrent_steps=steps,
-                            in_specs=specs[keep])(*refs[keep])
+        pipeline = functools.partial(
+            plgpu.emit_pipeline(step, grid=(k // tk,), max_concurrent_steps=steps,
+                                in_specs=specs[keep]), *refs[keep])
+        pad = probe_pad(nw, mp, tk, steps, keep)
+        if pad:
+            pl.run_scoped(lambda _: pipeline(), plgpu.SMEM((pad,), jnp.uint8))
+        else:
+            pipeline()
         return tuple(a[...] for a in acc_refs)
 
     accs = pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * nw)

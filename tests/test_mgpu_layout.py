@@ -715,6 +715,49 @@ def test_stream_probes_copy_only_their_streams(monkeypatch):
         FM.clear_trace_caches()
 
 
+def test_stream_probe_pad_leaves_an_sm_the_kernels_ctas(monkeypatch):
+    """``_DIAG_CTAS``: a stream probe's pipeline gets a shared-memory pad (a u8 scratch in the
+    kernel jaxpr) so that its stages, the pad and the 1 KB reserve let an SM hold exactly that
+    many CTAs; no pad without the cap, for a probe that is not a stream probe, or where the
+    stages are that large already; the padded probe lowers for CUDA."""
+    import re
+
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(6), (2, 512, 128)),
+                                 "nvfp4", axis=-2, global_scope="tensor"))
+    gs = jnp.array([3, 20], jnp.int32)
+    args = (w.codes, w.scales, jnp.zeros((48, 512), jnp.bfloat16), gs, jnp.cumsum(gs),
+            jnp.ones((2,), jnp.float32), jnp.ones((2,), jnp.float32))
+    # a stage's bytes at tk 256: codes, scales, and the x rows of an mp-16 chunk (24 with the pad)
+    codes, scales, x = 64 * 256 // 2, 4 * 64 * 4, FM.chunk_rows(16, False) * 256 * 2
+
+    def pads(diag, ctas):  # the u8 scratch sizes of the kernel jaxpr (a new function each call)
+        monkeypatch.setattr(FM, "_DIAG", diag)
+        monkeypatch.setattr(FM, "_DIAG_CTAS", ctas)
+        FM.clear_trace_caches()
+        f = lambda *a: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23, scaled=False)
+        return [int(v) for v in re.findall(r"u8\[(\d+)\]", str(jax.make_jaxpr(f)(*args)))]
+
+    try:
+        assert pads("stream_only", None) == [] and pads("no_decode", 2) == []
+        for diag, stage in (("stream_only", codes + scales + x), ("weights_only", codes + scales),
+                            ("x_only", x)):
+            for ctas in (1, 2, 3):
+                (pad,) = pads(diag, ctas)
+                assert FM._SMEM_PER_SM // (2 * stage + pad + 1024) == ctas, (diag, ctas, pad)
+        monkeypatch.setattr(FM, "_DIAG", "stream_only")
+        monkeypatch.setattr(FM, "_DIAG_CTAS", 2)
+        assert FM.probe_pad(2, 64, 256, 2) == 0  # the pair at mp 64: 100 KB of stages already
+        FM.clear_trace_caches()
+        txt = jax.jit(lambda *a: FM._grouped_direct(*a, mp=16, tk=256, steps=2, m=23,
+                                                    scaled=False)).trace(*args).lower(
+            lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in txt
+    finally:
+        FM.clear_trace_caches()
+
+
 @pytest.mark.parametrize("lay,mp,widths", [("rows", 16, (8, 16)), ("aligned", 16, (8,)),
                                            ("rows", 24, (16,))])
 def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, widths,

@@ -181,12 +181,23 @@ def test_mgpu_matmul_check_summary(tmp_path):
         "bf16=30.5"]
 
 
-def test_mgpu_matmul_check_refuses_an_unknown_probe(capsys):
-    """check_mgpu_matmul.py --diag: a misspelt probe stops before any GPU work, naming it."""
+def test_mgpu_matmul_check_parses_and_refuses_probes(capsys):
+    """check_mgpu_matmul.py --diag: probes in order, a stream probe with an optional CTA cap; a
+    misspelt probe, a cap on a probe that streams nothing alone or one that is no positive
+    integer, or a cap without --grouped stops before any GPU work, naming it."""
     from experiments import check_mgpu_matmul as CM
+    assert CM.parse_probes("no_decode,stream_only:2,x_only") == [
+        ("no_decode", None), ("stream_only", 2), ("x_only", None)]
+    for spec, msg in (("no_decode,nodecode", "unknown probe 'nodecode'"),
+                      ("no_decode:2", "'no_decode:2': a CTA cap"),
+                      ("weights_only:0", "'weights_only:0': a CTA cap"),
+                      ("x_only:two", "'x_only:two': a CTA cap")):
+        with pytest.raises(SystemExit):
+            CM.main(["--grouped", "--diag", spec])
+        assert msg in capsys.readouterr().err, spec
     with pytest.raises(SystemExit):
-        CM.main(["--diag", "no_decode,nodecode"])
-    assert "unknown probe(s) ['nodecode']" in capsys.readouterr().err
+        CM.main(["--diag", "stream_only:2"])
+    assert "for --grouped only" in capsys.readouterr().err
 
 
 def test_mgpu_swiglu_check_parses_and_refuses_knobs():
