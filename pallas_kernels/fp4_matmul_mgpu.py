@@ -241,6 +241,12 @@ def _mma_weights(accs, us, ss, x_smem, *, tk, serial, chunked=False):
             plgpu.wgmma_wait(0)
 
 
+def stage_sizes(nw: int, mp: int, tk: int) -> list[int]:
+    """Bytes of one K pipeline stage, per stream in :func:`_k_loop`'s order: the codes of each
+    of ``nw`` weight tiles, their scales, then the [mp, tk] bf16 x tile."""
+    return [ROWS * tk // 2] * nw + [tk // MG.SPAN * ROWS * 4] * nw + [mp * tk * 2]
+
+
 def probe_pad(nw: int, mp: int, tk: int, steps: int, keep: slice = slice(None)) -> int:
     """Bytes of shared memory a stream probe's K pipeline adds (:data:`_DIAG_CTAS`) so that its
     stages (``keep``: the streams it copies of codes, scales and x) and the pad with the CTA's
@@ -248,8 +254,7 @@ def probe_pad(nw: int, mp: int, tk: int, steps: int, keep: slice = slice(None)) 
     the cap, or where the stages are that large already."""
     if _DIAG not in STREAM_PROBES or not _DIAG_CTAS:
         return 0
-    sizes = [ROWS * tk // 2] * nw + [tk // MG.SPAN * ROWS * 4] * nw + [mp * tk * 2]
-    stages = steps * sum(sizes[keep])
+    stages = steps * sum(stage_sizes(nw, mp, tk)[keep])
     return max(0, _SMEM_PER_SM // (_DIAG_CTAS + 1) + 1 - 1024 - stages)
 
 
@@ -435,7 +440,7 @@ def dense_smem(mp: int, tk: int, steps: int, tiles: int = 1,
     (Pallas Mosaic GPU allocates scoped shared memory as a stack), so the larger of the two
     counts; else the sum (20a's resource dump: 55296 + 1024 at mp 8, tk 256, 4 stages)."""
     scoped = DENSE_OUT_SCOPED if scoped is None else scoped
-    stage = tiles * (ROWS * tk // 2 + tk // MG.SPAN * ROWS * 4) + mp * tk * 2
+    stage = sum(stage_sizes(tiles, mp, tk))
     out = tiles * ROWS * mp * 4
     return (max(steps * stage, out) if scoped else steps * stage + out) + 1024
 
