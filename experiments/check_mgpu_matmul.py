@@ -163,7 +163,8 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default="",
                     help="with --grouped: (mp, tk, steps) triples to time instead of the "
                          "library's pick, e.g. 56:256:2,40:256:2 (columns mgpu_mp56_tk256_s2, "
-                         "...; the first is the one --tiles, --widths and --diag use)")
+                         "...; each later one with its maxdiff against the first, the one --tiles, "
+                         "--widths and --diag use)")
     ap.add_argument("--widths", default="",
                     help="with --grouped: also time the first Mosaic config with these narrower "
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
@@ -494,7 +495,8 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if name == base:
                             first = out
-                        if a.aligned or name.startswith("mgpu_w"):
+                        if a.aligned or name.startswith("mgpu_w") or (
+                                name.startswith("mgpu_mp") and name != base):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))
