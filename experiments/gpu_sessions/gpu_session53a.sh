@@ -1,36 +1,44 @@
 #!/usr/bin/env bash
-# Issue 6, grouped kernel: does a deeper weight pipeline pay at the kernel's occupancy? Session 53
+# Issue 6, grouped kernel: a deeper weight pipeline at the kernel's occupancy. Session 53
 # (gpu_session52a.sh, H100, kernel device time) found, at 512 tokens with 2 CTAs an SM (the
 # kernel's occupancy): the weight stream alone (weights_only:2) 45.3 / 47.2 us, the whole TMA
 # stream (stream_only:2) 51.6 / 49.2, the kernel 62.4 / 65.1 (2048 x 768 / 768 x 2048). At 128
 # tokens the kernel equals its stream (45.5 vs stream_only:2 45.2; weights_only:2 42.1). Both
-# token counts run 2 pipeline stages: while a warpgroup decodes and multiplies one stage, one
-# stage is in flight, ~9 KB of weights a CTA (x is 12-32 KB more, from L2).
-# This call times the probes and the kernel with 3 and 4 stages (--knobs mp:tk:steps; the probes
-# use the first triple):
-#   512 tokens: weights_only:2 and x_only:2 at 4 stages, weights_only:2 at 3 (the kernel itself
-#     at 3-4 stages of 41 KB fits one CTA an SM; it is timed beside them all the same);
-#   128 tokens: the kernel at 2 / 3 / 4 stages (mp 16: 21 KB a stage, 4 stages still fit 2 CTAs
-#     an SM), weights_only:2 at 4 stages.
-# Prediction (before the run), H100: weights_only:2 at 4 stages 39-42 us at 512 tokens (2
-# stages: 45.3 / 47.2; the uncapped 3-CTA probe 42.6 / 46.8), at 128 tokens 38-40 (42.1); the
-# 128-token kernel at 4 stages 41-44 us (45.5 / 47.4 at 2).
-# Rule: weights_only:2 at 4 stages >= 3 us faster than at 2 stages at 512 tokens -> build the
-# split pipeline (weights 4 stages deep, x 2 stages: 2 x 36 + 2 x 64 KB fits 2 CTAs an SM) for
-# the 512-token kernel; the 128-token kernel at 3 or 4 stages >= 2% faster at both shapes with
-# maxdiff 0 -> make it default_grouped_knobs' decode pick. Otherwise neither.
-# ~6 min on an H100. Usage (repo root, with .whl/ carried):
+# run 2 pipeline stages: while a warpgroup decodes and multiplies one stage, one stage is in
+# flight, ~9 KB of weights a CTA; at mp 56 an x stage is 32 KB more (from L2), so 3-4 stages of
+# one pipeline do not fit 2 CTAs an SM.
+# New (CPU-tested: it lowers for CUDA, its jaxpr copies and waits as designed): the split K
+# pipeline (fp4_matmul_mgpu.GROUPED_X_STEPS, check_mgpu_matmul --split S:X[:NT]): weights in a
+# ring of S stages, x in one of X, each with its own barriers; S 4, X 2 is 102 KB a CTA at mp
+# 56 (2 CTAs an SM). This call:
+#   1. bit for bit against the default (check_mgpu_grouped_edge.py: 512 tokens and skewed groups,
+#      both expert shapes, 2 repeats): steps 4 / x 2, with the library's nt and with nt 1;
+#   2. 512 tokens: the default, nt 1 (no split), and the split 4:2, 3:2, 4:2:1, 3:2:1;
+#   3. 128 tokens: the kernel at 2 / 3 / 4 stages of one pipeline (mp 16: 21 KB a stage, 4 fit
+#      2 CTAs an SM) and the split 4:2.
+# Prediction (before the run), H100: 512 tokens, 2048 x 768 (nt 1): split 4:2 55-59 us (62.4),
+# 3:2 57-61; 768 x 2048: 4:2:1 (all 3 K steps' weights in flight at once) 58-63 us against the
+# default's 65.1 and nt 1's 66-68. 128 tokens: 4 stages 42-45 us (45.5 / 47.4 at 2).
+# Rule: the split >= 3% faster than the default at both 512-token shapes (its best S:X[:NT]
+# each), maxdiff 0 and the edge check passed -> default_grouped_knobs gives mp 56 calls steps 4
+# with GROUPED_X_STEPS 2; 128 tokens: 3 or 4 stages >= 2% faster at both shapes with maxdiff 0
+# -> the decode pick. Otherwise the default stays and the split is removed.
+# ~7 min on an H100. Usage (repo root, with .whl/ carried):
 #   bash experiments/gpu_sessions/gpu_session53a.sh
 source "$(dirname "$0")/../gpu_prelude.sh" r53a
 R="$OUT/r53a"; mkdir -p "$R"
 install_wheels
-grouped() {  # NAME TOKENS SECONDS KNOBS PROBES: check_mgpu_matmul --grouped into $R/NAME
-  timeout $(($3 + 20)) python3 experiments/check_mgpu_matmul.py --grouped --tokens "$2" \
-    --knobs "$4" --diag "$5" --max-seconds "$3" --out "$R/$1" > "$R/$1.txt" 2>&1
-  echo "$1 rc=$?"; grep -iE "error|fail" "$R/$1.txt" | head -3
-  grouped_summary "$R/$1/kernels_matmul_mgpu_grouped.json" | grep -v triton
+timeout 200 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
+  --repeats 2 --variants "steps=4,GROUPED_X_STEPS=2;steps=4,GROUPED_X_STEPS=2,nt=1" \
+  > "$R/edge.txt" 2>&1
+echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
+grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/NAME
+  local name=$1 tokens=$2 secs=$3; shift 3
+  timeout $((secs + 20)) python3 experiments/check_mgpu_matmul.py --grouped --tokens "$tokens" \
+    --max-seconds "$secs" --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
+  echo "$name rc=$?"; grep -iE "error|fail" "$R/$name.txt" | head -3
+  grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
 }
-grouped s4_512 512 110 56:256:4 weights_only:2,x_only:2
-grouped s3_512 512 80 56:256:3 weights_only:2
-grouped s4_128 128 130 16:256:4,16:256:2,16:256:3 weights_only:2
+grouped t512 512 130 --tiles 1 --split 4:2,3:2,4:2:1,3:2:1
+grouped t128 128 100 --knobs 16:256:2,16:256:3,16:256:4 --split 4:2
 exit 0
