@@ -812,3 +812,65 @@ def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, width
     ns = [sorted(int(v) for v in re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", t))
           for t in txt]
     assert ns == [[r], sorted((*widths, r))]  # one K pipeline (a wgmma of N = width) per width
+
+
+def test_split_k_pipeline_rings_and_refusals(monkeypatch):
+    """``GROUPED_X_STEPS`` below the steps: the grouped K loop streams the weights in a ring of
+    ``steps`` slots and x in one of GROUPED_X_STEPS, each with its own barriers (the kernel
+    jaxpr's barrier arrays, its prologue's and loop's copies and its two waits a step), for one
+    weight and for the fused pair; off (None, >= the steps, or a call with fewer K steps than
+    x stages) it is the one pipeline; a setting that is no positive int or whose slots exceed
+    an SM is refused by name; the split kernel with chunk widths lowers for CUDA."""
+    import re
+
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    wk = {k: FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(6), (2, k, 128)),
+                                      "nvfp4", axis=-2, global_scope="tensor"))
+          for k in (512, 1024)}
+    w = wk[1024]
+    gs = jnp.array([3, 20], jnp.int32)
+
+    def kernel_jaxpr(xs, pair, k=1024, steps=4, mp=16):
+        monkeypatch.setattr(FM, "GROUPED_X_STEPS", xs)
+        FM.clear_trace_caches()
+        ws = (wk[k], wk[k]) if pair else (wk[k],)
+        f = FM.fp4_grouped_swiglu_mgpu if pair else FM.fp4_grouped_matmul_mgpu
+        x = jnp.zeros((23, k), jnp.bfloat16)
+        return str(jax.make_jaxpr(lambda x, g: f(x, *ws, g, backend="mgpu", mp=mp, tk=256,
+                                                  steps=steps))(x, gs))
+
+    def rings(txt):  # (barrier array sizes, copies, waits)
+        return (sorted({int(v) for v in re.findall(r"barrier\[(\d+)\]", txt)}),
+                len(re.findall("copy_gmem_to_smem", txt)), len(re.findall("barrier_wait", txt)))
+
+    try:
+        for pair, nw in ((False, 1), (True, 2)):
+            # 4 K steps (K 1024, tk 256): prologue x 2 + weights 4 x (codes, scales) per
+            # weight, then a step's refills 1 + 2 nw; one pipeline: 2 nw + 1 copies twice
+            assert rings(kernel_jaxpr(2, pair)) == ([2, 4], 2 + 4 * 2 * nw + 1 + 2 * nw, 2)
+            assert rings(kernel_jaxpr(3, pair, steps=4)) == ([3, 4],
+                                                              3 + 4 * 2 * nw + 1 + 2 * nw, 2)
+            for xs, k in ((None, 1024), (4, 1024), (2, 512)):  # off; x as deep; 2 K steps
+                bars, copies, waits = rings(kernel_jaxpr(xs, pair, k=k))
+                assert len(bars) == 1 and waits == 1 and copies == 2 * (2 * nw + 1), (xs, k)
+        for bad, msg in ((0, "GROUPED_X_STEPS=0: use None or a positive int"),
+                         (2.0, "GROUPED_X_STEPS=2.0"),
+                         (2, "GROUPED_X_STEPS=2 with steps=8: the split K pipeline needs")):
+            monkeypatch.setattr(FM, "GROUPED_X_STEPS", bad)
+            FM.clear_trace_caches()
+            x = jnp.zeros((23, 4096), jnp.bfloat16)
+            wb = FM.prepare_mgpu(quantize(jnp.ones((2, 4096, 128)), "nvfp4", axis=-2,
+                                          global_scope="tensor"))
+            with pytest.raises(ValueError, match=re.escape(msg)):
+                FM.fp4_grouped_matmul_mgpu(x, wb, gs, backend="mgpu", mp=248, tk=256, steps=8)
+        monkeypatch.setattr(FM, "GROUPED_X_STEPS", 2)
+        FM.clear_trace_caches()
+        x = jnp.zeros((23, 1024), jnp.bfloat16)
+        txt = jax.jit(lambda x, g: FM.fp4_grouped_swiglu_mgpu(
+            x, w, w, g, backend="mgpu", mp=56, tk=256, steps=4, widths=(32,))).trace(
+            x, gs).lower(lowering_platforms=("cuda",)).as_text()
+        assert "mosaic_gpu" in txt
+        assert FM.split_smem(1, 64, 256, 4, 2) + 1024 <= FM._SMEM_PER_SM // 2  # 2 CTAs an SM
+    finally:
+        FM.clear_trace_caches()
