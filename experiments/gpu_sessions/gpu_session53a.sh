@@ -13,7 +13,7 @@
 # 56 (2 CTAs an SM). This call:
 #   1. bit for bit against the default (check_mgpu_grouped_edge.py: 512 tokens and skewed groups,
 #      both expert shapes, 2 repeats): steps 4 / x 2, with the library's nt and with nt 1;
-#   2. 512 tokens: the default, nt 1 (no split), and the split 4:2, 3:2, 4:1 (86 KB: x one
+#   2. 512 tokens: the default, nt 1 (no split), and the split 4:2, 3:2, 4:1 (68 KB: x one
 #      stage), 4:2:1 (nt 1);
 #   3. 128 tokens: the kernel at 2 / 3 / 4 stages of one pipeline (mp 16: 21 KB a stage, 4 fit
 #      2 CTAs an SM) and the split 4:2.
