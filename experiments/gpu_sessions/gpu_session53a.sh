@@ -25,12 +25,15 @@
 # with GROUPED_X_STEPS 2; 128 tokens: 3 or 4 stages >= 2% faster at both shapes with maxdiff 0
 # -> the decode pick. Otherwise the default stays and the split is removed.
 # ~7 min on an H100. Usage (repo root, with .whl/ carried):
-#   bash experiments/gpu_sessions/gpu_session53a.sh
+#   [QUICK=1] bash experiments/gpu_sessions/gpu_session53a.sh
+# QUICK=1 (~4.5 min, for a call with little device time left): the edge check with 1 repeat,
+# 512 tokens with the split 4:2, 4:1, 4:2:1 only, no 128 tokens.
 source "$(dirname "$0")/../gpu_prelude.sh" r53a
 R="$OUT/r53a"; mkdir -p "$R"
 install_wheels
+quick=${QUICK:-0}
 timeout 200 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
-  --repeats 2 --variants "steps=4,GROUPED_X_STEPS=2;steps=4,GROUPED_X_STEPS=2,nt=1" \
+  --repeats $([ "$quick" = 1 ] && echo 1 || echo 2) --variants "steps=4,GROUPED_X_STEPS=2;steps=4,GROUPED_X_STEPS=2,nt=1" \
   > "$R/edge.txt" 2>&1
 echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
 grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/NAME
@@ -40,6 +43,7 @@ grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/
   echo "$name rc=$?"; grep -iE "error|fail" "$R/$name.txt" | head -3
   grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
 }
+if [ "$quick" = 1 ]; then grouped t512 512 100 --tiles 1 --split 4:2,4:1,4:2:1; exit 0; fi
 grouped t512 512 140 --tiles 1 --split 4:2,3:2,4:1,4:2:1
 grouped t128 128 100 --knobs 16:256:2,16:256:3,16:256:4 --split 4:2
 exit 0
