@@ -225,9 +225,10 @@ def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
     assert CS.parse_knobs("serial=0,nt=2;mp=16") == [{}, {"serial": 0, "nt": 2}, {"mp": 16}]
+    assert CS.parse_knobs("steps=4,xsteps=1") == [{}, {"steps": 4, "xsteps": 1}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("nt=0", "nt=0 does not")):
+                     ("nt=0", "nt=0 does not"), ("xsteps=0", "xsteps=0")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 

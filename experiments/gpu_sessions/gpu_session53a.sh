@@ -12,19 +12,22 @@
 # ring of S stages, x in one of X, each with its own barriers; S 4, X 2 is 102 KB a CTA at mp
 # 56 (2 CTAs an SM). This call:
 #   1. bit for bit against the default (check_mgpu_grouped_edge.py: 512 tokens and skewed groups,
-#      both expert shapes, 2 repeats): steps 4 / x 2, with the library's nt and with nt 1;
+#      both expert shapes and the fused pair, 2 repeats): steps 4 with x 2 (nt 1) and x 1;
 #   2. 512 tokens: the default, nt 1 (no split), and the split 4:2, 3:2, 4:1 (68 KB: x one
 #      stage), 4:2:1 (nt 1);
-#   3. 128 tokens: the kernel at 2 / 3 / 4 stages of one pipeline (mp 16: 21 KB a stage, 4 fit
+#   3. the fused gate / up pair at 512 tokens (check_mgpu_swiglu.py): the split 4:1 and 3:1
+#      (x one stage: 104 / 86 KB a CTA; 4:2 would be 136 KB, one CTA an SM);
+#   4. 128 tokens: the kernel at 2 / 3 / 4 stages of one pipeline (mp 16: 21 KB a stage, 4 fit
 #      2 CTAs an SM) and the split 4:2.
 # Prediction (before the run), H100: 512 tokens, 2048 x 768 (nt 1): split 4:2 55-59 us (62.4),
 # 3:2 57-61; 768 x 2048: 4:2:1 (all 3 K steps' weights in flight at once) 58-63 us against the
-# default's 65.1 and nt 1's 66-68. 128 tokens: 4 stages 42-45 us (45.5 / 47.4 at 2).
+# default's 65.1 and nt 1's 66-68. The pair 4:1 100-108 us (112.1). 128 tokens: 4 stages
+# 42-45 us (45.5 / 47.4 at 2).
 # Rule: the split >= 3% faster than the default at both 512-token shapes (its best S:X[:NT]
 # each), maxdiff 0 and the edge check passed -> default_grouped_knobs gives mp 56 calls steps 4
 # with GROUPED_X_STEPS 2; 128 tokens: 3 or 4 stages >= 2% faster at both shapes with maxdiff 0
 # -> the decode pick. Otherwise the default stays and the split is removed.
-# ~7 min on an H100. Usage (repo root, with .whl/ carried):
+# ~8.5 min on an H100. Usage (repo root, with .whl/ carried):
 #   [QUICK=1] bash experiments/gpu_sessions/gpu_session53a.sh
 # QUICK=1 (~4.5 min, for a call with little device time left): the edge check with 1 repeat,
 # 512 tokens with the split 4:2, 4:1, 4:2:1 only, no 128 tokens.
@@ -33,7 +36,7 @@ R="$OUT/r53a"; mkdir -p "$R"
 install_wheels
 quick=${QUICK:-0}
 timeout 200 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
-  --repeats $([ "$quick" = 1 ] && echo 1 || echo 2) --variants "steps=4,GROUPED_X_STEPS=2;steps=4,GROUPED_X_STEPS=2,nt=1" \
+  --repeats $([ "$quick" = 1 ] && echo 1 || echo 2) --pair --variants "steps=4,GROUPED_X_STEPS=2,nt=1;steps=4,GROUPED_X_STEPS=1" \
   > "$R/edge.txt" 2>&1
 echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
 grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/NAME
@@ -45,5 +48,8 @@ grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/
 }
 if [ "$quick" = 1 ]; then grouped t512 512 100 --tiles 1 --split 4:2,4:1,4:2:1; exit 0; fi
 grouped t512 512 140 --tiles 1 --split 4:2,3:2,4:1,4:2:1
+timeout 130 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
+  --knobs "steps=4,xsteps=1;steps=3,xsteps=1" > "$R/pair.txt" 2>&1
+echo "pair rc=$?"; grep -E "^\|? *512" "$R/pair.txt" | head -3
 grouped t128 128 100 --knobs 16:256:2,16:256:3,16:256:4 --split 4:2
 exit 0
