@@ -165,12 +165,6 @@ def main(argv=None) -> int:
                          "library's pick, e.g. 56:256:2,40:256:2 (columns mgpu_mp56_tk256_s2, "
                          "...; each later one with its maxdiff against the first, the one --tiles, "
                          "--widths and --diag use)")
-    ap.add_argument("--split", default="",
-                    help="with --grouped: also time the first Mosaic config with a split K "
-                         "pipeline, weights S stages deep and x X (fp4_matmul_mgpu."
-                         "GROUPED_X_STEPS), as S:X[:NT] entries, e.g. 4:2,4:2:1 (columns "
-                         "mgpu_split_s4_x2, mgpu_split_s4_x2_nt1, each with its maxdiff "
-                         "against the first config; NT: weight tiles a program)")
     ap.add_argument("--widths", default="",
                     help="with --grouped: also time the first Mosaic config with these narrower "
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
@@ -184,12 +178,6 @@ def main(argv=None) -> int:
         probes = parse_probes(a.diag)
     except ValueError as e:
         ap.error(f"--diag: {e}")
-    try:
-        splits = parse_splits(a.split)
-    except ValueError as e:
-        ap.error(f"--split: {e}")
-    if splits and not a.grouped:
-        ap.error("--split is for --grouped only")
     if any(ctas for _, ctas in probes) and not a.grouped:
         ap.error("--diag: a stream probe's CTA cap (probe:N) is for --grouped only")
     if a.knobs:
@@ -391,26 +379,6 @@ def parse_probes(spec: str) -> list[tuple[str, int | None]]:
     return out
 
 
-def parse_splits(spec: str) -> list[tuple[int, int, int | None]]:
-    """``"4:2,3:2:1"`` -> [(4, 2, None), (3, 2, 1)]: --split's (weight stages, x stages, weight
-    tiles a program or None for the library's). ValueError names an entry that is not 2-3
-    positive integers with fewer x stages than weight stages."""
-    out = []
-    for part in filter(None, spec.split(",")):
-        f = part.split(":")
-        if not (2 <= len(f) <= 3 and all(v.isdigit() and int(v) >= 1 for v in f)
-                and int(f[1]) < int(f[0])):
-            raise ValueError(f"{part!r}: expected S:X or S:X:NT, positive integers with X < S "
-                             "(x stages fewer than weight stages), e.g. 4:2")
-        out.append((int(f[0]), int(f[1]), int(f[2]) if len(f) == 3 else None))
-    return out
-
-
-def split_column(steps: int, xsteps: int, nt: int | None) -> str:
-    """The --split column of (weight stages, x stages, weight tiles a program)."""
-    return f"mgpu_split_s{steps}_x{xsteps}" + (f"_nt{nt}" if nt else "")
-
-
 def parse_knobs(spec: str) -> tuple[tuple[int, int, int], ...]:
     """``"56:256:2,40:256:2"`` -> ((56, 256, 2), (40, 256, 2)): --knobs' (mp, tk, steps)."""
     try:
@@ -500,11 +468,6 @@ def grouped(a, argv) -> int:
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
                             x_layout=lay, nt=nt, widths=base_ws)), wm, "body", None))
-            for st, xs, snt in parse_splits(a.split):  # the split K pipeline's columns
-                runs.append((split_column(st, xs, snt), jax.jit(
-                    lambda x, w, g, st=st, snt=snt: FM.fp4_grouped_matmul_mgpu(
-                        x, w, g, mp=mp0, tk=tk0, steps=st, backend="mgpu", x_layout=lay,
-                        nt=snt, widths=base_ws)), wm, "body", {"GROUPED_X_STEPS": xs}))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body", None))
@@ -532,7 +495,7 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if name == base:
                             first = out
-                        if a.aligned or name.startswith(("mgpu_w", "mgpu_split")) or (
+                        if a.aligned or name.startswith("mgpu_w") or (
                                 name.startswith("mgpu_mp") and name != base):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)

@@ -45,13 +45,10 @@ def parse_knobs(spec: str) -> list[dict]:
             kv = {k: int(v) for k, v in (p.split("=") for p in part.split(","))}
         except ValueError:
             raise SystemExit(f"--knobs: {part!r} is not name=integer[,name=integer...]") from None
-        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths", "xsteps"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
-                             f"serial, nt, widths, xsteps)")
-        if kv.get("xsteps", 1) < 1:
-            raise SystemExit(f"--knobs: xsteps={kv['xsteps']} (x stages of the split K "
-                             f"pipeline: a positive integer)")
+                             f"serial, nt, widths)")
         if kv.get("widths", 1) not in (0, 1):
             raise SystemExit(f"--knobs: widths={kv['widths']} (0: one chunk width, 1: "
                              f"fp4_matmul_mgpu.GROUPED_WIDTHS)")
@@ -68,12 +65,10 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default="tk=128",
                     help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
                          "steps, serial (0 / 1: fp4_matmul_mgpu.SERIAL_TILES), nt "
-                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS), "
-                         "xsteps (GROUPED_X_STEPS: x stages of the split K pipeline)")
+                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
-    serial0, nt0, widths0, xs0 = (FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS,
-                                  FM.GROUPED_X_STEPS)  # the defaults
+    serial0, nt0, widths0 = FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS  # defaults
     bw = devtime.report_copy_bandwidth(1 << 30)
     prep = jax.jit(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor")))
     wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (E, K, N), jnp.float32))
@@ -98,15 +93,13 @@ def main(argv=None) -> int:
             knobs = tuple(v.get(k) for k in ("mp", "tk", "steps"))
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
                 kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
-                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else (),
-                xsteps=v.get("xsteps", xs0))))
+                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else ())))
         runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
             FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
             FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
             FM.GROUPED_WIDTHS = kw.pop("widths", widths0)
-            FM.GROUPED_X_STEPS = kw.pop("xsteps", xs0)
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
             try:
                 out = f(xin, wg, wu, gs)

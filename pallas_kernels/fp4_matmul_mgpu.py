@@ -258,15 +258,12 @@ def probe_pad(nw: int, mp: int, tk: int, steps: int, keep: slice = slice(None)) 
     return max(0, _SMEM_PER_SM // (_DIAG_CTAS + 1) + 1 - 1024 - stages)
 
 
-def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False,
-            xsteps=None):
+def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
     tuples of weights that share the x tile (the fused gate / up): one pipeline streams them all
     and each step issues one wgmma per weight; then a tuple of products. ``serial``: wait for
-    each weight's wgmma before decoding the next (one decoded A tile live at a time).
-    ``xsteps`` below ``steps``: the weights stream ``steps`` stages deep and x ``xsteps``
-    (:func:`_split_pipeline`); the same wgmmas in the same order."""
+    each weight's wgmma before decoding the next (one decoded A tile live at a time)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -274,15 +271,6 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
     us, ss = (u_rows, s_rows) if multi else ((u_rows,), (s_rows,))
     nw = len(us)
     x_tr = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
-    if xsteps is not None and xsteps < min(steps, k // tk):
-        if _DIAG in STREAM_PROBES or chunked:
-            raise ValueError("the split K pipeline (xsteps < steps) has no stream probes and "
-                             "no chunked wgmmas")
-        accs = pl.run_scoped(
-            lambda *a: _split_pipeline(a, us, ss, x_rows, k=k, mp=mp, tk=tk, steps=steps,
-                                       xsteps=xsteps, serial=serial, x_tr=x_tr),
-            *[plgpu.ACC((ROWS, mp), jnp.float32)] * nw)
-        return accs if multi else accs[0]
 
     def compute(*acc_refs):
         def step(_, *smem):
@@ -310,71 +298,6 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
 
     accs = pl.run_scoped(compute, *[plgpu.ACC((ROWS, mp), jnp.float32)] * nw)
     return accs if multi else accs[0]
-
-
-def _split_pipeline(acc_refs, us, ss, x_rows, *, k, mp, tk, steps, xsteps, serial, x_tr):
-    """:func:`_k_loop`'s K pipeline with two rings of shared-memory slots: the weights' codes and
-    scales ``steps`` K steps deep, x ``xsteps`` deep, each ring with its own TMA barriers. A
-    step waits for both slots, issues its wgmmas (:func:`_mma_weights`), waits for them, then
-    refills its weight slot with step + ``steps`` and its x slot with step + ``xsteps``. A weight
-    stage is ~1 / 4 of an x stage at mp 56, so the weights keep more bytes in flight than one
-    pipeline of ``xsteps`` stages in the same shared memory (:func:`split_smem`). Returns the
-    products (f32 [64, mp] each)."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    nw, nk = len(us), k // tk
-    ws, xs = min(steps, nk), min(xsteps, nk)
-    scratch = [*[plgpu.SMEM((ws, ROWS, tk // 8), jnp.uint32)] * nw,
-               *[plgpu.SMEM((ws, tk // MG.SPAN, ROWS), jnp.uint32)] * nw,
-               plgpu.SMEM((xs, mp, tk), jnp.bfloat16, transforms=x_tr),
-               plgpu.Barrier(num_arrivals=2 * nw, num_barriers=ws),
-               plgpu.Barrier(num_arrivals=1, num_barriers=xs)]
-
-    def scoped(*refs):
-        u_smem, s_smem = refs[:nw], refs[nw:2 * nw]
-        x_smem, wbar, xbar = refs[2 * nw:]
-
-        def fetch_w(kk, slot):  # K step kk's code and scale words into weight slot ``slot``
-            for u, dst in zip(us, u_smem):
-                plgpu.copy_gmem_to_smem(u.at[:, pl.ds(kk * (tk // 8), tk // 8)], dst.at[slot],
-                                        wbar.at[slot])
-            for sr, dst in zip(ss, s_smem):
-                plgpu.copy_gmem_to_smem(sr.at[pl.ds(kk * (tk // MG.SPAN), tk // MG.SPAN), :],
-                                        dst.at[slot], wbar.at[slot])
-
-        def fetch_x(kk, slot):
-            plgpu.copy_gmem_to_smem(x_rows.at[:, pl.ds(kk * tk, tk)], x_smem.at[slot],
-                                    xbar.at[slot])
-
-        for kk in range(max(ws, xs)):  # the prologue: step 0's x first
-            if kk < xs:
-                fetch_x(kk, kk)
-            if kk < ws:
-                fetch_w(kk, kk)
-
-        def step(kk, carry):
-            wsl, xsl = jax.lax.rem(kk, ws), jax.lax.rem(kk, xs)
-            plgpu.barrier_wait(wbar.at[wsl])
-            plgpu.barrier_wait(xbar.at[xsl])
-            _mma_weights(acc_refs, [u.at[wsl] for u in u_smem], [sr.at[wsl] for sr in s_smem],
-                         x_smem.at[xsl], tk=tk, serial=serial)
-            plgpu.wgmma_wait(0)  # (both slots' reads are done: refill them)
-            pl.when(kk + ws < nk)(lambda: fetch_w(kk + ws, wsl))
-            pl.when(kk + xs < nk)(lambda: fetch_x(kk + xs, xsl))
-            return carry
-
-        jax.lax.fori_loop(0, nk, step, 0)
-
-    pl.run_scoped(scoped, *scratch)
-    return tuple(a[...] for a in acc_refs)
-
-
-def split_smem(nw: int, mp: int, tk: int, steps: int, xsteps: int) -> int:
-    """Shared memory bytes of :func:`_split_pipeline`'s slots: ``steps`` weight stages (codes
-    and scales of ``nw`` tiles) and ``xsteps`` x stages (:func:`stage_sizes`), barriers aside."""
-    sizes = stage_sizes(nw, mp, tk)
-    return steps * sum(sizes[:-1]) + xsteps * sizes[-1]
 
 
 # Where the dense kernel's f32 output tile lives in shared memory: True, a scope opened after
@@ -888,34 +811,13 @@ GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
 # K step (``GROUPED_CHUNKED``, so the next span decodes under the previous span's wgmma; the
 # dense kernel's ``chunked``) stored the default's output bit for bit and was 3-9% slower (512
 # tokens: 66.9 / 67.8 against 63.3 / 65.5 us; 128 tokens: 51.5 against 47.4; the pair 117.6
-# against 112.1). Removed in session 52 (commit 6255351 has it).
-
-# x stages of the grouped K pipeline, when fewer than its ``steps``: the weights then stream in
-# their own ring of ``steps`` stages and x in one of GROUPED_X_STEPS (:func:`_split_pipeline`),
-# so that, at mp 56 (x stages of 32 KB against 9 KB of weights), deeper weight stages fit the
-# shared memory of the kernel's 2 CTAs an SM: steps 4 with 2 x stages needs 100 KB a CTA, one
-# pipeline of 4 stages 164 KB. None (or >= steps): one pipeline. Read at trace time; a setting
-# whose slots exceed an SM's shared memory is refused. Session 53 (gpu_session52a.sh, H100,
-# 512 tokens) found the kernel's weight stream at its 2 CTAs an SM 45-47 us of its 62-65.
-GROUPED_X_STEPS: int | None = None
-
-
-def _x_steps(tiles: int, r: int, tk: int, steps: int) -> int | None:
-    """:data:`GROUPED_X_STEPS` for a grouped call with ``tiles`` weight tiles a K step (nt x
-    weights), chunks of ``r`` rows and ``steps`` stages: None where it does not split the
-    pipeline; a ValueError where it is not a positive int or its slots exceed an SM."""
-    xs = GROUPED_X_STEPS
-    if xs is None or (isinstance(xs, int) and xs >= steps):
-        return None
-    if not isinstance(xs, int) or xs < 1:
-        raise ValueError(f"fp4_matmul_mgpu.GROUPED_X_STEPS={xs!r}: use None or a positive int")
-    need = split_smem(tiles, r, tk, steps, xs) + 1024
-    if need > _SMEM_PER_SM:
-        raise ValueError(f"fp4_matmul_mgpu.GROUPED_X_STEPS={xs} with steps={steps}: the split "
-                         f"K pipeline needs {need} bytes of shared memory a CTA, more than an "
-                         f"SM's {_SMEM_PER_SM} (chunks of {r} rows, tk {tk}, {tiles} weight "
-                         f"tiles a step)")
-    return xs
+# against 112.1). Removed in session 52 (commit 6255351 has it). A split K pipeline (the
+# weights in a ring of 3-4 stages, x in one of 1-2, each ring with its own barriers: deeper
+# weight stages within 2 CTAs an SM, ``GROUPED_X_STEPS``) stored the default's output bit for
+# bit and was slower at every shape on an H100 (53a, 512 tokens: 65.0-84.6 against 62.9 us at
+# 2048 x 768, 79.3-97.6 against 65.4 at 768 x 2048, the pair 136.8 / 139.9 against 111.2); one
+# pipeline of 3 / 4 stages at 128 tokens (mp 16, still 2 CTAs an SM) was 5-13% slower than 2.
+# Removed in session 53 (commit 20d67ba has it).
 
 
 def chunk_rows(mp: int, aligned: bool) -> int:
@@ -1056,10 +958,9 @@ def _grouped_weights(codes, scales, gscale, tk):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths", "xsteps"))
+                                             "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
-                    xsteps=None):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -1069,8 +970,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
-    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
-    ``xsteps``: x stages of a split K pipeline (:data:`GROUPED_X_STEPS`)."""
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -1102,7 +1002,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
                 acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
                               tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
                               x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
-                              tk=tk, steps=steps, serial=serial, xsteps=xsteps)
+                              tk=tk, steps=steps, serial=serial)
                 for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
                     _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
                                 scale, *cols, n0, m)
@@ -1125,7 +1025,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=(), xsteps=None):
+                             serial=False, nt=1, widths=()):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1133,8 +1033,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt, xsteps  # (the N tiling and the K pipeline do not change what
-    # a column stores)
+    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1305,5 +1204,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
-             xsteps=_x_steps(len(ws) * nt, r, min(tk, k), min(steps, k // min(tk, k))))
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)

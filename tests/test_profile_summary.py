@@ -200,23 +200,6 @@ def test_mgpu_matmul_check_parses_and_refuses_probes(capsys):
     assert "for --grouped only" in capsys.readouterr().err
 
 
-def test_mgpu_matmul_check_parses_and_refuses_splits(capsys):
-    """check_mgpu_matmul.py --split: S:X[:NT] entries in order with their column names; an
-    entry with x stages not below the weight stages, a zero, a word or a wrong field count, or
-    --split without --grouped, stops before any GPU work, naming it."""
-    from experiments import check_mgpu_matmul as CM
-    assert CM.parse_splits("4:2,3:1:1") == [(4, 2, None), (3, 1, 1)]
-    assert [CM.split_column(*t) for t in CM.parse_splits("4:2,3:1:1")] == [
-        "mgpu_split_s4_x2", "mgpu_split_s3_x1_nt1"]
-    for spec in ("4:4", "2:3", "4:0", "4:2:0", "four:2", "4", "4:2:1:1"):
-        with pytest.raises(SystemExit):
-            CM.main(["--grouped", "--split", f"4:2,{spec}"])
-        assert f"{spec!r}: expected S:X or S:X:NT" in capsys.readouterr().err, spec
-    with pytest.raises(SystemExit):
-        CM.main(["--split", "4:2"])
-    assert "--split is for --grouped only" in capsys.readouterr().err
-
-
 def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     """check_mgpu_swiglu.py --knobs: the default first, then each ';'-separated set; an unknown
     knob, a non-integer, an nt that does not tile N, or a widths other than 0 / 1 stops before
@@ -225,10 +208,9 @@ def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
     assert CS.parse_knobs("serial=0,nt=2;mp=16") == [{}, {"serial": 0, "nt": 2}, {"mp": 16}]
-    assert CS.parse_knobs("steps=4,xsteps=1") == [{}, {"steps": 4, "xsteps": 1}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("nt=0", "nt=0 does not"), ("xsteps=0", "xsteps=0")):
+                     ("nt=0", "nt=0 does not")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran in session 53 on an H100 (experiments/results/gpu/session53/53a/): the split K pipeline
+# stored the default's output bit for bit and was slower at every shape; it is removed (commit
+# 20d67ba has it, GROUPED_X_STEPS and --split / xsteps), so this script no longer runs as written.
 # Issue 6, grouped kernel: a deeper weight pipeline at the kernel's occupancy. Session 53
 # (gpu_session52a.sh, H100, kernel device time) found, at 512 tokens with 2 CTAs an SM (the
 # kernel's occupancy): the weight stream alone (weights_only:2) 45.3 / 47.2 us, the whole TMA
