@@ -46,9 +46,10 @@ SHAPES = ((4, 1024), (32, 8192), (32, 32768), (111, 32768))
 _SHORT = {"sub": "s", "lazy_sum": "L", "steps": "k", "p_terms": "t", "fast_full": "F",
           "approx": "A", "no_auto_barriers": "N", "num_splits": "p"}
 # The Triton v6 kernel's knobs (keywords of attention_triton.decode_attention_triton)
-# (bf16_p=1: precision="bf16", P rounded to bf16 in P.V instead of the f32 hi + lo split)
+# (bf16_p=1: precision="bf16", P rounded to bf16 in P.V instead of the f32 hi + lo split;
+# bf16_partials=1: the split partials in bf16, partial_dtype)
 _TRITON_SHORT = {"num_splits": "p", "split_target": "T", "block_k": "b", "num_warps": "w",
-                 "num_stages": "n", "bf16_p": "P", "late_vt": "V"}
+                 "num_stages": "n", "bf16_p": "P", "late_vt": "V", "bf16_partials": "B"}
 
 
 def parse_variants(spec: str, known: dict = _SHORT) -> list[dict]:
@@ -96,9 +97,10 @@ def valid_kv_bytes(lengths, fmt: str, h: int = H, d: int = D) -> int:
     return kv_bytes(1, h, int(sum(int(n) for n in lengths)), d, fmt)
 
 
-def _triton(q, c, n, bf16_p=0, **knobs):
+def _triton(q, c, n, bf16_p=0, bf16_partials=0, **knobs):
     precision = "bf16" if bf16_p else "f32"
     return decode_attention_triton(q, c[0], c[1], n, sm_scale=D ** -0.5, precision=precision,
+                                   partial_dtype=jnp.bfloat16 if bf16_partials else None,
                                    **knobs)
 
 

@@ -133,9 +133,10 @@ def test_sweep_header_names_the_device_and_the_command():
     assert lines[1:] == ["", "command: `python x.py --a 1`", "", "a note.", ""]
 
 
-def test_mgpu_attention_check_variants_and_summary(tmp_path):
+def test_mgpu_attention_check_variants_and_summary(tmp_path, monkeypatch):
     """check_mgpu_attention.py's variant specs (keyword sets, unknown keywords refused by name),
-    their column names, and --summary's lines from a written sweep."""
+    their column names, the Triton call each Triton variant makes (bf16_p: P's precision,
+    bf16_partials: the partials' dtype), and --summary's lines from a written sweep."""
     from experiments import check_mgpu_attention as CM
     from pallas_kernels import devtime
     assert CM.parse_variants("") == [{}]
@@ -149,6 +150,12 @@ def test_mgpu_attention_check_variants_and_summary(tmp_path):
     assert [CM.variant_name(x, CM._TRITON_SHORT) for x in t] == ["default", "p64", "T4096"]
     with pytest.raises(SystemExit, match="unknown variant keyword 'sub'"):
         CM.parse_variants("sub=2", CM._TRITON_SHORT)  # a Mosaic knob is not a Triton one
+    seen = []  # the Triton call's precision and partial dtype per variant
+    monkeypatch.setattr(CM, "decode_attention_triton",
+                        lambda *a, **kw: seen.append((kw["precision"], kw["partial_dtype"])))
+    for kw in CM.parse_variants(";bf16_partials=1;bf16_p=1,num_splits=4", CM._TRITON_SHORT):
+        CM._triton(None, (None, None), None, **kw)
+    assert seen == [("f32", None), ("f32", jnp.bfloat16), ("bf16", None)]
     rows = [dict(batch=8, context=1024, mgpu_us=10.0, mgpu_pct_copy=50.0, mgpu_relerr=1e-5,
                  triton_us=12.5, triton_pct_copy=40.0, triton_relerr=2e-5)]
     devtime.write_sweep(str(tmp_path), "kernels_attention_mgpu", ["# t"], rows, 4.3e12)

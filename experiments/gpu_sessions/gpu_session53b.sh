@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 7, the short-split shapes (8 x 8K, 32 x 8K, 8 x 32K: 256 cache rows a split, 55-68% of
+# copy on an H100, session 50): the split partials in bf16. At 256 rows a split a program's f32
+# partials (8 query heads x 128 + m, l: ~4 KB) are written by the attention kernel and read by
+# the combine, ~22% of the call's KV bytes (8 x 32K: 4096 programs, 16.8 MB each way against
+# 151 MB of cache); at 1024 rows (32 x 32K, the control) ~5%. bf16 partials halve them
+# (decode_attention_triton(partial_dtype=bf16), session 17: -4.6% at 32 x 32K on an H200 under
+# the old split rule, +1.3-2.3% at the large shapes, where the kernel's loop scheduled worse).
+# Prediction (before the run), H100, NVFP4 f32 P, device time of the call: bf16 partials 4-8%
+# faster at the three 256-row shapes, within +-2% at 32 x 32K; max abs diff ~1 bf16 ulp.
+# Rule: >= 3% faster at all three 256-row shapes and relerr within 2x of f32's -> bf16 partials
+# become the default where a split holds <= 256 rows (as late_vt's rule goes by split rows).
+# ~2 min on an H100. Usage (repo root, with .whl/ carried):
+#   bash experiments/gpu_sessions/gpu_session53b.sh
+source "$(dirname "$0")/../gpu_prelude.sh" r53b
+R="$OUT/r53b"; mkdir -p "$R"
+install_wheels
+timeout 110 python3 experiments/check_mgpu_attention.py --no-mosaic --fmt nvfp4 \
+  --shapes 8:8192,32:8192,8:32768,32:32768 --triton-variants ";bf16_partials=1" \
+  --out "$R/partials" > "$R/partials.txt" 2>&1
+echo "partials rc=$?"; grep -iE "error|fail" "$R/partials.txt" | head -3
+python3 experiments/check_mgpu_attention.py --summary "$R/partials/kernels_attention_mgpu.json"
+exit 0
