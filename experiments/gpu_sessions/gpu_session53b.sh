@@ -2,8 +2,8 @@
 # Issue 7, the short-split shapes (8 x 8K, 32 x 8K, 8 x 32K: 256 cache rows a split, 55-68% of
 # copy on an H100, session 50): the split partials in bf16. At 256 rows a split a program's f32
 # partials (8 query heads x 128 + m, l: ~4 KB) are written by the attention kernel and read by
-# the combine, ~22% of the call's KV bytes (8 x 32K: 4096 programs, 16.8 MB each way against
-# 151 MB of cache); at 1024 rows (32 x 32K, the control) ~5%. bf16 partials halve them
+# the combine, ~22% more than the call's KV bytes (8 x 32K: 4096 programs, 16.8 MB each way
+# against 151 MB of cache); at 1024 rows (32 x 32K, the control) ~5%. bf16 partials halve them
 # (decode_attention_triton(partial_dtype=bf16), session 17: -4.6% at 32 x 32K on an H200 under
 # the old split rule, +1.3-2.3% at the large shapes, where the kernel's loop scheduled worse).
 # Prediction (before the run), H100, NVFP4 f32 P, device time of the call: bf16 partials 4-8%
