@@ -495,7 +495,8 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if name == base:
                             first = out
-                        if a.aligned or name.startswith("mgpu_w") or (
+                        # (the width columns mgpu_w32..., not the probe mgpu_weights_only)
+                        if a.aligned or re.match(r"mgpu_w\d", name) or (
                                 name.startswith("mgpu_mp") and name != base):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
