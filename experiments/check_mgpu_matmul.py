@@ -170,6 +170,13 @@ def main(argv=None) -> int:
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
+    ap.add_argument("--tiled", action="store_true",
+                    help="with --grouped: also time the first Mosaic config, and each --diag "
+                         "probe, with the weights tiled so that each (64-row tile, K step) box "
+                         "is contiguous (fp4_matmul_mgpu.GROUPED_TILED_WEIGHTS; columns "
+                         "mgpu_tiled, with maxdiff against the first config, and "
+                         "mgpu_<probe>_tiled; compare kernel_us: the wrapper re-lays the "
+                         "weights on every call)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -477,12 +484,20 @@ def grouped(a, argv) -> int:
                         lambda x, w, g, amp=amp: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=amp, backend="mgpu", x_layout="aligned")), wm, "body",
                         None))
+            def first_cfg():  # a new jit per column: its module knobs are read when it traces
+                return jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
+                    x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu", x_layout=lay,
+                    widths=base_ws))
+
+            if a.tiled:
+                runs.append(("mgpu_tiled", first_cfg(), wm, "body",
+                             {"GROUPED_TILED_WEIGHTS": True}))
             for probe, ctas in parse_probes(a.diag):  # timing probes of the first config
-                runs.append((f"mgpu_{probe}" + (f"_c{ctas}" if ctas else ""), jax.jit(
-                    lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                        x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                        x_layout=lay, widths=base_ws)), wm, "body",
-                    {"_DIAG": probe, "_DIAG_CTAS": ctas}))
+                col = f"mgpu_{probe}" + (f"_c{ctas}" if ctas else "")
+                for tiled in (False, True) if a.tiled else (False,):
+                    runs.append((col + ("_tiled" if tiled else ""), first_cfg(), wm, "body",
+                                 {"_DIAG": probe, "_DIAG_CTAS": ctas,
+                                  "GROUPED_TILED_WEIGHTS": tiled}))
             first = None  # the first Mosaic config's output (--aligned, --widths compare
             # with it; their maxdiff is NaN where it did not run)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
@@ -496,8 +511,8 @@ def grouped(a, argv) -> int:
                         if name == base:
                             first = out
                         # (the width columns mgpu_w32..., not the probe mgpu_weights_only)
-                        if a.aligned or re.match(r"mgpu_w\d", name) or (
-                                name.startswith("mgpu_mp") and name != base):
+                        if a.aligned or re.match(r"mgpu_w\d", name) or name == "mgpu_tiled" \
+                                or (name.startswith("mgpu_mp") and name != base):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

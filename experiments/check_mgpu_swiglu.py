@@ -5,7 +5,8 @@ expert shape (128 experts, top-8, d_model 2048, expert width 768).
   python experiments/check_mgpu_swiglu.py [--tokens 27,32,111,128,512] [--knobs "tk=128;steps=3"]
 
 ``--knobs`` also takes ``widths=0`` (the fused call with one chunk width, ``GROUPED_WIDTHS``
-set to ()) to time the chunk widths against the default that has them.
+set to ()) to time the chunk widths against the default that has them, and ``tiled=1`` (the
+weights re-laid in contiguous boxes, ``GROUPED_TILED_WEIGHTS``: compare the kernel columns).
 
 Per row (device time, 5 profiled calls): the stage through ``fp4_matmul.fp4_grouped_swiglu``
 (the model's entry point) unfused and fused, bf16 x and a W4A4 activation QTensor; the grouped
@@ -38,20 +39,23 @@ E, TOPK, K, N = 128, 8, 2048, 768
 def parse_knobs(spec: str) -> list[dict]:
     """"tk=128;steps=3,tk=128" -> [{}, {"tk": 128}, {"steps": 3, "tk": 128}] (the default
     first); a knob that is unknown, not an integer, an nt that does not tile N, or a widths
-    other than 0 / 1 exits."""
+    or tiled other than 0 / 1 exits."""
     out = [{}]
     for part in filter(None, spec.split(";")):
         try:
             kv = {k: int(v) for k, v in (p.split("=") for p in part.split(","))}
         except ValueError:
             raise SystemExit(f"--knobs: {part!r} is not name=integer[,name=integer...]") from None
-        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths", "tiled"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
-                             f"serial, nt, widths)")
+                             f"serial, nt, widths, tiled)")
         if kv.get("widths", 1) not in (0, 1):
             raise SystemExit(f"--knobs: widths={kv['widths']} (0: one chunk width, 1: "
                              f"fp4_matmul_mgpu.GROUPED_WIDTHS)")
+        if kv.get("tiled", 0) not in (0, 1):
+            raise SystemExit(f"--knobs: tiled={kv['tiled']} (0 / 1: "
+                             f"fp4_matmul_mgpu.GROUPED_TILED_WEIGHTS)")
         if "nt" in kv and (kv["nt"] < 1 or N % (64 * kv["nt"])):
             raise SystemExit(f"--knobs: nt={kv['nt']} does not tile N={N} in 64-row tiles")
         out.append(kv)
@@ -65,10 +69,12 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default="tk=128",
                     help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
                          "steps, serial (0 / 1: fp4_matmul_mgpu.SERIAL_TILES), nt "
-                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS)")
+                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS), "
+                         "tiled (1: GROUPED_TILED_WEIGHTS)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
     serial0, nt0, widths0 = FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS  # defaults
+    tiled0 = FM.GROUPED_TILED_WEIGHTS
     bw = devtime.report_copy_bandwidth(1 << 30)
     prep = jax.jit(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor")))
     wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (E, K, N), jnp.float32))
@@ -93,13 +99,15 @@ def main(argv=None) -> int:
             knobs = tuple(v.get(k) for k in ("mp", "tk", "steps"))
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
                 kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
-                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else ())))
+                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else (),
+                tiled=bool(v.get("tiled", tiled0)))))
         runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
             FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
             FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
             FM.GROUPED_WIDTHS = kw.pop("widths", widths0)
+            FM.GROUPED_TILED_WEIGHTS = kw.pop("tiled", tiled0)
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
             try:
                 out = f(xin, wg, wu, gs)

@@ -258,12 +258,15 @@ def probe_pad(nw: int, mp: int, tk: int, steps: int, keep: slice = slice(None)) 
     return max(0, _SMEM_PER_SM // (_DIAG_CTAS + 1) + 1 - 1024 - stages)
 
 
-def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
+def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False,
+            tiled=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
     tuples of weights that share the x tile (the fused gate / up): one pipeline streams them all
     and each step issues one wgmma per weight; then a tuple of products. ``serial``: wait for
-    each weight's wgmma before decoding the next (one decoded A tile live at a time)."""
+    each weight's wgmma before decoding the next (one decoded A tile live at a time).
+    ``tiled``: the code words come as [K / tk x 64, tk / 8] (:func:`tile_codes`: K step kk is
+    rows kk x 64 .. kk x 64 + 63, one contiguous box) instead of [64, K / 8]."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -280,7 +283,8 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
                          serial=serial, chunked=chunked)
             plgpu.wgmma_wait(0)
 
-        specs = [*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
+        code_box = (lambda kk: (kk, 0)) if tiled else (lambda kk: (0, kk))
+        specs = [*[plgpu.BlockSpec((ROWS, tk // 8), code_box)] * nw,
                  *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
                  plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)]
         refs = [*us, *ss, x_rows]
@@ -941,6 +945,37 @@ def aligned_rows_kernel(group_sizes, m: int, mp: int, *, interpret: bool = False
     return ends[:e], aends[:e], src[:ma]
 
 
+# The grouped kernel's weights with each (64-row tile, K step) box contiguous in memory
+# (:func:`tile_codes`, :func:`tile_scales`) instead of 64 rows of tk / 2 bytes at a stride of
+# K / 2 (codes) and tk / 64 rows of 256 bytes at a stride of 4 N (scales). An experiment (session
+# 54, issue 6): whether the weight stream's DRAM locality sets part of the grouped kernel's time
+# (its weight stream alone reads 85% of an H100's copy, the FP4-KV attention 92-93%). The wrapper
+# tiles the weights on every call (XLA transposes outside the kernel: compare kernel times). Read
+# at trace time.
+GROUPED_TILED_WEIGHTS = False
+
+
+def tile_codes(codes: jax.Array, tk: int) -> jax.Array:
+    """uint32 code words [E, N, K / 8] -> [E, N / 64, K / tk x 64, tk / 8]: out[e, t, kk x 64 + r]
+    = codes[e, 64 t + r, kk x tk / 8 : (kk + 1) x tk / 8], so the [64, tk / 8] box of tile t at K
+    step kk is one contiguous block."""
+    e, n, k8 = codes.shape
+    w = tk // 8
+    if n % ROWS or k8 % w:
+        raise ValueError(f"codes {codes.shape}: N must be a multiple of {ROWS}, K of tk={tk}")
+    return codes.reshape(e, n // ROWS, ROWS, k8 // w, w).transpose(0, 1, 3, 2, 4).reshape(
+        e, n // ROWS, k8 // w * ROWS, w)
+
+
+def tile_scales(scales: jax.Array) -> jax.Array:
+    """uint32 scale words [E, K / 64, N] -> [E, N / 64, K / 64, 64]: out[e, t, j] =
+    scales[e, j, 64 t : 64 t + 64] (a tile's K steps are consecutive rows of one block)."""
+    e, k64, n = scales.shape
+    if n % ROWS:
+        raise ValueError(f"scales {scales.shape}: N must be a multiple of {ROWS}")
+    return scales.reshape(e, k64, n // ROWS, ROWS).transpose(0, 2, 1, 3)
+
+
 def _weight_tuple(a):
     return a if isinstance(a, tuple) else (a,)
 
@@ -958,9 +993,10 @@ def _grouped_weights(codes, scales, gscale, tk):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths"))
+                                             "serial", "nt", "widths", "tiled"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
+                    tiled=False):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -970,11 +1006,16 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
-    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
+    ``tiled``: the weights re-laid by :func:`tile_codes` / :func:`tile_scales` before the kernel
+    (:data:`GROUPED_TILED_WEIGHTS`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
+    if tiled:
+        codes = tuple(tile_codes(c, tk) for c in codes)
+        scales = tuple(tile_scales(sc) for sc in scales)
     nw, r = len(codes), chunk_rows(mp, aligned)
     if nt < 1 or n % (ROWS * nt):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
@@ -986,7 +1027,8 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         x_gmem, gs_gmem, ends_gmem, rs_gmem, ae_gmem, o_gmem = refs[3 * nw:]
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
-        n0s = [(ni * nt + j) * ROWS for j in range(nt)]  # the program's tiles' first rows
+        tis = [ni * nt + j for j in range(nt)]  # the program's 64-row tiles
+        n0s = [t * ROWS for t in tis]  # their first rows
         off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
                                                    mp)
         aoff = ae_gmem[ei] - jnp.bitwise_and(nrows + 7, -8) if aligned else None
@@ -996,13 +1038,17 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         def chunk(c, carry):
             ch = chunk_columns(off, first8, nrows, total, c, mp, aoff)
             x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
-            tiles = [(u, sr, n0) for n0 in n0s for u, sr in zip(u_refs, s_refs)]
+            tiles = [(u, sr, t) for t in tis for u, sr in zip(u_refs, s_refs)]
+            if tiled:
+                u_tiles = tuple(u.at[ei, t] for u, _, t in tiles)
+                s_tiles = tuple(sr.at[ei, t] for _, sr, t in tiles)
+            else:
+                u_tiles = tuple(u.at[ei, pl.ds(t * ROWS, ROWS), :] for u, _, t in tiles)
+                s_tiles = tuple(sr.at[ei, :, pl.ds(t * ROWS, ROWS)] for _, sr, t in tiles)
 
             def run(w):  # the chunk's K loop and stores at w columns
-                acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
-                              tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
-                              x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
-                              tk=tk, steps=steps, serial=serial)
+                acc = _k_loop(u_tiles, s_tiles, x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :],
+                              k=k, mp=w, tk=tk, steps=steps, serial=serial, tiled=tiled)
                 for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
                     _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
                                 scale, *cols, n0, m)
@@ -1025,7 +1071,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=()):
+                             serial=False, nt=1, widths=(), tiled=False):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1033,7 +1079,8 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
+    del tk, steps, serial, nt, tiled  # (neither the N tiling nor the weights' memory order
+    # changes what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1204,4 +1251,5 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
+             tiled=bool(GROUPED_TILED_WEIGHTS))

@@ -758,6 +758,55 @@ def test_stream_probe_pad_leaves_an_sm_the_kernels_ctas(monkeypatch):
         FM.clear_trace_caches()
 
 
+def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
+    """``GROUPED_TILED_WEIGHTS`` (an experiment): :func:`tile_codes` puts the [64, tk / 8] code
+    box of tile t at K step kk at rows kk x 64.. of block t, :func:`tile_scales` tile t's
+    [K / 64, 64] scale words in block t (checked box by box against the untiled arrays, each
+    box a contiguous run of the tiled array's memory); bad shapes are refused by name; the
+    kernel lowers for CUDA with the wrapper's transposes, for one weight and the pair, and
+    without them when the knob is off."""
+    import re
+
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    e, k, n, tk = 2, 768, 192, 256
+    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(7), (e, k, n)), "nvfp4",
+                                 axis=-2, global_scope="tensor"))
+    codes, scales = np.asarray(w.codes), np.asarray(w.scales)
+    tc, ts = np.asarray(FM.tile_codes(w.codes, tk)), np.asarray(FM.tile_scales(w.scales))
+    assert tc.shape == (e, n // 64, k // tk * 64, tk // 8) and ts.shape == (e, n // 64, k // 64, 64)
+    flat = tc.reshape(-1)
+    for ei in range(e):
+        for t in range(n // 64):
+            np.testing.assert_array_equal(ts[ei, t], scales[ei, :, 64 * t:64 * t + 64])
+            for kk in range(k // tk):
+                box = codes[ei, 64 * t:64 * t + 64, kk * tk // 8:(kk + 1) * tk // 8]
+                np.testing.assert_array_equal(tc[ei, t, 64 * kk:64 * kk + 64], box)
+                start = ((ei * (n // 64) + t) * (k // tk) + kk) * box.size  # one memory run
+                np.testing.assert_array_equal(flat[start:start + box.size], box.reshape(-1))
+    with pytest.raises(ValueError, match="K of tk=512"):
+        FM.tile_codes(w.codes, 512)
+    with pytest.raises(ValueError, match="N must be a multiple of 64"):
+        FM.tile_scales(w.scales[..., :96])
+    gs = jnp.array([3, 20], jnp.int32)
+    x = jnp.zeros((23, k), jnp.bfloat16)
+
+    def lowered(tiled, pair):
+        monkeypatch.setattr(FM, "GROUPED_TILED_WEIGHTS", tiled)
+        f = FM.fp4_grouped_swiglu_mgpu if pair else FM.fp4_grouped_matmul_mgpu
+        ws = (w, w) if pair else (w,)
+        return jax.jit(lambda x, g: f(x, *ws, g, backend="mgpu", mp=16, tk=tk)).trace(
+            x, gs).lower(lowering_platforms=("cuda",)).as_text()
+
+    for pair in (False, True):
+        on, off = lowered(True, pair), lowered(False, pair)
+        for txt in (on, off):
+            assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
+        # the codes' 5-d transpose and the scales' 4-d one, per weight, only with the knob on
+        assert len(re.findall(r"stablehlo.transpose", on)) == 2 * (1 + pair), pair
+        assert "stablehlo.transpose" not in off
+
+
 @pytest.mark.parametrize("lay,mp,widths", [("rows", 16, (8, 16)), ("aligned", 16, (8,)),
                                            ("rows", 24, (16,))])
 def test_grouped_chunk_widths_store_every_row_and_the_same_values(lay, mp, widths,

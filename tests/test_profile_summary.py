@@ -209,15 +209,16 @@ def test_mgpu_matmul_check_parses_and_refuses_probes(capsys):
 
 def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     """check_mgpu_swiglu.py --knobs: the default first, then each ';'-separated set; an unknown
-    knob, a non-integer, an nt that does not tile N, or a widths other than 0 / 1 stops before
-    any GPU work, naming it."""
+    knob, a non-integer, an nt that does not tile N, or a widths or tiled other than 0 / 1 stops
+    before any GPU work, naming it."""
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
     assert CS.parse_knobs("serial=0,nt=2;mp=16") == [{}, {"serial": 0, "nt": 2}, {"mp": 16}]
+    assert CS.parse_knobs("tiled=1") == [{}, {"tiled": 1}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("nt=0", "nt=0 does not")):
+                     ("nt=0", "nt=0 does not"), ("tiled=2", "tiled=2")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 
