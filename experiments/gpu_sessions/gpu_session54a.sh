@@ -34,5 +34,5 @@ grouped t128 128 110 --tiled --diag weights_only:2
 grouped t512 512 140 --tiled --diag weights_only:2,stream_only:2
 timeout 110 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
   --knobs "tiled=1" > "$R/pair.txt" 2>&1
-echo "pair rc=$?"; grep -oE "fused(_tiled1)?_(maxdiff|kernel_us)=[0-9.e-]+" "$R/pair.txt"
+echo "pair rc=$?"; grep -oE " fused(_tiled1)?_(maxdiff|kernel_us)=[0-9.e-]+" "$R/pair.txt"
 exit 0
