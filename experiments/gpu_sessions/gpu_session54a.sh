@@ -16,13 +16,12 @@
 # and not slower at 512 or the pair -> the expert weights get the tiled layout at prepare time
 # (sync_weights) and it becomes the default; otherwise the knob is removed.
 # ~7 min on an H100. Usage (repo root, with .whl/ carried):
-#   bash experiments/gpu_sessions/gpu_session54a.sh
+#   [QUICK=1] bash experiments/gpu_sessions/gpu_session54a.sh
+# QUICK=1 (~4 min, for a call with little device time left): no edge check and no pair; the
+# tiled columns at 128 tokens with weights_only:2, and at 512 tokens (maxdiff against the default).
 source "$(dirname "$0")/../gpu_prelude.sh" r54a
 R="$OUT/r54a"; mkdir -p "$R"
 install_wheels
-timeout 150 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
-  --repeats 2 --pair --variants "GROUPED_TILED_WEIGHTS=1" > "$R/edge.txt" 2>&1
-echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
 grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/NAME
   local name=$1 tokens=$2 secs=$3; shift 3
   timeout $((secs + 20)) python3 experiments/check_mgpu_matmul.py --grouped --tokens "$tokens" \
@@ -30,6 +29,14 @@ grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/
   echo "$name rc=$?"; grep -iE "error|fail" "$R/$name.txt" | head -3
   grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
 }
+if [ "${QUICK:-0}" = 1 ]; then
+  grouped t128 128 90 --tiled --diag weights_only:2
+  grouped t512 512 80 --tiled
+  exit 0
+fi
+timeout 150 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
+  --repeats 2 --pair --variants "GROUPED_TILED_WEIGHTS=1" > "$R/edge.txt" 2>&1
+echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
 grouped t128 128 110 --tiled --diag weights_only:2
 grouped t512 512 140 --tiled --diag weights_only:2,stream_only:2
 timeout 110 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
