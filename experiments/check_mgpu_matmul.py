@@ -108,7 +108,9 @@ def main(argv=None) -> int:
                     help="dense: K splits per 64 weight rows to time, e.g. auto,1,2 (auto: "
                          "fp4_matmul_mgpu.default_splits; column splits)")
     ap.add_argument("--baselines", default="triton,bf16",
-                    help="dense: which baselines to time beside the Mosaic kernel ('' = none)")
+                    help="which baselines to time beside the Mosaic kernel ('' = none; "
+                         "--grouped times only triton, the Triton grouped kernel, and "
+                         "without it leaves out the W4A4 rows)")
     ap.add_argument("--prefill", action="store_true",
                     help="with --grouped: prefill-sized calls (2048, 8192 tokens), a knob sweep "
                          "for large groups; writes kernels_matmul_mgpu_grouped_prefill.*")
@@ -443,8 +445,9 @@ def grouped(a, argv) -> int:
             nbytes = touched * k * n * 9 // 16  # codes + scales of the experts with tokens
             row = dict(k=k, n=n, tokens=t, rows=m, experts_touched=touched,
                        max_group=int(jnp.max(gs)))
-            runs = [] if a.aligned else [("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
-                x, w, g, backend="triton")), wt, None, None)]
+            runs = [] if a.aligned or "triton" not in a.baselines.split(",") else [
+                ("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
+                    x, w, g, backend="triton")), wt, None, None)]
             lay = grouped_layout(a)
             knobs = (parse_knobs(a.knobs) if a.knobs else PREFILL_KNOBS if a.prefill else
                      (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
@@ -528,7 +531,8 @@ def grouped(a, argv) -> int:
             if "mgpu_us" in row and "triton_us" in row:
                 row["mgpu_vs_triton"] = row["triton_us"] / row["mgpu_us"]
             FM.GROUPED_X_LAYOUT = lay  # (the W4A4 rows go through the library's default)
-            if not (a.sweep or a.prefill or a.aligned or a.knobs) and time.time() <= deadline:
+            if not (a.sweep or a.prefill or a.aligned or a.knobs) and time.time() <= deadline \
+                    and "triton" in a.baselines.split(","):
                 # W4A4 through the library entry point
                 xq = quantize(x.astype(jnp.float32), "nvfp4", global_scope="row")
                 ref4 = fm.fp4_grouped_matmul_reference(xq, wt, gs)

@@ -17,7 +17,7 @@
 # (sync_weights) and it becomes the default; otherwise the knob is removed.
 # ~7 min on an H100. Usage (repo root, with .whl/ carried):
 #   [QUICK=1] bash experiments/gpu_sessions/gpu_session54a.sh
-# QUICK=1 (~4 min, for a call with little device time left): no edge check and no pair; the
+# QUICK=1 (~3 min, for a call with little device time left): no edge check and no pair; the
 # tiled columns at 128 tokens with weights_only:2, and at 512 tokens (maxdiff against the default).
 source "$(dirname "$0")/../gpu_prelude.sh" r54a
 R="$OUT/r54a"; mkdir -p "$R"
@@ -30,8 +30,8 @@ grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/
   grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
 }
 if [ "${QUICK:-0}" = 1 ]; then
-  grouped t128 128 90 --tiled --diag weights_only:2
-  grouped t512 512 80 --tiled
+  grouped t128 128 70 --tiled --diag weights_only:2 --baselines ""
+  grouped t512 512 60 --tiled --baselines ""
   exit 0
 fi
 timeout 150 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
