@@ -42,7 +42,8 @@ MS = (1, 8, 32, 64)
 rel = devtime.relerr
 
 # The plain dense kernel's trace-time knobs (fp4_matmul_mgpu): what maxdiff_t1 compares against.
-_PLAIN = dict(_DIAG=None, DENSE_OUT_SCOPED=True, DENSE_TOKEN_MAJOR=False)
+_PLAIN = dict(_DIAG=None, DENSE_OUT_SCOPED=True, DENSE_TOKEN_MAJOR=False,
+              DENSE_TILED_WEIGHTS=False)
 
 
 @contextlib.contextmanager
@@ -66,7 +67,8 @@ def _knobs(**values):
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
 # (fused: 28e's runs; diag: a timing probe, empty for the kernel itself)
 _KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
-          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"), ("diag", "diag"))
+          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"), ("tiled", "ti"),
+          ("diag", "diag"))
 
 
 def summary_lines(path: str) -> list[str]:
@@ -173,12 +175,13 @@ def main(argv=None) -> int:
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
     ap.add_argument("--tiled", action="store_true",
-                    help="with --grouped: also time the first Mosaic config, and each --diag "
-                         "probe, with the weights tiled so that each (64-row tile, K step) box "
-                         "is contiguous (fp4_matmul_mgpu.GROUPED_TILED_WEIGHTS; columns "
-                         "mgpu_tiled, with maxdiff against the first config, and "
-                         "mgpu_<probe>_tiled; compare kernel_us: the wrapper re-lays the "
-                         "weights on every call)")
+                    help="also time with the weights tiled so that each (64-row tile, K "
+                         "step) box is contiguous, compared by kernel time (the wrapper re-lays "
+                         "the weights on every call): dense, each config once more "
+                         "(DENSE_TILED_WEIGHTS; column tiled, with maxdiff_t1; add --breakdown "
+                         "for kernel_us); --grouped, the first Mosaic config and each --diag "
+                         "probe (GROUPED_TILED_WEIGHTS; columns mgpu_tiled, with maxdiff "
+                         "against the first config, and mgpu_<probe>_tiled)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -239,11 +242,13 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             mp = max(8, -(-m // 8) * 8)
             stepss = [int(v) for v in a.steps.split(",")] if a.steps else [FM.default_steps(mp)]
-            configs = ([(*c, False, None, 1, None, True, True, False)
+            configs = ([(*c, False, None, 1, None, True, True, False, False)
                         for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, "raw_scales", 1, None, True, True, False)] if a.sweep
+                       + [(256, 4, False, "raw_scales", 1, None, True, True, False, False)]
+                       if a.sweep
                        else [(min(tk, k // (sp or 1)), steps, a.chunked, dg, sp, tl, se, sc,
-                              tm)
+                              tm, td)
+                             for td in ((False, True) if a.tiled else (False,))
                              for tm in tmajors for sc in scopeds
                              for sp in splits for tl in tiles
                              for se in serials for steps in stepss
@@ -263,7 +268,7 @@ def main(argv=None) -> int:
                 return plains[(sp, tk)]
 
             based = a.sweep  # the baselines, once per shape and M, beside the first row
-            for tk, steps, chunked, diag, sp, tl, se, sc, tm in configs:
+            for tk, steps, chunked, diag, sp, tl, se, sc, tm, td in configs:
                 auto = sp is None  # the default rule's choice (column auto_splits)
                 if auto:
                     sp = FM.default_splits(n, k, mp, tk, steps)
@@ -277,12 +282,12 @@ def main(argv=None) -> int:
                     print(f"  time budget spent: skipping K={k} N={n} M={m} tk={tk} "
                           f"steps={steps} splits={sp} tiles={tl}", flush=True)
                     continue
-                plain = tl == 1 and sc and tm is False and not diag
+                plain = tl == 1 and sc and tm is False and not diag and not td
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
                 with _knobs(_DIAG=diag, DENSE_SERIAL_TILES=se, DENSE_OUT_SCOPED=sc,
-                            DENSE_TOKEN_MAJOR=tm):
+                            DENSE_TOKEN_MAJOR=tm, DENSE_TILED_WEIGHTS=td):
                     try:
                         out = f(x, wm)
                         err = rel(out, ref)
@@ -301,6 +306,7 @@ def main(argv=None) -> int:
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
                            auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
                            token_major=FM.default_token_major(mp) if tm is None else tm,
+                           tiled=td,
                            ctas=(n // (FM.ROWS * tl)) * sp, diag=diag or "",
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)

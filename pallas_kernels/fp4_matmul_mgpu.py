@@ -320,6 +320,10 @@ DENSE_TOKEN_MAJOR: bool | None = None
 # Session 28 (8192 x 28672, H200): M = 64, tk 128, 3 stages: 73.7-74.1 us overlapped against
 # 76.6-77.7 serial; M = 1 / 8: 46.4 / 46.8 against 49.5 / 49.9. Hence False.
 DENSE_SERIAL_TILES = False
+# The dense kernel's weights with each (64-row tile, K step) box contiguous: as
+# :data:`GROUPED_TILED_WEIGHTS` (an experiment; the wrapper re-lays the weights on every call).
+# Read at trace time.
+DENSE_TILED_WEIGHTS = False
 
 
 def default_token_major(mp: int) -> bool:
@@ -365,9 +369,9 @@ def _store_partial_rows(acc, o_gmem, j, n0, m: int):
 
 
 @functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits", "mp", "tiles",
-                                             "serial", "scoped", "token_major"))
+                                             "serial", "scoped", "token_major", "tiled"))
 def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None, tiles=1,
-              serial=False, scoped=True, token_major=False):
+              serial=False, scoped=True, token_major=False, tiled=False):
     """out^T partials [splits, N, Mp] f32 (values * 2**-SHIFT, no global scale; their sum over
     axis 0 is the product) for x [M, K], M <= Mp (``mp``, None: M; a multiple of 8): CTA (n, j)
     takes ``tiles`` adjacent 64-row weight tiles (one pipeline streams them against one x tile;
@@ -376,7 +380,8 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     from TMA's out-of-bounds fill of x's rows past M and are not part of the product.
     ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M', N] instead
     for x's M' rows (M, or Mp where the wrapper padded x), stored from registers
-    (:data:`DENSE_TOKEN_MAJOR`)."""
+    (:data:`DENSE_TOKEN_MAJOR`). ``tiled``: the weights re-laid by :func:`tile_codes` /
+    :func:`tile_scales` before the kernel (:data:`DENSE_TILED_WEIGHTS`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -391,16 +396,23 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     if tiles < 1 or n % (ROWS * tiles):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x tiles={tiles} (tiles >= 1)")
     rows_cta = ROWS * tiles
+    if tiled:
+        codes, scales = tile_codes(codes[None], tk)[0], tile_scales(scales[None])[0]
 
     def body(u_gmem, s_gmem, x_gmem, o_gmem, *scratch):
         ni = jax.lax.axis_index("n")
         ji = jax.lax.axis_index("k")
-        row_sets = [pl.ds((ni * tiles + t) * ROWS, ROWS) for t in range(tiles)]
-        accs = _k_loop(tuple(u_gmem.at[r, pl.ds(ji * (kc // 8), kc // 8)] for r in row_sets),
-                       tuple(s_gmem.at[pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN), r]
-                             for r in row_sets),
-                       x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk, steps=steps,
-                       chunked=chunked, serial=serial)
+        ts = [ni * tiles + t for t in range(tiles)]  # the CTA's 64-row tiles
+        ks = pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN)  # its K range's scale rows
+        if tiled:  # its K steps: rows ji x kc / tk x 64 .. of each tile's block
+            us = tuple(u_gmem.at[t, pl.ds(ji * (kc // tk) * ROWS, kc // tk * ROWS)] for t in ts)
+            ss = tuple(s_gmem.at[t, ks] for t in ts)
+        else:
+            us = tuple(u_gmem.at[pl.ds(t * ROWS, ROWS), pl.ds(ji * (kc // 8), kc // 8)]
+                       for t in ts)
+            ss = tuple(s_gmem.at[ks, pl.ds(t * ROWS, ROWS)] for t in ts)
+        accs = _k_loop(us, ss, x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk,
+                       steps=steps, chunked=chunked, serial=serial, tiled=tiled)
 
         def store(o_smem):
             for t, acc in enumerate(accs):
@@ -569,7 +581,8 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
                       tk=dense_tk(k // splits, mp, steps, tk, tiles), steps=steps,
                       chunked=chunked,
                       splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
-                      scoped=DENSE_OUT_SCOPED, token_major=token_major)
+                      scoped=DENSE_OUT_SCOPED, token_major=token_major,
+                      tiled=bool(DENSE_TILED_WEIGHTS))
     scale = w.global_scale * (2.0 ** SHIFT)
     if token_major:  # [splits, M or Mp (x padded), N]
         out = jnp.sum(out_t, axis=0)[:m] * scale

@@ -763,8 +763,10 @@ def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
     box of tile t at K step kk at rows kk x 64.. of block t, :func:`tile_scales` tile t's
     [K / 64, 64] scale words in block t (checked box by box against the untiled arrays, each
     box a contiguous run of the tiled array's memory); bad shapes are refused by name; the
-    kernel lowers for CUDA with the wrapper's transposes, for one weight and the pair, and
-    without them when the knob is off."""
+    grouped kernel lowers for CUDA with the wrapper's transposes, for one weight and the pair,
+    and without them when the knob is off; so does the dense one (``DENSE_TILED_WEIGHTS``),
+    with K split and with 2 tiles a CTA. (Whether the kernels read the right boxes is the GPU
+    check's: ``gpu_session54a.sh``, maxdiff against the default.)"""
     import re
 
     from pallas_kernels import fp4_matmul_mgpu as FM
@@ -804,6 +806,22 @@ def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
             assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
         # the codes' 5-d transpose and the scales' 4-d one, per weight, only with the knob on
         assert len(re.findall(r"stablehlo.transpose", on)) == 2 * (1 + pair), pair
+        assert "stablehlo.transpose" not in off
+    # the dense kernel (DENSE_TILED_WEIGHTS), with K split over 2 CTAs (each reads its half of
+    # every tile's block) and 2 tiles a CTA; M = 8 stores token-major (no transpose of its own)
+    wd = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(8), (1024, 256)),
+                                  "nvfp4", axis=-2, global_scope="tensor"))
+
+    def dense(tiled, splits, tiles):
+        monkeypatch.setattr(FM, "DENSE_TILED_WEIGHTS", tiled)
+        return jax.jit(lambda x: FM.fp4_matmul_mgpu(x, wd, splits=splits, tiles=tiles, tk=256,
+                                                    backend="mgpu")).trace(
+            jnp.zeros((8, 1024), jnp.bfloat16)).lower(lowering_platforms=("cuda",)).as_text()
+
+    for splits, tiles in ((2, 1), (1, 2)):
+        on, off = dense(True, splits, tiles), dense(False, splits, tiles)
+        assert "wgmma.mma_async" in on and "wgmma.mma_async" in off
+        assert len(re.findall(r"stablehlo.transpose", on)) == 2
         assert "stablehlo.transpose" not in off
 
 

@@ -15,7 +15,10 @@
 # Rule: the edge check passes and the tiled kernel is >= 3% faster at 128 tokens on both shapes
 # and not slower at 512 or the pair -> the expert weights get the tiled layout at prepare time
 # (sync_weights) and it becomes the default; otherwise the knob is removed.
-# ~7 min on an H100. Usage (repo root, with .whl/ carried):
+# The dense kernel reads the same boxes (K / 2 = 4 KB apart at 8192 x 28672): `DENSE_TILED_WEIGHTS`
+# at M = 1 / 8 (82.0 / 79.5% of an H100's copy, session 44). Prediction: 2-6% faster kernels.
+# Rule: >= 3% at both, maxdiff_t1 0 -> the same prepare-time layout for the dense weights.
+# ~8 min on an H100. Usage (repo root, with .whl/ carried):
 #   [QUICK=1] bash experiments/gpu_sessions/gpu_session54a.sh
 # QUICK=1 (~3 min, for a call with little device time left): no edge check and no pair; the
 # tiled columns at 128 tokens with weights_only:2, and at 512 tokens (maxdiff against the default).
@@ -38,7 +41,17 @@ timeout 150 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768
   --repeats 2 --pair --variants "GROUPED_TILED_WEIGHTS=1" > "$R/edge.txt" 2>&1
 echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
 grouped t128 128 110 --tiled --diag weights_only:2
-grouped t512 512 140 --tiled --diag weights_only:2,stream_only:2
+timeout 100 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8 \
+  --splits auto --tiled --breakdown --baselines "" --out "$R/dense" > "$R/dense.txt" 2>&1
+echo "dense rc=$?"; grep -iE "error|fail" "$R/dense.txt" | head -3
+python3 experiments/check_mgpu_matmul.py --summary "$R/dense/kernels_matmul_mgpu.json"
+python3 - "$R/dense/kernels_matmul_mgpu.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    print(f"M={r['m']} tiled={r['tiled']} kernel {r.get('kernel_us', float('nan')):.2f} us "
+          f"({r.get('kernel_pct_copy', float('nan')):.1f}%) maxdiff_t1 {r['maxdiff_t1']}")
+PY
+grouped t512 512 120 --tiled --diag weights_only:2
 timeout 110 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
   --knobs "tiled=1" > "$R/pair.txt" 2>&1
 echo "pair rc=$?"; grep -oE " fused(_tiled1)?_(maxdiff|kernel_us)=[0-9.e-]+" "$R/pair.txt"
