@@ -42,8 +42,7 @@ MS = (1, 8, 32, 64)
 rel = devtime.relerr
 
 # The plain dense kernel's trace-time knobs (fp4_matmul_mgpu): what maxdiff_t1 compares against.
-_PLAIN = dict(_DIAG=None, DENSE_OUT_SCOPED=True, DENSE_TOKEN_MAJOR=False,
-              DENSE_TILED_WEIGHTS=False)
+_PLAIN = dict(_DIAG=None, DENSE_OUT_SCOPED=True, DENSE_TOKEN_MAJOR=False)
 
 
 @contextlib.contextmanager
@@ -175,13 +174,12 @@ def main(argv=None) -> int:
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
     ap.add_argument("--tiled", action="store_true",
-                    help="also time with the weights tiled so that each (64-row tile, K "
-                         "step) box is contiguous, compared by kernel time (the wrapper re-lays "
-                         "the weights on every call): dense, each config once more "
-                         "(DENSE_TILED_WEIGHTS; column tiled, with maxdiff_t1; add --breakdown "
-                         "for kernel_us); --grouped, the first Mosaic config and each --diag "
-                         "probe (GROUPED_TILED_WEIGHTS; columns mgpu_tiled, with maxdiff "
-                         "against the first config, and mgpu_<probe>_tiled)")
+                    help="also time with the weights tiled once, before timing, so that each "
+                         "(64-row tile, K step) box is contiguous (fp4_matmul_mgpu.tile_mgpu): "
+                         "dense, each config once more (column tiled, with maxdiff_t1); "
+                         "--grouped, the first Mosaic config and each --diag probe (columns "
+                         "mgpu_tiled, with maxdiff against the first config, and "
+                         "mgpu_<probe>_tiled)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -286,17 +284,19 @@ def main(argv=None) -> int:
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
+                # tiled: the weights re-laid for the kernel's K step, once, outside the timing
+                wx = FM.tile_mgpu(wm, FM.dense_tk(k // sp, mp, steps, tk, tl)) if td else wm
                 with _knobs(_DIAG=diag, DENSE_SERIAL_TILES=se, DENSE_OUT_SCOPED=sc,
-                            DENSE_TOKEN_MAJOR=tm, DENSE_TILED_WEIGHTS=td):
+                            DENSE_TOKEN_MAJOR=tm):
                     try:
-                        out = f(x, wm)
+                        out = f(x, wx)
                         err = rel(out, ref)
                     except Exception as e:  # noqa: BLE001
                         print(f"  mgpu K={k} N={n} M={m} tk={tk} steps={steps}: "
                               f"{type(e).__name__}: {str(e)[:1500]}", flush=True)
                         traceback.print_exc(limit=4)
                         continue
-                    t = timed("mgpu", f, x, wm, k=k, n=n, m=m)
+                    t = timed("mgpu", f, x, wx, k=k, n=n, m=m)
                 if t is None:
                     continue
                 if plain:
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)
                 if a.breakdown:
-                    row.update(_breakdown(f, x, wm, tk=tk, steps=steps, chunked=chunked,
+                    row.update(_breakdown(f, x, wx, tk=tk, steps=steps, chunked=chunked,
                                           splits=sp, nbytes=nbytes, bw=bw))
                 if not based:
                     based = True
@@ -343,7 +343,7 @@ def _padded_call(x, w, *, tk, steps, chunked, splits):
     m, mp = x.shape[0], max(8, -(-x.shape[0] // 8) * 8)
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
     out_t = FM._matmul_t(w.codes, w.scales, xp, tk=tk, steps=steps, chunked=chunked,
-                         splits=splits)
+                         splits=splits, tiled=bool(w.tile_k))
     out = jnp.sum(out_t, axis=0)[:, :m].T * (w.global_scale * (2.0 ** FM.SHIFT))
     return out.astype(jnp.bfloat16)
 
@@ -498,15 +498,15 @@ def grouped(a, argv) -> int:
                     x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu", x_layout=lay,
                     widths=base_ws))
 
+            # tiled once, here, for the first config's K step (not in the timed call)
+            wtl = FM.tile_mgpu(wm, min(tk0, k)) if a.tiled else None
             if a.tiled:
-                runs.append(("mgpu_tiled", first_cfg(), wm, "body",
-                             {"GROUPED_TILED_WEIGHTS": True}))
+                runs.append(("mgpu_tiled", first_cfg(), wtl, "body", None))
             for probe, ctas in parse_probes(a.diag):  # timing probes of the first config
                 col = f"mgpu_{probe}" + (f"_c{ctas}" if ctas else "")
-                for tiled in (False, True) if a.tiled else (False,):
-                    runs.append((col + ("_tiled" if tiled else ""), first_cfg(), wm, "body",
-                                 {"_DIAG": probe, "_DIAG_CTAS": ctas,
-                                  "GROUPED_TILED_WEIGHTS": tiled}))
+                for wp in (wm, wtl) if a.tiled else (wm,):
+                    runs.append((col + ("_tiled" if wp is wtl else ""), first_cfg(), wp,
+                                 "body", {"_DIAG": probe, "_DIAG_CTAS": ctas}))
             first = None  # the first Mosaic config's output (--aligned, --widths compare
             # with it; their maxdiff is NaN where it did not run)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)

@@ -6,7 +6,7 @@ expert shape (128 experts, top-8, d_model 2048, expert width 768).
 
 ``--knobs`` also takes ``widths=0`` (the fused call with one chunk width, ``GROUPED_WIDTHS``
 set to ()) to time the chunk widths against the default that has them, and ``tiled=1`` (the
-weights re-laid in contiguous boxes, ``GROUPED_TILED_WEIGHTS``: compare the kernel columns).
+weights re-laid once, before timing, in contiguous boxes: ``fp4_matmul_mgpu.tile_mgpu``).
 
 Per row (device time, 5 profiled calls): the stage through ``fp4_matmul.fp4_grouped_swiglu``
 (the model's entry point) unfused and fused, bf16 x and a W4A4 activation QTensor; the grouped
@@ -54,8 +54,8 @@ def parse_knobs(spec: str) -> list[dict]:
             raise SystemExit(f"--knobs: widths={kv['widths']} (0: one chunk width, 1: "
                              f"fp4_matmul_mgpu.GROUPED_WIDTHS)")
         if kv.get("tiled", 0) not in (0, 1):
-            raise SystemExit(f"--knobs: tiled={kv['tiled']} (0 / 1: "
-                             f"fp4_matmul_mgpu.GROUPED_TILED_WEIGHTS)")
+            raise SystemExit(f"--knobs: tiled={kv['tiled']} (0 / 1: the weights tiled, "
+                             f"fp4_matmul_mgpu.tile_mgpu)")
         if "nt" in kv and (kv["nt"] < 1 or N % (64 * kv["nt"])):
             raise SystemExit(f"--knobs: nt={kv['nt']} does not tile N={N} in 64-row tiles")
         out.append(kv)
@@ -70,11 +70,10 @@ def main(argv=None) -> int:
                     help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
                          "steps, serial (0 / 1: fp4_matmul_mgpu.SERIAL_TILES), nt "
                          "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS), "
-                         "tiled (1: GROUPED_TILED_WEIGHTS)")
+                         "tiled (1: the weights tiled once before timing, tile_mgpu)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
     serial0, nt0, widths0 = FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS  # defaults
-    tiled0 = FM.GROUPED_TILED_WEIGHTS
     bw = devtime.report_copy_bandwidth(1 << 30)
     prep = jax.jit(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor")))
     wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (E, K, N), jnp.float32))
@@ -100,17 +99,22 @@ def main(argv=None) -> int:
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
                 kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
                 nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else (),
-                tiled=bool(v.get("tiled", tiled0)))))
+                tiled=bool(v.get("tiled", 0)))))
         runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
             FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
             FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
             FM.GROUPED_WIDTHS = kw.pop("widths", widths0)
-            FM.GROUPED_TILED_WEIGHTS = kw.pop("tiled", tiled0)
+            if kw.pop("tiled", False):  # tiled once, for the call's K step, outside the timing
+                tk = (kw["cfg"] or (None, None))[1] or FM.default_grouped_knobs(
+                    m, E, K, FM.GROUPED_X_LAYOUT == "aligned")[1]
+                wa, wb = FM.tile_mgpu(wg, min(tk, K)), FM.tile_mgpu(wu, min(tk, K))
+            else:
+                wa, wb = wg, wu
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
             try:
-                out = f(xin, wg, wu, gs)
+                out = f(xin, wa, wb, gs)
                 row[f"{name}_relerr"] = devtime.relerr(out, r)
                 key = "w4a4" if name.endswith("w4a4") else "bf16"
                 if name.startswith("unfused"):
@@ -118,7 +122,7 @@ def main(argv=None) -> int:
                 else:
                     row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(
                         out.astype(jnp.float32) - unfused[key].astype(jnp.float32))))
-                prof = devtime.device_summary(f, xin, wg, wu, gs)
+                prof = devtime.device_summary(f, xin, wa, wb, gs)
                 tt = devtime.selected_seconds(prof)
                 row[f"{name}_kernel_us"] = 1e6 * devtime.selected_seconds(prof, "body")
             except Exception as e:  # noqa: BLE001  (a setting that does not compile: go on)

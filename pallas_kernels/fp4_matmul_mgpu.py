@@ -65,16 +65,22 @@ SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the 
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["codes", "scales", "global_scale"], meta_fields=["fmt"])
+                   data_fields=["codes", "scales", "global_scale"], meta_fields=["fmt", "tile_k"])
 @dataclasses.dataclass(frozen=True)
 class MgpuWeights:
     codes: jax.Array  # uint32 [N, K / 8] (mgpu_layout)
     scales: jax.Array  # uint32 [K / 64, N]: 4 E4M3 block scales per word
     global_scale: jax.Array  # f32 []
     fmt: str = "nvfp4"
+    # 0: the arrays as above. tk > 0: in the order of :func:`tile_mgpu` for K steps of tk (codes
+    # [N / 64, K / tk x 64, tk / 8], scales [N / 64, K / 64, 64]; an experiment, session 54).
+    tile_k: int = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
+        if self.tile_k:
+            *lead, t, rows, _ = self.codes.shape
+            return (*lead, rows // ROWS * self.tile_k, t * ROWS)
         *lead, n, k8 = self.codes.shape
         return (*lead, 8 * k8, n)
 
@@ -110,7 +116,9 @@ def prepare_mgpu(w: QTensor) -> MgpuWeights:
 
 
 def mgpu_to_qtensor(w: MgpuWeights) -> QTensor:
-    """Inverse of :func:`prepare_mgpu` (exact)."""
+    """Inverse of :func:`prepare_mgpu` (exact; tiled weights, :func:`tile_mgpu`, too)."""
+    if w.tile_k:
+        w = untile_mgpu(w)
     if w.codes.ndim == 3:
         return jax.vmap(mgpu_to_qtensor)(w)
     k, n = w.shape
@@ -320,10 +328,6 @@ DENSE_TOKEN_MAJOR: bool | None = None
 # Session 28 (8192 x 28672, H200): M = 64, tk 128, 3 stages: 73.7-74.1 us overlapped against
 # 76.6-77.7 serial; M = 1 / 8: 46.4 / 46.8 against 49.5 / 49.9. Hence False.
 DENSE_SERIAL_TILES = False
-# The dense kernel's weights with each (64-row tile, K step) box contiguous: as
-# :data:`GROUPED_TILED_WEIGHTS` (an experiment; the wrapper re-lays the weights on every call).
-# Read at trace time.
-DENSE_TILED_WEIGHTS = False
 
 
 def default_token_major(mp: int) -> bool:
@@ -380,12 +384,17 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     from TMA's out-of-bounds fill of x's rows past M and are not part of the product.
     ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M', N] instead
     for x's M' rows (M, or Mp where the wrapper padded x), stored from registers
-    (:data:`DENSE_TOKEN_MAJOR`). ``tiled``: the weights re-laid by :func:`tile_codes` /
-    :func:`tile_scales` before the kernel (:data:`DENSE_TILED_WEIGHTS`)."""
+    (:data:`DENSE_TOKEN_MAJOR`). ``tiled``: codes and scales in :func:`tile_mgpu`'s order for
+    this tk (natural ones are re-laid here first)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    n, k8 = codes.shape
+    if tiled and codes.ndim == 3:  # tiled already (tile_mgpu): [N / 64, K / tk x 64, tk / 8]
+        n, k8 = codes.shape[0] * ROWS, codes.shape[1] // ROWS * codes.shape[2]
+        if 8 * codes.shape[2] != tk:
+            raise ValueError(f"weights tiled for tk={8 * codes.shape[2]}, the kernel's is {tk}")
+    else:
+        n, k8 = codes.shape
     k, mp = 8 * k8, mp or xp.shape[0]
     if mp % 8 or not xp.shape[0] <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [M={xp.shape[0]}, 256]")
@@ -396,7 +405,7 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     if tiles < 1 or n % (ROWS * tiles):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x tiles={tiles} (tiles >= 1)")
     rows_cta = ROWS * tiles
-    if tiled:
+    if tiled and codes.ndim == 2:
         codes, scales = tile_codes(codes[None], tk)[0], tile_scales(scales[None])[0]
 
     def body(u_gmem, s_gmem, x_gmem, o_gmem, *scratch):
@@ -581,8 +590,7 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
                       tk=dense_tk(k // splits, mp, steps, tk, tiles), steps=steps,
                       chunked=chunked,
                       splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
-                      scoped=DENSE_OUT_SCOPED, token_major=token_major,
-                      tiled=bool(DENSE_TILED_WEIGHTS))
+                      scoped=DENSE_OUT_SCOPED, token_major=token_major, tiled=bool(w.tile_k))
     scale = w.global_scale * (2.0 ** SHIFT)
     if token_major:  # [splits, M or Mp (x padded), N]
         out = jnp.sum(out_t, axis=0)[:m] * scale
@@ -958,14 +966,42 @@ def aligned_rows_kernel(group_sizes, m: int, mp: int, *, interpret: bool = False
     return ends[:e], aends[:e], src[:ma]
 
 
-# The grouped kernel's weights with each (64-row tile, K step) box contiguous in memory
-# (:func:`tile_codes`, :func:`tile_scales`) instead of 64 rows of tk / 2 bytes at a stride of
-# K / 2 (codes) and tk / 64 rows of 256 bytes at a stride of 4 N (scales). An experiment (session
-# 54, issue 6): whether the weight stream's DRAM locality sets part of the grouped kernel's time
-# (its weight stream alone reads 85% of an H100's copy, the FP4-KV attention 92-93%). The wrapper
-# tiles the weights on every call (XLA transposes outside the kernel: compare kernel times). Read
+# Tiled weights (an experiment, session 54, issue 6): each (64-row tile, K step) box contiguous in
+# memory (:func:`tile_mgpu`: :func:`tile_codes`, :func:`tile_scales`) instead of 64 rows of
+# tk / 2 bytes at a stride of K / 2 (codes) and tk / 64 rows of 256 bytes at a stride of 4 N
+# (scales): whether the weight stream's DRAM locality sets part of the kernels' time (the grouped
+# kernel's weight stream alone reads 85% of an H100's copy, the FP4-KV attention 92-93%). Both
+# kernels take tiled weights (``MgpuWeights.tile_k``, the call's tk). This knob instead tiles
+# natural weights in the grouped wrapper on every call (two XLA transposes before the kernel:
+# for bit-for-bit checks, not for timing, as the transposes leave the kernel a dirty L2). Read
 # at trace time.
 GROUPED_TILED_WEIGHTS = False
+
+
+def tile_mgpu(w: MgpuWeights, tk: int) -> MgpuWeights:
+    """``w`` ([N, K / 8] or [E, N, K / 8] codes) in the tiled order for K steps of ``tk`` (the
+    kernel's tk must then be ``tk``); exact, :func:`untile_mgpu` inverts it."""
+    if w.tile_k:
+        raise ValueError(f"the weights are tiled already (tile_k={w.tile_k})")
+    one = w.codes.ndim == 2
+    codes, scales = (w.codes[None], w.scales[None]) if one else (w.codes, w.scales)
+    codes, scales = tile_codes(codes, tk), tile_scales(scales)
+    return dataclasses.replace(w, codes=codes[0] if one else codes,
+                               scales=scales[0] if one else scales, tile_k=tk)
+
+
+def untile_mgpu(w: MgpuWeights) -> MgpuWeights:
+    """Inverse of :func:`tile_mgpu` (natural weights are returned as they are)."""
+    if not w.tile_k:
+        return w
+    one = w.codes.ndim == 3
+    codes, scales = (w.codes[None], w.scales[None]) if one else (w.codes, w.scales)
+    e, t, rows, w8 = codes.shape
+    codes = codes.reshape(e, t, rows // ROWS, ROWS, w8).transpose(0, 1, 3, 2, 4).reshape(
+        e, t * ROWS, rows // ROWS * w8)
+    scales = scales.transpose(0, 2, 1, 3).reshape(e, scales.shape[2], t * ROWS)
+    return dataclasses.replace(w, codes=codes[0] if one else codes,
+                               scales=scales[0] if one else scales, tile_k=0)
 
 
 def tile_codes(codes: jax.Array, tk: int) -> jax.Array:
@@ -997,7 +1033,13 @@ def _grouped_weights(codes, scales, gscale, tk):
     """The grouped kernels' weight arguments as tuples (one weight or the (gate, up) pair) and
     (E, N, K), after checking that tk tiles K and that a pair's weights share one shape."""
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
-    e, n, k8 = codes[0].shape
+    if codes[0].ndim == 4:  # tiled (tile_mgpu): [E, N / 64, K / tk x 64, tk / 8]
+        e, t, rows, w8 = codes[0].shape
+        if 8 * w8 != tk:
+            raise ValueError(f"weights tiled for tk={8 * w8}, the kernel's is {tk}")
+        n, k8 = t * ROWS, rows // ROWS * w8
+    else:
+        e, n, k8 = codes[0].shape
     if 8 * k8 % tk or tk % MG.SPAN:
         raise ValueError(f"K={8 * k8} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
@@ -1020,13 +1062,13 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
     narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
-    ``tiled``: the weights re-laid by :func:`tile_codes` / :func:`tile_scales` before the kernel
-    (:data:`GROUPED_TILED_WEIGHTS`)."""
+    ``tiled``: the weights in :func:`tile_mgpu`'s order for this tk (natural ones are re-laid
+    here first: :data:`GROUPED_TILED_WEIGHTS`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
-    if tiled:
+    if tiled and codes[0].ndim == 3:  # (natural weights, tiled here: GROUPED_TILED_WEIGHTS)
         codes = tuple(tile_codes(c, tk) for c in codes)
         scales = tuple(tile_scales(sc) for sc in scales)
     nw, r = len(codes), chunk_rows(mp, aligned)
@@ -1207,6 +1249,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
     e, k, n = w.shape
+    if any(v.tile_k != w.tile_k for v in ws):
+        raise ValueError(f"gate and up weights tiled differently: {[v.tile_k for v in ws]}")
     layout = GROUPED_X_LAYOUT if x_layout is None else x_layout
     if layout not in X_LAYOUTS:
         raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
@@ -1216,6 +1260,9 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
     tk = dtk if tk is None else tk
     steps = dsteps if steps is None else steps
+    if w.tile_k and w.tile_k != min(tk, k):
+        raise ValueError(f"the weights are tiled for tk={w.tile_k}, the call's tk is "
+                         f"{min(tk, k)}")
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {x.shape}")
     if group_sizes.shape != (e,):
@@ -1243,6 +1290,8 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
     rs = gscale[0] if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
+    if backend == "emulate":  # (it reads natural weights)
+        ws = tuple(untile_mgpu(v) for v in ws)
     xp, aends, ends = x.astype(jnp.bfloat16), None, None
     if layout == "aligned":
         if x_pad is not None:
@@ -1265,4 +1314,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
              aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
-             tiled=bool(GROUPED_TILED_WEIGHTS))
+             tiled=bool(w.tile_k or GROUPED_TILED_WEIGHTS))

@@ -759,14 +759,16 @@ def test_stream_probe_pad_leaves_an_sm_the_kernels_ctas(monkeypatch):
 
 
 def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
-    """``GROUPED_TILED_WEIGHTS`` (an experiment): :func:`tile_codes` puts the [64, tk / 8] code
-    box of tile t at K step kk at rows kk x 64.. of block t, :func:`tile_scales` tile t's
-    [K / 64, 64] scale words in block t (checked box by box against the untiled arrays, each
-    box a contiguous run of the tiled array's memory); bad shapes are refused by name; the
-    grouped kernel lowers for CUDA with the wrapper's transposes, for one weight and the pair,
-    and without them when the knob is off; so does the dense one (``DENSE_TILED_WEIGHTS``),
-    with K split and with 2 tiles a CTA. (Whether the kernels read the right boxes is the GPU
-    check's: ``gpu_session54a.sh``, maxdiff against the default.)"""
+    """Tiled weights (``tile_mgpu``, an experiment): the [64, tk / 8] code box of tile t at K
+    step kk sits at rows kk x 64.. of block t, tile t's [K / 64, 64] scale words in block t
+    (box by box against the untiled arrays, each code box one contiguous run of memory);
+    ``untile_mgpu`` and ``mgpu_to_qtensor`` invert it exactly and ``shape`` is the logical one;
+    bad shapes, double tiling, a call's other tk, a pair tiled differently and sharding them
+    are refused by name; the emulated grouped call on tiled weights stores what it stores on natural ones; the
+    grouped kernel (one weight, the pair) and the dense one (K split over 2 CTAs; 2 tiles a CTA)
+    lower for CUDA on tiled weights without a transpose, and the grouped wrapper re-lays natural
+    weights (two transposes a weight) under ``GROUPED_TILED_WEIGHTS``. (Whether the kernels read
+    the right boxes is the GPU check's: ``gpu_session54a.sh``, maxdiff against the default.)"""
     import re
 
     from pallas_kernels import fp4_matmul_mgpu as FM
@@ -774,9 +776,11 @@ def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
     e, k, n, tk = 2, 768, 192, 256
     w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(7), (e, k, n)), "nvfp4",
                                  axis=-2, global_scope="tensor"))
+    wt = FM.tile_mgpu(w, tk)
     codes, scales = np.asarray(w.codes), np.asarray(w.scales)
-    tc, ts = np.asarray(FM.tile_codes(w.codes, tk)), np.asarray(FM.tile_scales(w.scales))
+    tc, ts = np.asarray(wt.codes), np.asarray(wt.scales)
     assert tc.shape == (e, n // 64, k // tk * 64, tk // 8) and ts.shape == (e, n // 64, k // 64, 64)
+    assert wt.shape == w.shape == (e, k, n) and wt.tile_k == tk
     flat = tc.reshape(-1)
     for ei in range(e):
         for t in range(n // 64):
@@ -786,43 +790,68 @@ def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
                 np.testing.assert_array_equal(tc[ei, t, 64 * kk:64 * kk + 64], box)
                 start = ((ei * (n // 64) + t) * (k // tk) + kk) * box.size  # one memory run
                 np.testing.assert_array_equal(flat[start:start + box.size], box.reshape(-1))
+    back = FM.untile_mgpu(wt)
+    np.testing.assert_array_equal(np.asarray(back.codes), codes)
+    np.testing.assert_array_equal(np.asarray(back.scales), scales)
+    assert back.tile_k == 0
+    q, qt = FM.mgpu_to_qtensor(w), FM.mgpu_to_qtensor(wt)
+    np.testing.assert_array_equal(np.asarray(qt.codes), np.asarray(q.codes))
+    wd = jax.tree.map(lambda a: a[0], w)  # one dense weight [K, N]
+    wdt = FM.tile_mgpu(wd, 128)
+    assert wdt.shape == (k, n) and wdt.codes.shape == (n // 64, k // 128 * 64, 16)
+    np.testing.assert_array_equal(np.asarray(FM.untile_mgpu(wdt).codes), np.asarray(wd.codes))
     with pytest.raises(ValueError, match="K of tk=512"):
-        FM.tile_codes(w.codes, 512)
+        FM.tile_mgpu(w, 512)
     with pytest.raises(ValueError, match="N must be a multiple of 64"):
         FM.tile_scales(w.scales[..., :96])
+    with pytest.raises(ValueError, match="tiled already"):
+        FM.tile_mgpu(wt, tk)
+    from trace_jax import sharding
+    mesh = jax.make_mesh((1,), ("data",))
+    rules = {"expert": None, "embed": None, "mlp": None}
+    assert isinstance(sharding._sharding_for(("expert", "embed", "mlp"), w, rules, mesh),
+                      FM.MgpuWeights)
+    with pytest.raises(ValueError, match="tiled MgpuWeights"):  # (no rule: not sharded wrong)
+        sharding._sharding_for(("expert", "embed", "mlp"), wt, rules, mesh)
     gs = jnp.array([3, 20], jnp.int32)
-    x = jnp.zeros((23, k), jnp.bfloat16)
+    x = jax.random.normal(jax.random.PRNGKey(9), (23, k), jnp.bfloat16)
+    emu = lambda *ws: np.asarray(FM.fp4_grouped_matmul_mgpu(  # noqa: E731
+        x, *ws, gs, mp=16, tk=tk, backend="emulate"), np.float32)
+    np.testing.assert_array_equal(emu(wt), emu(w))
+    with pytest.raises(ValueError, match="tiled for tk=256, the call's tk is 128"):
+        FM.fp4_grouped_matmul_mgpu(x, wt, gs, mp=16, tk=128, backend="emulate")
+    with pytest.raises(ValueError, match="tiled differently"):
+        FM.fp4_grouped_swiglu_mgpu(x, wt, w, gs, mp=16, tk=tk, backend="emulate")
 
-    def lowered(tiled, pair):
-        monkeypatch.setattr(FM, "GROUPED_TILED_WEIGHTS", tiled)
+    def lowered(ws, pair, knob=False):
+        monkeypatch.setattr(FM, "GROUPED_TILED_WEIGHTS", knob)
         f = FM.fp4_grouped_swiglu_mgpu if pair else FM.fp4_grouped_matmul_mgpu
-        ws = (w, w) if pair else (w,)
+        ws = (ws, ws) if pair else (ws,)
         return jax.jit(lambda x, g: f(x, *ws, g, backend="mgpu", mp=16, tk=tk)).trace(
             x, gs).lower(lowering_platforms=("cuda",)).as_text()
 
     for pair in (False, True):
-        on, off = lowered(True, pair), lowered(False, pair)
-        for txt in (on, off):
+        pre, knob, off = lowered(wt, pair), lowered(w, pair, True), lowered(w, pair)
+        for txt in (pre, knob, off):
             assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
-        # the codes' 5-d transpose and the scales' 4-d one, per weight, only with the knob on
-        assert len(re.findall(r"stablehlo.transpose", on)) == 2 * (1 + pair), pair
-        assert "stablehlo.transpose" not in off
-    # the dense kernel (DENSE_TILED_WEIGHTS), with K split over 2 CTAs (each reads its half of
-    # every tile's block) and 2 tiles a CTA; M = 8 stores token-major (no transpose of its own)
+        assert "stablehlo.transpose" not in pre and "stablehlo.transpose" not in off
+        # the codes' 5-d transpose and the scales' 4-d one, per weight, under the knob
+        assert len(re.findall(r"stablehlo.transpose", knob)) == 2 * (1 + pair), pair
+    # the dense kernel on tiled weights, with K split over 2 CTAs (each reads its half of every
+    # tile's block) and 2 tiles a CTA; M = 8 stores token-major (no transpose of its own)
     wd = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(8), (1024, 256)),
                                   "nvfp4", axis=-2, global_scope="tensor"))
 
-    def dense(tiled, splits, tiles):
-        monkeypatch.setattr(FM, "DENSE_TILED_WEIGHTS", tiled)
-        return jax.jit(lambda x: FM.fp4_matmul_mgpu(x, wd, splits=splits, tiles=tiles, tk=256,
+    def dense(ws, splits, tiles, tk=256):
+        return jax.jit(lambda x: FM.fp4_matmul_mgpu(x, ws, splits=splits, tiles=tiles, tk=tk,
                                                     backend="mgpu")).trace(
             jnp.zeros((8, 1024), jnp.bfloat16)).lower(lowering_platforms=("cuda",)).as_text()
 
     for splits, tiles in ((2, 1), (1, 2)):
-        on, off = dense(True, splits, tiles), dense(False, splits, tiles)
-        assert "wgmma.mma_async" in on and "wgmma.mma_async" in off
-        assert len(re.findall(r"stablehlo.transpose", on)) == 2
-        assert "stablehlo.transpose" not in off
+        txt = dense(FM.tile_mgpu(wd, 256), splits, tiles)
+        assert "wgmma.mma_async" in txt and "stablehlo.transpose" not in txt
+    with pytest.raises(ValueError, match="tiled for tk=128, the kernel's is 256"):
+        dense(FM.tile_mgpu(wd, 128), 1, 1)
 
 
 @pytest.mark.parametrize("lay,mp,widths", [("rows", 16, (8, 16)), ("aligned", 16, (8,)),

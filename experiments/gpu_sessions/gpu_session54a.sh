@@ -6,16 +6,18 @@
 # (H100): the weight stream alone at the kernel's occupancy (weights_only:2) reads 85% of copy
 # (42.1 / 42.6 us at 128 tokens), and at 128 tokens the kernel is its stream (45.5 / 47.4 us);
 # the FP4-KV attention, whose tiles are contiguous, reads 92-93% of an H100's copy (session 50).
-# `GROUPED_TILED_WEIGHTS` (CPU-tested: the boxes, the lowering) re-lays the weights so that each
-# box is one contiguous block (8 KB of codes, 1 KB of scales at tk 256). The wrapper re-lays
-# them on every call (XLA transposes outside the kernel), so compare kernel_us, not the call.
+# `fp4_matmul_mgpu.tile_mgpu` (CPU-tested: the boxes, the round trip, the lowering) re-lays the
+# weights so that each box is one contiguous block (8 KB of codes, 1 KB of scales at tk 256);
+# both kernels take such weights (`MgpuWeights.tile_k`). The timed columns use weights tiled
+# once before timing (`--tiled`); the edge check lets the wrapper tile them on every call
+# (`GROUPED_TILED_WEIGHTS`, which leaves transposes before the kernel: fine for values only).
 # Prediction (before the run), H100, kernel device time: tiled weights_only:2 3-8% faster at
 # both token counts; the tiled kernel 2-6% faster at 128 tokens (stream-bound), 0-4% at 512
 # (11-16 us of compute over the stream there); the pair 0-4%. Bit for bit equal to the default.
 # Rule: the edge check passes and the tiled kernel is >= 3% faster at 128 tokens on both shapes
 # and not slower at 512 or the pair -> the expert weights get the tiled layout at prepare time
 # (sync_weights) and it becomes the default; otherwise the knob is removed.
-# The dense kernel reads the same boxes (K / 2 = 4 KB apart at 8192 x 28672): `DENSE_TILED_WEIGHTS`
+# The dense kernel reads the same boxes (K / 2 = 4 KB apart at 8192 x 28672): tiled weights
 # at M = 1 / 8 (82.0 / 79.5% of an H100's copy, session 44). Prediction: 2-6% faster kernels.
 # Rule: >= 3% at both, maxdiff_t1 0 -> the same prepare-time layout for the dense weights.
 # ~8 min on an H100. Usage (repo root, with .whl/ carried):
@@ -37,12 +39,13 @@ if [ "${QUICK:-0}" = 1 ]; then
   grouped t512 512 60 --tiled --baselines ""
   exit 0
 fi
-timeout 150 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
+timeout 120 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
   --repeats 2 --pair --variants "GROUPED_TILED_WEIGHTS=1" > "$R/edge.txt" 2>&1
 echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
-grouped t128 128 110 --tiled --diag weights_only:2
-timeout 100 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8 \
-  --splits auto --tiled --breakdown --baselines "" --out "$R/dense" > "$R/dense.txt" 2>&1
+grouped t128 128 90 --tiled --diag weights_only:2
+timeout 90 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8 \
+  --splits auto --tiled --breakdown --baselines "" --max-seconds 60 --out "$R/dense" \
+  > "$R/dense.txt" 2>&1
 echo "dense rc=$?"; grep -iE "error|fail" "$R/dense.txt" | head -3
 python3 experiments/check_mgpu_matmul.py --summary "$R/dense/kernels_matmul_mgpu.json"
 python3 - "$R/dense/kernels_matmul_mgpu.json" <<'PY'
@@ -51,8 +54,8 @@ for r in json.load(open(sys.argv[1]))["rows"]:
     print(f"M={r['m']} tiled={r['tiled']} kernel {r.get('kernel_us', float('nan')):.2f} us "
           f"({r.get('kernel_pct_copy', float('nan')):.1f}%) maxdiff_t1 {r['maxdiff_t1']}")
 PY
-grouped t512 512 120 --tiled --diag weights_only:2
-timeout 110 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
+grouped t512 512 100 --tiled --diag weights_only:2
+timeout 100 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
   --knobs "tiled=1" > "$R/pair.txt" 2>&1
 echo "pair rc=$?"; grep -oE " fused(_tiled1)?_(maxdiff|kernel_us)=[0-9.e-]+" "$R/pair.txt"
 exit 0
