@@ -20,7 +20,7 @@
 # The dense kernel reads the same boxes (K / 2 = 4 KB apart at 8192 x 28672): tiled weights
 # at M = 1 / 8 (82.0 / 79.5% of an H100's copy, session 44). Prediction: 2-6% faster kernels.
 # Rule: >= 3% at both, maxdiff_t1 0 -> the same prepare-time layout for the dense weights.
-# ~8 min on an H100. Usage (repo root, with .whl/ carried):
+# ~9 min on an H100. Usage (repo root, with .whl/ carried):
 #   [QUICK=1] bash experiments/gpu_sessions/gpu_session54a.sh
 # QUICK=1 (~3 min, for a call with little device time left): no edge check and no pair; the
 # tiled columns at 128 tokens with weights_only:2, and at 512 tokens (maxdiff against the default).
