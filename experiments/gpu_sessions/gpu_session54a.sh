@@ -24,6 +24,7 @@
 #   [QUICK=1] bash experiments/gpu_sessions/gpu_session54a.sh
 # QUICK=1 (~3 min, for a call with little device time left): no edge check and no pair; the
 # tiled columns at 128 tokens with weights_only:2, and at 512 tokens (maxdiff against the default).
+# QUICK=2 (~2 min): the tiled kernel beside the default at 2048 x 768 only, 128 and 512 tokens.
 source "$(dirname "$0")/../gpu_prelude.sh" r54a
 R="$OUT/r54a"; mkdir -p "$R"
 install_wheels
@@ -34,6 +35,11 @@ grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/
   echo "$name rc=$?"; grep -iE "error|fail" "$R/$name.txt" | head -3
   grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
 }
+if [ "${QUICK:-0}" = 2 ]; then  # (~2 min: 2048 x 768 only, the kernel tiled and untiled)
+  grouped q128 128 40 --shapes 2048x768 --tiled --baselines ""
+  grouped q512 512 40 --shapes 2048x768 --tiled --baselines ""
+  exit 0
+fi
 if [ "${QUICK:-0}" = 1 ]; then
   grouped t128 128 70 --tiled --diag weights_only:2 --baselines ""
   grouped t512 512 60 --tiled --baselines ""
