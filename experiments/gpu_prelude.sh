@@ -201,3 +201,13 @@ for r in d["rows"]:
               f"  {r.get(c + '_pct_copy', float('nan')):5.1f}%  maxdiff {r.get(c + '_maxdiff', '-')}")
 PY
 }
+
+# grouped_check NAME TOKENS SECONDS ARGS...: `check_mgpu_matmul.py --grouped` at TOKENS with
+# ARGS into $R/NAME (its log $R/NAME.txt), at most SECONDS of timing, then its summary.
+grouped_check() {
+  local name=$1 tokens=$2 secs=$3; shift 3
+  timeout $((secs + 20)) python3 "$REPO/experiments/check_mgpu_matmul.py" --grouped \
+    --tokens "$tokens" --max-seconds "$secs" --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
+  echo "$name rc=$?"; grep -iE "error|fail" "$R/$name.txt" | head -3
+  grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
+}

@@ -42,17 +42,10 @@ timeout 200 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768
   --repeats $([ "$quick" = 1 ] && echo 1 || echo 2) --pair --variants "steps=4,GROUPED_X_STEPS=2,nt=1;steps=4,GROUPED_X_STEPS=1" \
   > "$R/edge.txt" 2>&1
 echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
-grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/NAME
-  local name=$1 tokens=$2 secs=$3; shift 3
-  timeout $((secs + 20)) python3 experiments/check_mgpu_matmul.py --grouped --tokens "$tokens" \
-    --max-seconds "$secs" --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
-  echo "$name rc=$?"; grep -iE "error|fail" "$R/$name.txt" | head -3
-  grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
-}
-if [ "$quick" = 1 ]; then grouped t512 512 100 --tiles 1 --split 4:2,4:1,4:2:1; exit 0; fi
-grouped t512 512 140 --tiles 1 --split 4:2,3:2,4:1,4:2:1
+if [ "$quick" = 1 ]; then grouped_check t512 512 100 --tiles 1 --split 4:2,4:1,4:2:1; exit 0; fi
+grouped_check t512 512 140 --tiles 1 --split 4:2,3:2,4:1,4:2:1
 timeout 130 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
   --knobs "steps=4,xsteps=1;steps=3,xsteps=1" > "$R/pair.txt" 2>&1
 echo "pair rc=$?"; grep -E "^\|? *512" "$R/pair.txt" | head -3
-grouped t128 128 100 --knobs 16:256:2,16:256:3,16:256:4 --split 4:2
+grouped_check t128 128 100 --knobs 16:256:2,16:256:3,16:256:4 --split 4:2
 exit 0

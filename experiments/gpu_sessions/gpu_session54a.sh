@@ -28,27 +28,20 @@
 source "$(dirname "$0")/../gpu_prelude.sh" r54a
 R="$OUT/r54a"; mkdir -p "$R"
 install_wheels
-grouped() {  # NAME TOKENS SECONDS ARGS...: check_mgpu_matmul --grouped into $R/NAME
-  local name=$1 tokens=$2 secs=$3; shift 3
-  timeout $((secs + 20)) python3 experiments/check_mgpu_matmul.py --grouped --tokens "$tokens" \
-    --max-seconds "$secs" --out "$R/$name" "$@" > "$R/$name.txt" 2>&1
-  echo "$name rc=$?"; grep -iE "error|fail" "$R/$name.txt" | head -3
-  grouped_summary "$R/$name/kernels_matmul_mgpu_grouped.json" | grep -v triton
-}
 if [ "${QUICK:-0}" = 2 ]; then  # (~2 min: 2048 x 768 only, the kernel tiled and untiled)
-  grouped q128 128 40 --shapes 2048x768 --tiled --baselines ""
-  grouped q512 512 40 --shapes 2048x768 --tiled --baselines ""
+  grouped_check q128 128 40 --shapes 2048x768 --tiled --baselines ""
+  grouped_check q512 512 40 --shapes 2048x768 --tiled --baselines ""
   exit 0
 fi
 if [ "${QUICK:-0}" = 1 ]; then
-  grouped t128 128 70 --tiled --diag weights_only:2 --baselines ""
-  grouped t512 512 60 --tiled --baselines ""
+  grouped_check t128 128 70 --tiled --diag weights_only:2 --baselines ""
+  grouped_check t512 512 60 --tiled --baselines ""
   exit 0
 fi
 timeout 120 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
   --repeats 2 --pair --variants "GROUPED_TILED_WEIGHTS=1" > "$R/edge.txt" 2>&1
 echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
-grouped t128 128 90 --tiled --diag weights_only:2
+grouped_check t128 128 90 --tiled --diag weights_only:2
 timeout 90 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8 \
   --splits auto --tiled --breakdown --baselines "" --max-seconds 60 --out "$R/dense" \
   > "$R/dense.txt" 2>&1
@@ -60,7 +53,7 @@ for r in json.load(open(sys.argv[1]))["rows"]:
     print(f"M={r['m']} tiled={r['tiled']} kernel {r.get('kernel_us', float('nan')):.2f} us "
           f"({r.get('kernel_pct_copy', float('nan')):.1f}%) maxdiff_t1 {r['maxdiff_t1']}")
 PY
-grouped t512 512 100 --tiled --diag weights_only:2
+grouped_check t512 512 100 --tiled --diag weights_only:2
 timeout 100 python3 experiments/check_mgpu_swiglu.py --tokens 512 --out "$R/pair" \
   --knobs "tiled=1" > "$R/pair.txt" 2>&1
 echo "pair rc=$?"; grep -oE " fused(_tiled1)?_(maxdiff|kernel_us)=[0-9.e-]+" "$R/pair.txt"
