@@ -385,11 +385,11 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M', N] instead
     for x's M' rows (M, or Mp where the wrapper padded x), stored from registers
     (:data:`DENSE_TOKEN_MAJOR`). ``tiled``: codes and scales in :func:`tile_mgpu`'s order for
-    this tk (natural ones are re-laid here first)."""
+    this tk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    if tiled and codes.ndim == 3:  # tiled already (tile_mgpu): [N / 64, K / tk x 64, tk / 8]
+    if tiled:  # (tile_mgpu): [N / 64, K / tk x 64, tk / 8]
         n, k8 = codes.shape[0] * ROWS, codes.shape[1] // ROWS * codes.shape[2]
         if 8 * codes.shape[2] != tk:
             raise ValueError(f"weights tiled for tk={8 * codes.shape[2]}, the kernel's is {tk}")
@@ -405,8 +405,6 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     if tiles < 1 or n % (ROWS * tiles):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x tiles={tiles} (tiles >= 1)")
     rows_cta = ROWS * tiles
-    if tiled and codes.ndim == 2:
-        codes, scales = tile_codes(codes[None], tk)[0], tile_scales(scales[None])[0]
 
     def body(u_gmem, s_gmem, x_gmem, o_gmem, *scratch):
         ni = jax.lax.axis_index("n")
