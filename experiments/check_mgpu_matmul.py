@@ -343,7 +343,7 @@ def _padded_call(x, w, *, tk, steps, chunked, splits):
     m, mp = x.shape[0], max(8, -(-x.shape[0] // 8) * 8)
     xp = jnp.pad(x.astype(jnp.bfloat16), ((0, mp - m), (0, 0)))
     out_t = FM._matmul_t(w.codes, w.scales, xp, tk=tk, steps=steps, chunked=chunked,
-                         splits=splits, tiled=bool(w.tile_k))
+                         splits=splits)
     out = jnp.sum(out_t, axis=0)[:, :m].T * (w.global_scale * (2.0 ** FM.SHIFT))
     return out.astype(jnp.bfloat16)
 

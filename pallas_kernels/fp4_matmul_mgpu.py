@@ -373,9 +373,9 @@ def _store_partial_rows(acc, o_gmem, j, n0, m: int):
 
 
 @functools.partial(jax.jit, static_argnames=("tk", "steps", "chunked", "splits", "mp", "tiles",
-                                             "serial", "scoped", "token_major", "tiled"))
+                                             "serial", "scoped", "token_major"))
 def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None, tiles=1,
-              serial=False, scoped=True, token_major=False, tiled=False):
+              serial=False, scoped=True, token_major=False):
     """out^T partials [splits, N, Mp] f32 (values * 2**-SHIFT, no global scale; their sum over
     axis 0 is the product) for x [M, K], M <= Mp (``mp``, None: M; a multiple of 8): CTA (n, j)
     takes ``tiles`` adjacent 64-row weight tiles (one pipeline streams them against one x tile;
@@ -384,11 +384,12 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     from TMA's out-of-bounds fill of x's rows past M and are not part of the product.
     ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M', N] instead
     for x's M' rows (M, or Mp where the wrapper padded x), stored from registers
-    (:data:`DENSE_TOKEN_MAJOR`). ``tiled``: codes and scales in :func:`tile_mgpu`'s order for
-    this tk."""
+    (:data:`DENSE_TOKEN_MAJOR`). Codes [N / 64, K / tk x 64, tk / 8] (and their scales) are
+    weights in :func:`tile_mgpu`'s order for this tk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
+    tiled = codes.ndim == 3
     if tiled:  # (tile_mgpu): [N / 64, K / tk x 64, tk / 8]
         n, k8 = codes.shape[0] * ROWS, codes.shape[1] // ROWS * codes.shape[2]
         if 8 * codes.shape[2] != tk:
@@ -588,7 +589,7 @@ def fp4_matmul_mgpu(x: jax.Array, w: MgpuWeights, *, tk: int | None = None,
                       tk=dense_tk(k // splits, mp, steps, tk, tiles), steps=steps,
                       chunked=chunked,
                       splits=splits, mp=mp, tiles=tiles, serial=DENSE_SERIAL_TILES,
-                      scoped=DENSE_OUT_SCOPED, token_major=token_major, tiled=bool(w.tile_k))
+                      scoped=DENSE_OUT_SCOPED, token_major=token_major)
     scale = w.global_scale * (2.0 ** SHIFT)
     if token_major:  # [splits, M or Mp (x padded), N]
         out = jnp.sum(out_t, axis=0)[:m] * scale
@@ -969,11 +970,7 @@ def aligned_rows_kernel(group_sizes, m: int, mp: int, *, interpret: bool = False
 # tk / 2 bytes at a stride of K / 2 (codes) and tk / 64 rows of 256 bytes at a stride of 4 N
 # (scales): whether the weight stream's DRAM locality sets part of the kernels' time (the grouped
 # kernel's weight stream alone reads 85% of an H100's copy, the FP4-KV attention 92-93%). Both
-# kernels take tiled weights (``MgpuWeights.tile_k``, the call's tk). This knob instead tiles
-# natural weights in the grouped wrapper on every call (two XLA transposes before the kernel:
-# for bit-for-bit checks, not for timing, as the transposes leave the kernel a dirty L2). Read
-# at trace time.
-GROUPED_TILED_WEIGHTS = False
+# kernels take tiled weights (``MgpuWeights.tile_k``, the call's tk).
 
 
 def tile_mgpu(w: MgpuWeights, tk: int) -> MgpuWeights:
@@ -1046,10 +1043,9 @@ def _grouped_weights(codes, scales, gscale, tk):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths", "tiled"))
+                                             "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
-                    tiled=False):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -1060,15 +1056,13 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
     narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
-    ``tiled``: the weights in :func:`tile_mgpu`'s order for this tk (natural ones are re-laid
-    here first: :data:`GROUPED_TILED_WEIGHTS`)."""
+    codes [E, N / 64, K / tk x 64, tk / 8] (and their scales): weights in :func:`tile_mgpu`'s
+    order for this tk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
-    if tiled and codes[0].ndim == 3:  # (natural weights, tiled here: GROUPED_TILED_WEIGHTS)
-        codes = tuple(tile_codes(c, tk) for c in codes)
-        scales = tuple(tile_scales(sc) for sc in scales)
+    tiled = codes[0].ndim == 4
     nw, r = len(codes), chunk_rows(mp, aligned)
     if nt < 1 or n % (ROWS * nt):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
@@ -1124,7 +1118,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=(), tiled=False):
+                             serial=False, nt=1, widths=()):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1132,8 +1126,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt, tiled  # (neither the N tiling nor the weights' memory order
-    # changes what a column stores)
+    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1311,5 +1304,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
-             tiled=bool(w.tile_k or GROUPED_TILED_WEIGHTS))
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)

@@ -758,19 +758,17 @@ def test_stream_probe_pad_leaves_an_sm_the_kernels_ctas(monkeypatch):
         FM.clear_trace_caches()
 
 
-def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
+def test_tiled_weights_put_each_box_in_one_block_and_lower():
     """Tiled weights (``tile_mgpu``, an experiment): the [64, tk / 8] code box of tile t at K
     step kk sits at rows kk x 64.. of block t, tile t's [K / 64, 64] scale words in block t
     (box by box against the untiled arrays, each code box one contiguous run of memory);
     ``untile_mgpu`` and ``mgpu_to_qtensor`` invert it exactly and ``shape`` is the logical one;
     bad shapes, double tiling, a call's other tk, a pair tiled differently and sharding them
-    are refused by name; the emulated grouped call on tiled weights stores what it stores on natural ones; the
-    grouped kernel (one weight, the pair) and the dense one (K split over 2 CTAs; 2 tiles a CTA)
-    lower for CUDA on tiled weights without a transpose, and the grouped wrapper re-lays natural
-    weights (two transposes a weight) under ``GROUPED_TILED_WEIGHTS``. (Whether the kernels read
-    the right boxes is the GPU check's: ``gpu_session54a.sh``, maxdiff against the default.)"""
-    import re
-
+    are refused by name; the emulated grouped call on tiled weights stores what it stores on
+    natural ones; the grouped kernel (one weight, the pair) and the dense one (K split over 2
+    CTAs; 2 tiles a CTA) lower for CUDA on tiled weights, with no re-lay (transpose) in the
+    call. (Whether the kernels read the right boxes is the GPU check's: ``gpu_session54a.sh``,
+    maxdiff against the default.)"""
     from pallas_kernels import fp4_matmul_mgpu as FM
     from trace_jax.quant import quantize
     e, k, n, tk = 2, 768, 192, 256
@@ -823,20 +821,16 @@ def test_tiled_weights_put_each_box_in_one_block_and_lower(monkeypatch):
     with pytest.raises(ValueError, match="tiled differently"):
         FM.fp4_grouped_swiglu_mgpu(x, wt, w, gs, mp=16, tk=tk, backend="emulate")
 
-    def lowered(ws, pair, knob=False):
-        monkeypatch.setattr(FM, "GROUPED_TILED_WEIGHTS", knob)
+    def lowered(ws, pair):
         f = FM.fp4_grouped_swiglu_mgpu if pair else FM.fp4_grouped_matmul_mgpu
         ws = (ws, ws) if pair else (ws,)
         return jax.jit(lambda x, g: f(x, *ws, g, backend="mgpu", mp=16, tk=tk)).trace(
             x, gs).lower(lowering_platforms=("cuda",)).as_text()
 
     for pair in (False, True):
-        pre, knob, off = lowered(wt, pair), lowered(w, pair, True), lowered(w, pair)
-        for txt in (pre, knob, off):
-            assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
-        assert "stablehlo.transpose" not in pre and "stablehlo.transpose" not in off
-        # the codes' 5-d transpose and the scales' 4-d one, per weight, under the knob
-        assert len(re.findall(r"stablehlo.transpose", knob)) == 2 * (1 + pair), pair
+        txt = lowered(wt, pair)
+        assert "mosaic_gpu" in txt and "wgmma.mma_async" in txt
+        assert "stablehlo.transpose" not in txt
     # the dense kernel on tiled weights, with K split over 2 CTAs (each reads its half of every
     # tile's block) and 2 tiles a CTA; M = 8 stores token-major (no transpose of its own)
     wd = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(8), (1024, 256)),

@@ -258,12 +258,24 @@ def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
     assert CE.parse_knobs("SERIAL_TILES=0,GROUPED_TILES=2") == {"SERIAL_TILES": 0,
                                                                 "GROUPED_TILES": 2}
     assert CE.parse_shapes("2048x768,128x768") == [(2048, 768), (128, 768)]
+    # tiled=1: not a call keyword nor a knob; the variant's weights are tiled for its tk
+    (v_t,) = CE.parse_variants("tiled=1,tk=128")
+    assert CE.split_variant(v_t) == ({"tk": 128}, {})
+    from pallas_kernels import fp4_matmul_mgpu as FM
+    from trace_jax.quant import quantize
+    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(0), (2, 256, 64)),
+                                 "nvfp4", axis=-2, global_scope="tensor"))
+    assert CE.variant_weights({"tk": 128}, (w,), 16, 256) == (w,)
+    assert [v.tile_k for v in CE.variant_weights(v_t, (w, w), 16, 256)] == [128, 128]
+    assert CE.variant_weights({"tiled": 1}, (w,), 16, 256)[0].tile_k == min(
+        FM.default_grouped_knobs(16, CE.E, 256)[1], 256)
     for fn, bad, msg in ((CE.parse_variants, "tk=x", "tk=x"),
                          (CE.parse_variants, "", "at least one"),
                          (CE.parse_variants, "tk=128;cta_wgs=3", r"\['cta_wgs'\] not keyword"),
                          (CE.parse_variants, "NO_SUCH_KNOB=1", r"\['NO_SUCH_KNOB'\] not integer"),
                          (CE.parse_variants, "GROUPED_WIDTHS=1", r"\['GROUPED_WIDTHS'\] not"),
                          (CE.parse_variants, "_DIAG=1", r"\['_DIAG'\] not integer"),
+                         (CE.parse_variants, "tiled=2", "tiled is 0 or 1"),
                          (CE.parse_knobs, "NO_SUCH_KNOB=1", "NO_SUCH_KNOB"),
                          (CE.parse_knobs, "GROUPED_WIDTHS=1", "GROUPED_WIDTHS"),
                          (CE.parse_knobs, "SERIAL_TILES=yes", "SERIAL_TILES=yes"),

@@ -9,8 +9,7 @@
 # `fp4_matmul_mgpu.tile_mgpu` (CPU-tested: the boxes, the round trip, the lowering) re-lays the
 # weights so that each box is one contiguous block (8 KB of codes, 1 KB of scales at tk 256);
 # both kernels take such weights (`MgpuWeights.tile_k`). The timed columns use weights tiled
-# once before timing (`--tiled`); the edge check lets the wrapper tile them on every call
-# (`GROUPED_TILED_WEIGHTS`, which leaves transposes before the kernel: fine for values only).
+# once before timing (`--tiled`), and so does the edge check (variant `tiled=1`).
 # Prediction (before the run), H100, kernel device time: tiled weights_only:2 3-8% faster at
 # both token counts; the tiled kernel 2-6% faster at 128 tokens (stream-bound), 0-4% at 512
 # (11-16 us of compute over the stream there); the pair 0-4%. Bit for bit equal to the default.
@@ -39,7 +38,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   exit 0
 fi
 timeout 120 python3 experiments/check_mgpu_grouped_edge.py --shapes 2048x768,768x2048 \
-  --repeats 2 --pair --variants "GROUPED_TILED_WEIGHTS=1" > "$R/edge.txt" 2>&1
+  --repeats 2 --pair --variants "tiled=1" > "$R/edge.txt" 2>&1
 echo "edge rc=$?"; grep -E "FAIL|rror" "$R/edge.txt" | head -5; tail -1 "$R/edge.txt"
 grouped_check t128 128 90 --tiled --diag weights_only:2
 timeout 90 python3 experiments/check_mgpu_matmul.py --shapes 8192x28672 --ms 1,8 \
