@@ -33,6 +33,7 @@ sys.path.insert(0, _REPO)
 from pallas_kernels import devtime  # noqa: E402
 from pallas_kernels import fp4_matmul as fm  # noqa: E402
 from pallas_kernels import fp4_matmul_mgpu as FM  # noqa: E402
+from pallas_kernels import mgpu_regcap  # noqa: E402
 from trace_jax.quant import quantize  # noqa: E402
 
 SHAPES = ((8192, 28672), (2048, 768), (768, 2048))
@@ -164,10 +165,12 @@ def main(argv=None) -> int:
                     help="instead: print a dense run's JSON (kernels_matmul_mgpu.json) as one "
                          "line per row")
     ap.add_argument("--knobs", default="",
-                    help="with --grouped: (mp, tk, steps) triples to time instead of the "
-                         "library's pick, e.g. 56:256:2,40:256:2 (columns mgpu_mp56_tk256_s2, "
-                         "...; each later one with its maxdiff against the first, the one --tiles, "
-                         "--widths and --diag use)")
+                    help="with --grouped: (mp, tk, steps[, regs]) to time instead of the "
+                         "library's pick, e.g. 56:256:2,56:128:3:168 (columns "
+                         "mgpu_mp56_tk256_s2, mgpu_mp56_tk128_s3_r168, ...; regs a register cap "
+                         "a thread, fp4_matmul_mgpu.GROUPED_REGS; each later one with its "
+                         "maxdiff against the first, the one --tiles, --widths, --tiled and "
+                         "--diag use)")
     ap.add_argument("--widths", default="",
                     help="with --grouped: also time the first Mosaic config with these narrower "
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
@@ -394,16 +397,28 @@ def parse_probes(spec: str) -> list[tuple[str, int | None]]:
     return out
 
 
-def parse_knobs(spec: str) -> tuple[tuple[int, int, int], ...]:
-    """``"56:256:2,40:256:2"`` -> ((56, 256, 2), (40, 256, 2)): --knobs' (mp, tk, steps)."""
+def parse_knobs(spec: str) -> tuple[tuple[int, int, int, int], ...]:
+    """``"56:256:2,56:128:3:168"`` -> ((56, 256, 2, 0), (56, 128, 3, 168)): --knobs' (mp, tk,
+    steps[, regs]), regs a register cap a thread (``fp4_matmul_mgpu.GROUPED_REGS``; 0 none)."""
     try:
         knobs = tuple(tuple(int(v) for v in t.split(":")) for t in spec.split(",") if t)
     except ValueError:
         knobs = ()
-    if not knobs or any(len(t) != 3 or t[0] % 8 or min(t) < 1 for t in knobs):
-        raise SystemExit(f"--knobs {spec!r}: expected mp:tk:steps triples, mp a multiple of 8, "
-                         "e.g. 56:256:2,40:256:2")
+    if not knobs or any(len(t) not in (3, 4) or t[0] % 8 or min(t[:3]) < 1 for t in knobs):
+        raise SystemExit(f"--knobs {spec!r}: expected mp:tk:steps[:regs], mp a multiple of 8, "
+                         "e.g. 56:256:2,56:128:3:168")
+    knobs = tuple(t if len(t) == 4 else (*t, 0) for t in knobs)
+    for t in knobs:
+        try:
+            mgpu_regcap.check_regs(t[3])
+        except ValueError as e:
+            raise SystemExit(f"--knobs {spec!r}: {e}") from None
     return knobs
+
+
+def knob_column(mp: int, tk: int, steps: int, regs: int) -> str:
+    """The column of one --knobs config: ``mgpu_mp56_tk128_s3`` (+ ``_r168`` with a cap)."""
+    return f"mgpu_mp{mp}_tk{tk}_s{steps}" + (f"_r{regs}" if regs else "")
 
 
 def grouped_layout(a) -> str:
@@ -455,27 +470,28 @@ def grouped(a, argv) -> int:
                 ("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                     x, w, g, backend="triton")), wt, None, None)]
             lay = grouped_layout(a)
-            knobs = (parse_knobs(a.knobs) if a.knobs else PREFILL_KNOBS if a.prefill else
-                     (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
-                     (FM.default_grouped_knobs(m, E, k, lay == "aligned"),))
+            knobs = parse_knobs(a.knobs) if a.knobs else tuple((*t, 0) for t in (  # (no cap)
+                PREFILL_KNOBS if a.prefill else (DOWN_KNOBS if k == 768 else GROUPED_KNOBS)
+                if a.sweep else (FM.default_grouped_knobs(m, E, k, lay == "aligned"),)))
             # with --widths every other Mosaic column runs one width (not GROUPED_WIDTHS), so the
             # width columns compare with a single-width kernel
             base_ws = () if a.widths else None
-            mp0, tk0, steps0 = knobs[0]
-            base = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp0}_tk{tk0}_s{steps0}"
-            for i, (mp, tk, steps) in enumerate(knobs):
-                name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
-                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
+            mp0, tk0, steps0, regs0 = knobs[0]  # (the first config: the columns below too)
+            base = "mgpu" if len(knobs) == 1 else knob_column(*knobs[0])
+            for i, (mp, tk, steps, regs) in enumerate(knobs):
+                name = "mgpu" if len(knobs) == 1 else knob_column(mp, tk, steps, regs)
+                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps, regs=regs:
                                            FM.fp4_grouped_matmul_mgpu(
                                                x, w, g, mp=mp, tk=tk, steps=steps,
-                                               backend="mgpu", x_layout=lay, widths=base_ws)),
+                                               backend="mgpu", x_layout=lay, widths=base_ws,
+                                               regs=regs)),
                              wm, "body", None))
                 if i == 0:  # the width columns right after their baseline: a timeout keeps them
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
                                 x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                                x_layout=lay, widths=ws)), wm, "body", None))
+                                x_layout=lay, widths=ws, regs=regs0)), wm, "body", None))
             row["default_nt"] = (FM.default_tiles(n, 1) if FM.GROUPED_TILES is None  # the mgpu
                                  else FM.GROUPED_TILES)  # column's tiles per program
             for nt in (int(v) for v in filter(None, a.tiles.split(","))):
@@ -483,7 +499,8 @@ def grouped(a, argv) -> int:
                     runs.append((f"mgpu_nt{nt}", jax.jit(
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                            x_layout=lay, nt=nt, widths=base_ws)), wm, "body", None))
+                            x_layout=lay, nt=nt, widths=base_ws, regs=regs0)), wm, "body",
+                        None))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body", None))
@@ -496,7 +513,7 @@ def grouped(a, argv) -> int:
             def first_cfg():  # a new jit per column: its module knobs are read when it traces
                 return jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu", x_layout=lay,
-                    widths=base_ws))
+                    widths=base_ws, regs=regs0))
 
             # tiled once, here, for the first config's K step (not in the timed call)
             wtl = FM.tile_mgpu(wm, min(tk0, k)) if a.tiled else None

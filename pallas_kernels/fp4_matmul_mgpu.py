@@ -34,6 +34,7 @@ import numpy as np
 
 from pallas_kernels import kv_layout as KL
 from pallas_kernels import mgpu_layout as MG
+from pallas_kernels import mgpu_regcap
 from trace_jax import quant
 from trace_jax.quant import QTensor
 
@@ -826,6 +827,14 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
+# A register cap for the grouped kernel, registers a thread (0: none; ``mgpu_regcap``). Mosaic
+# GPU caps nothing, so ptxas gives the kernel 204-255 registers and an SM holds 2 CTAs whatever
+# their shared memory allows; at tk 128 (42-63 KB a CTA) a cap of 168 lets it hold 3, about 1.5x
+# the bytes in flight of today's 2 CTAs of tk 256 x 2 stages. Session 49 assembled the tk 128 x
+# 2-stage kernel's PTX offline at a 168 cap: 165 registers, no spills (tk 256: 132 B of spill
+# stores; tk 128 x 3 stages, 209 registers uncapped, was not tried). Session 55 added the cap
+# (an experiment, off); the ``regs`` argument overrides it. Read at trace time.
+GROUPED_REGS: int = 0
 # Session 50/51 (H100, 512 tokens): a manual-pipeline grouped kernel (CTAs of 3 warpgroups, each
 # its own program and K pipeline; tk 128 x 3 stages, 168 registers: the launch cap) was 4-28%
 # slower with the chunk widths (65.6 / 83.7 against 62.8 / 65.5 us at 2048 x 768 / 768 x 2048)
@@ -1043,9 +1052,10 @@ def _grouped_weights(codes, scales, gscale, tk):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths"))
+                                             "serial", "nt", "widths", "regs"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
+                    regs=0):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -1057,7 +1067,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
     narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
     codes [E, N / 64, K / tk x 64, tk / 8] (and their scales): weights in :func:`tile_mgpu`'s
-    order for this tk."""
+    order for this tk; ``regs``: a register cap a thread (0: none; :data:`GROUPED_REGS`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -1112,13 +1122,13 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt)),
-        grid_names=("e", "n"),
+        grid_names=("e", "n"), kernel_name=mgpu_regcap.capped_name("body", regs),
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=()):
+                             serial=False, nt=1, widths=(), regs=0):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1126,7 +1136,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
+    del tk, steps, serial, nt, regs  # (nor the N tiling nor a register cap changes a value)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1178,7 +1188,8 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None,
+                            regs: int | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -1199,9 +1210,11 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values)."""
+    (:func:`chunk_width`; the same values). ``regs`` (None: ``GROUPED_REGS``): a cap on the
+    kernel's registers a thread, 0 for none (:mod:`mgpu_regcap`; the same values)."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
+                         regs=regs)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1219,7 +1232,8 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None,
+                            regs: int | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1231,11 +1245,11 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt, widths=widths)
+                         nt=nt, widths=widths, regs=regs)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt, widths=None):
+                  nt, widths=None, regs=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
@@ -1267,6 +1281,7 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
     r = chunk_rows(mp, layout == "aligned")
     widths = check_widths([w for w in GROUPED_WIDTHS if w < r] if widths is None else widths, r)
+    regs = mgpu_regcap.check_regs(GROUPED_REGS if regs is None else regs)
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
@@ -1304,4 +1319,5 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
+             regs=regs)
