@@ -135,9 +135,9 @@ def main(argv=None) -> int:
                          "fp4_matmul_mgpu.default_dense_tiles; every row but the plain kernel's "
                          "(1 tile, tile stores, XLA-summed partials) gets maxdiff_t1, its "
                          "largest difference from the plain kernel at the same splits and tk). "
-                         "With --grouped: also time the Mosaic kernel with these 64-row weight "
-                         "tiles per program, e.g. 2,4 (columns mgpu_nt2, ...; fp4_matmul_mgpu."
-                         "GROUPED_TILES)")
+                         "With --grouped: also time the first Mosaic config with these 64-row "
+                         "weight tiles per program, e.g. 2,4 (columns mgpu_nt2, ..., with maxdiff "
+                         "against it; fp4_matmul_mgpu.GROUPED_TILES)")
     ap.add_argument("--serial", default="0",
                     help="dense, tiles > 1: fp4_matmul_mgpu.DENSE_SERIAL_TILES values to time, "
                          "e.g. 1,0 (0: the next tile decodes under the previous tile's wgmma)")
@@ -536,8 +536,10 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if name == base:
                             first = out
-                        # (the width columns mgpu_w32..., not the probe mgpu_weights_only)
-                        if a.aligned or re.match(r"mgpu_w\d", name) or name == "mgpu_tiled" \
+                        # (the width and tile columns mgpu_w32..., mgpu_nt1..., not the probe
+                        # mgpu_weights_only)
+                        if a.aligned or re.match(r"mgpu_(w|nt)\d", name) \
+                                or name == "mgpu_tiled" \
                                 or (name.startswith("mgpu_mp") and name != base):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
