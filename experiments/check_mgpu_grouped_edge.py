@@ -5,8 +5,7 @@
 
 Each variant is a set of integer keyword arguments of ``fp4_grouped_matmul_mgpu`` (and, with
 ``--pair``, of ``fp4_grouped_swiglu_mgpu`` at the 2048 x 768 gate / up shape) and of
-``fp4_matmul_mgpu``'s integer module knobs (upper-case names, set while that variant runs), or
-``tiled=1`` (the weights in ``tile_mgpu``'s order for the variant's tk);
+``fp4_matmul_mgpu``'s integer module knobs (upper-case names, set while that variant runs);
 ``--knobs`` sets such knobs for the whole run, the default's calls included. Per expert shape
 K x N (128 experts, NVFP4) two group layouts: 512 tokens routed top-8 (4096 rows) and skewed
 groups (400 rows: one expert of 300, so several chunks; experts of 5 and 57; the rest empty;
@@ -56,9 +55,9 @@ def int_knob(name: str) -> bool:
 def parse_variants(spec: str) -> list[dict]:
     """``"tk=128,steps=3;GROUPED_TILES=2"`` -> [{"tk": 128, "steps": 3},
     {"GROUPED_TILES": 2}]; a part that is not name=integer[,name=integer...], or a lower-case
-    name the grouped calls do not take (nor ``tiled``, 0 / 1: :func:`variant_weights`), or an
-    upper-case one that is no :func:`int_knob`, exits naming it (before any GPU work)."""
-    out, known = [], _variant_keywords() | {"tiled"}
+    name the grouped calls do not take, or an upper-case one that is no :func:`int_knob`, exits
+    naming it (before any GPU work)."""
+    out, known = [], _variant_keywords()
     for part in filter(None, spec.split(";")):
         if not re.fullmatch(r"[A-Za-z_]+=-?\d+(,[A-Za-z_]+=-?\d+)*", part):
             raise SystemExit(f"--variants: {part!r} is not name=integer[,name=integer...]")
@@ -71,8 +70,6 @@ def parse_variants(spec: str) -> list[dict]:
         if unknown:
             raise SystemExit(f"--variants: {part!r}: {unknown} not keyword arguments of "
                              f"fp4_grouped_matmul_mgpu (it takes {sorted(known)})")
-        if v.get("tiled", 0) not in (0, 1):
-            raise SystemExit(f"--variants: {part!r}: tiled is 0 or 1")
         out.append(v)
     if not out:
         raise SystemExit("--variants: give at least one, e.g. 'tk=128'")
@@ -80,19 +77,9 @@ def parse_variants(spec: str) -> list[dict]:
 
 
 def split_variant(v: dict) -> tuple[dict, dict]:
-    """A parsed variant as (keyword arguments, module knobs: its upper-case names); ``tiled``
-    is neither (:func:`variant_weights`)."""
-    return ({n: x for n, x in v.items() if not n.isupper() and n != "tiled"},
+    """A parsed variant as (keyword arguments, module knobs: its upper-case names)."""
+    return ({n: x for n, x in v.items() if not n.isupper()},
             {n: x for n, x in v.items() if n.isupper()})
-
-
-def variant_weights(v: dict, ws: tuple, m: int, k: int) -> tuple:
-    """The weights a variant runs on: ``ws`` as they are, or with ``tiled=1`` tiled
-    (``tile_mgpu``) for the K step its call will use (its tk, else the library's pick)."""
-    if not v.get("tiled"):
-        return ws
-    tk = v.get("tk") or FM.default_grouped_knobs(m, E, k, FM.GROUPED_X_LAYOUT == "aligned")[1]
-    return tuple(FM.tile_mgpu(w, min(tk, k)) for w in ws)
 
 
 def parse_knobs(spec: str) -> dict:
@@ -180,8 +167,7 @@ def main(argv=None) -> int:
                 with module_knobs(**knobs):  # (f traces at its first call, in check)
                     f = jax.jit(lambda x, w, g, kw=kw: FM.fp4_grouped_matmul_mgpu(
                         x, w, g, backend="mgpu", **kw))
-                    run.check(f"{k}x{n} {name} {tag(v)}", f,
-                              (x, *variant_weights(v, (w,), m, k), gs), base)
+                    run.check(f"{k}x{n} {name} {tag(v)}", f, (x, w, gs), base)
     if a.pair:
         wg, wu = weights(2048, 768, 7), weights(2048, 768, 8)
         for name, gs, m in group_cases():
@@ -193,8 +179,7 @@ def main(argv=None) -> int:
                 with module_knobs(**knobs):
                     f = jax.jit(lambda x, a, b, g, kw=kw: FM.fp4_grouped_swiglu_mgpu(
                         x, a, b, g, backend="mgpu", **kw))
-                    run.check(f"pair {name} {tag(v)}", f,
-                              (x, *variant_weights(v, (wg, wu), m, 2048), gs), base)
+                    run.check(f"pair {name} {tag(v)}", f, (x, wg, wu, gs), base)
     print("edge: all identical" if not run.failures else
           f"edge: {len(run.failures)} FAILED: {run.failures}", flush=True)
     return 1 if run.failures else 0

@@ -33,7 +33,6 @@ sys.path.insert(0, _REPO)
 from pallas_kernels import devtime  # noqa: E402
 from pallas_kernels import fp4_matmul as fm  # noqa: E402
 from pallas_kernels import fp4_matmul_mgpu as FM  # noqa: E402
-from pallas_kernels import mgpu_regcap  # noqa: E402
 from trace_jax.quant import quantize  # noqa: E402
 
 SHAPES = ((8192, 28672), (2048, 768), (768, 2048))
@@ -67,8 +66,7 @@ def _knobs(**values):
 # --summary: the knob columns that a dense row may carry, (column, short name), in print order
 # (fused: 28e's runs; diag: a timing probe, empty for the kernel itself)
 _KNOBS = (("tk", "tk"), ("steps", "st"), ("splits", "sp"), ("tiles", "t"), ("serial", "ser"),
-          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"), ("tiled", "ti"),
-          ("diag", "diag"))
+          ("out_scoped", "sc"), ("fused", "fu"), ("token_major", "tm"), ("diag", "diag"))
 
 
 def summary_lines(path: str) -> list[str]:
@@ -135,9 +133,9 @@ def main(argv=None) -> int:
                          "fp4_matmul_mgpu.default_dense_tiles; every row but the plain kernel's "
                          "(1 tile, tile stores, XLA-summed partials) gets maxdiff_t1, its "
                          "largest difference from the plain kernel at the same splits and tk). "
-                         "With --grouped: also time the first Mosaic config with these 64-row "
-                         "weight tiles per program, e.g. 2,4 (columns mgpu_nt2, ..., with maxdiff "
-                         "against it; fp4_matmul_mgpu.GROUPED_TILES)")
+                         "With --grouped: also time the Mosaic kernel with these 64-row weight "
+                         "tiles per program, e.g. 2,4 (columns mgpu_nt2, ...; fp4_matmul_mgpu."
+                         "GROUPED_TILES)")
     ap.add_argument("--serial", default="0",
                     help="dense, tiles > 1: fp4_matmul_mgpu.DENSE_SERIAL_TILES values to time, "
                          "e.g. 1,0 (0: the next tile decodes under the previous tile's wgmma)")
@@ -165,24 +163,15 @@ def main(argv=None) -> int:
                     help="instead: print a dense run's JSON (kernels_matmul_mgpu.json) as one "
                          "line per row")
     ap.add_argument("--knobs", default="",
-                    help="with --grouped: (mp, tk, steps[, regs]) to time instead of the "
-                         "library's pick, e.g. 56:256:2,56:128:3:168 (columns "
-                         "mgpu_mp56_tk256_s2, mgpu_mp56_tk128_s3_r168, ...; regs a register cap "
-                         "a thread, fp4_matmul_mgpu.GROUPED_REGS; each later one with its "
-                         "maxdiff against the first, the one --tiles, --widths, --tiled and "
-                         "--diag use)")
+                    help="with --grouped: (mp, tk, steps) triples to time instead of the "
+                         "library's pick, e.g. 56:256:2,40:256:2 (columns mgpu_mp56_tk256_s2, "
+                         "...; each later one with its maxdiff against the first, the one --tiles, "
+                         "--widths and --diag use)")
     ap.add_argument("--widths", default="",
                     help="with --grouped: also time the first Mosaic config with these narrower "
                          "chunk widths (fp4_matmul_mgpu.GROUPED_WIDTHS), sets separated by ';', "
                          "e.g. '32,40,48;40' (columns mgpu_w32_40_48, mgpu_w40, each with "
                          "maxdiff against the first Mosaic config)")
-    ap.add_argument("--tiled", action="store_true",
-                    help="also time with the weights tiled once, before timing, so that each "
-                         "(64-row tile, K step) box is contiguous (fp4_matmul_mgpu.tile_mgpu): "
-                         "dense, each config once more (column tiled, with maxdiff_t1); "
-                         "--grouped, the first Mosaic config and each --diag probe (columns "
-                         "mgpu_tiled, with maxdiff against the first config, and "
-                         "mgpu_<probe>_tiled)")
     ap.add_argument("--grouped", action="store_true",
                     help="instead: the grouped (MoE) kernel at the 30B decode shapes (128 experts, "
                          "top-8) against the Triton grouped kernel; writes kernels_matmul_mgpu_grouped.*")
@@ -243,13 +232,11 @@ def main(argv=None) -> int:
             ref = jax.jit(FM.fp4_matmul_mgpu_reference)(x, wm)
             mp = max(8, -(-m // 8) * 8)
             stepss = [int(v) for v in a.steps.split(",")] if a.steps else [FM.default_steps(mp)]
-            configs = ([(*c, False, None, 1, None, True, True, False, False)
+            configs = ([(*c, False, None, 1, None, True, True, False)
                         for c in itertools.product((256, 512), (2, 3, 4))]
-                       + [(256, 4, False, "raw_scales", 1, None, True, True, False, False)]
-                       if a.sweep
+                       + [(256, 4, False, "raw_scales", 1, None, True, True, False)] if a.sweep
                        else [(min(tk, k // (sp or 1)), steps, a.chunked, dg, sp, tl, se, sc,
-                              tm, td)
-                             for td in ((False, True) if a.tiled else (False,))
+                              tm)
                              for tm in tmajors for sc in scopeds
                              for sp in splits for tl in tiles
                              for se in serials for steps in stepss
@@ -269,7 +256,7 @@ def main(argv=None) -> int:
                 return plains[(sp, tk)]
 
             based = a.sweep  # the baselines, once per shape and M, beside the first row
-            for tk, steps, chunked, diag, sp, tl, se, sc, tm, td in configs:
+            for tk, steps, chunked, diag, sp, tl, se, sc, tm in configs:
                 auto = sp is None  # the default rule's choice (column auto_splits)
                 if auto:
                     sp = FM.default_splits(n, k, mp, tk, steps)
@@ -283,23 +270,21 @@ def main(argv=None) -> int:
                     print(f"  time budget spent: skipping K={k} N={n} M={m} tk={tk} "
                           f"steps={steps} splits={sp} tiles={tl}", flush=True)
                     continue
-                plain = tl == 1 and sc and tm is False and not diag and not td
+                plain = tl == 1 and sc and tm is False and not diag
                 f = jax.jit(lambda x, w, tk=tk, steps=steps, chunked=chunked, sp=sp, tl=tl:
                             FM.fp4_matmul_mgpu(x, w, tk=tk, steps=steps, chunked=chunked,
                                                splits=sp, tiles=tl, backend="mgpu"))
-                # tiled: the weights re-laid for the kernel's K step, once, outside the timing
-                wx = FM.tile_mgpu(wm, FM.dense_tk(k // sp, mp, steps, tk, tl)) if td else wm
                 with _knobs(_DIAG=diag, DENSE_SERIAL_TILES=se, DENSE_OUT_SCOPED=sc,
                             DENSE_TOKEN_MAJOR=tm):
                     try:
-                        out = f(x, wx)
+                        out = f(x, wm)
                         err = rel(out, ref)
                     except Exception as e:  # noqa: BLE001
                         print(f"  mgpu K={k} N={n} M={m} tk={tk} steps={steps}: "
                               f"{type(e).__name__}: {str(e)[:1500]}", flush=True)
                         traceback.print_exc(limit=4)
                         continue
-                    t = timed("mgpu", f, x, wx, k=k, n=n, m=m)
+                    t = timed("mgpu", f, x, wm, k=k, n=n, m=m)
                 if t is None:
                     continue
                 if plain:
@@ -309,12 +294,11 @@ def main(argv=None) -> int:
                 row = dict(k=k, n=n, m=m, tk=tk, steps=steps, chunked=chunked, splits=sp,
                            auto_splits=auto, tiles=tl, serial=se, out_scoped=sc,
                            token_major=FM.default_token_major(mp) if tm is None else tm,
-                           tiled=td,
                            ctas=(n // (FM.ROWS * tl)) * sp, diag=diag or "",
                            mgpu_us=t * 1e6, mgpu_pct_copy=100 * nbytes / t / bw,
                            mgpu_relerr=err, maxdiff_t1=d1)
                 if a.breakdown:
-                    row.update(_breakdown(f, x, wx, tk=tk, steps=steps, chunked=chunked,
+                    row.update(_breakdown(f, x, wm, tk=tk, steps=steps, chunked=chunked,
                                           splits=sp, nbytes=nbytes, bw=bw))
                 if not based:
                     based = True
@@ -397,28 +381,16 @@ def parse_probes(spec: str) -> list[tuple[str, int | None]]:
     return out
 
 
-def parse_knobs(spec: str) -> tuple[tuple[int, int, int, int], ...]:
-    """``"56:256:2,56:128:3:168"`` -> ((56, 256, 2, 0), (56, 128, 3, 168)): --knobs' (mp, tk,
-    steps[, regs]), regs a register cap a thread (``fp4_matmul_mgpu.GROUPED_REGS``; 0 none)."""
+def parse_knobs(spec: str) -> tuple[tuple[int, int, int], ...]:
+    """``"56:256:2,40:256:2"`` -> ((56, 256, 2), (40, 256, 2)): --knobs' (mp, tk, steps)."""
     try:
         knobs = tuple(tuple(int(v) for v in t.split(":")) for t in spec.split(",") if t)
     except ValueError:
         knobs = ()
-    if not knobs or any(len(t) not in (3, 4) or t[0] % 8 or min(t[:3]) < 1 for t in knobs):
-        raise SystemExit(f"--knobs {spec!r}: expected mp:tk:steps[:regs], mp a multiple of 8, "
-                         "e.g. 56:256:2,56:128:3:168")
-    knobs = tuple(t if len(t) == 4 else (*t, 0) for t in knobs)
-    for t in knobs:
-        try:
-            mgpu_regcap.check_regs(t[3])
-        except ValueError as e:
-            raise SystemExit(f"--knobs {spec!r}: {e}") from None
+    if not knobs or any(len(t) != 3 or t[0] % 8 or min(t) < 1 for t in knobs):
+        raise SystemExit(f"--knobs {spec!r}: expected mp:tk:steps triples, mp a multiple of 8, "
+                         "e.g. 56:256:2,40:256:2")
     return knobs
-
-
-def knob_column(mp: int, tk: int, steps: int, regs: int) -> str:
-    """The column of one --knobs config: ``mgpu_mp56_tk128_s3`` (+ ``_r168`` with a cap)."""
-    return f"mgpu_mp{mp}_tk{tk}_s{steps}" + (f"_r{regs}" if regs else "")
 
 
 def grouped_layout(a) -> str:
@@ -470,28 +442,27 @@ def grouped(a, argv) -> int:
                 ("triton", jax.jit(lambda x, w, g: fm.fp4_grouped_matmul(
                     x, w, g, backend="triton")), wt, None, None)]
             lay = grouped_layout(a)
-            knobs = parse_knobs(a.knobs) if a.knobs else tuple((*t, 0) for t in (  # (no cap)
-                PREFILL_KNOBS if a.prefill else (DOWN_KNOBS if k == 768 else GROUPED_KNOBS)
-                if a.sweep else (FM.default_grouped_knobs(m, E, k, lay == "aligned"),)))
+            knobs = (parse_knobs(a.knobs) if a.knobs else PREFILL_KNOBS if a.prefill else
+                     (DOWN_KNOBS if k == 768 else GROUPED_KNOBS) if a.sweep else
+                     (FM.default_grouped_knobs(m, E, k, lay == "aligned"),))
             # with --widths every other Mosaic column runs one width (not GROUPED_WIDTHS), so the
             # width columns compare with a single-width kernel
             base_ws = () if a.widths else None
-            mp0, tk0, steps0, regs0 = knobs[0]  # (the first config: the columns below too)
-            base = "mgpu" if len(knobs) == 1 else knob_column(*knobs[0])
-            for i, (mp, tk, steps, regs) in enumerate(knobs):
-                name = "mgpu" if len(knobs) == 1 else knob_column(mp, tk, steps, regs)
-                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps, regs=regs:
+            mp0, tk0, steps0 = knobs[0]
+            base = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp0}_tk{tk0}_s{steps0}"
+            for i, (mp, tk, steps) in enumerate(knobs):
+                name = "mgpu" if len(knobs) == 1 else f"mgpu_mp{mp}_tk{tk}_s{steps}"
+                runs.append((name, jax.jit(lambda x, w, g, mp=mp, tk=tk, steps=steps:
                                            FM.fp4_grouped_matmul_mgpu(
                                                x, w, g, mp=mp, tk=tk, steps=steps,
-                                               backend="mgpu", x_layout=lay, widths=base_ws,
-                                               regs=regs)),
+                                               backend="mgpu", x_layout=lay, widths=base_ws)),
                              wm, "body", None))
                 if i == 0:  # the width columns right after their baseline: a timeout keeps them
                     for ws in parse_widths(a.widths):
                         runs.append((f"mgpu_w{'_'.join(map(str, ws))}", jax.jit(
                             lambda x, w, g, ws=ws: FM.fp4_grouped_matmul_mgpu(
                                 x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                                x_layout=lay, widths=ws, regs=regs0)), wm, "body", None))
+                                x_layout=lay, widths=ws)), wm, "body", None))
             row["default_nt"] = (FM.default_tiles(n, 1) if FM.GROUPED_TILES is None  # the mgpu
                                  else FM.GROUPED_TILES)  # column's tiles per program
             for nt in (int(v) for v in filter(None, a.tiles.split(","))):
@@ -499,8 +470,7 @@ def grouped(a, argv) -> int:
                     runs.append((f"mgpu_nt{nt}", jax.jit(
                         lambda x, w, g, nt=nt: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
-                            x_layout=lay, nt=nt, widths=base_ws, regs=regs0)), wm, "body",
-                        None))
+                            x_layout=lay, nt=nt, widths=base_ws)), wm, "body", None))
             if a.no_x_pad:
                 runs.append(("mgpu_nopad", jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
                     x, w, g, backend="mgpu", x_pad=False, x_layout="rows")), wm, "body", None))
@@ -510,20 +480,12 @@ def grouped(a, argv) -> int:
                         lambda x, w, g, amp=amp: FM.fp4_grouped_matmul_mgpu(
                             x, w, g, mp=amp, backend="mgpu", x_layout="aligned")), wm, "body",
                         None))
-            def first_cfg():  # a new jit per column: its module knobs are read when it traces
-                return jax.jit(lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
-                    x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu", x_layout=lay,
-                    widths=base_ws, regs=regs0))
-
-            # tiled once, here, for the first config's K step (not in the timed call)
-            wtl = FM.tile_mgpu(wm, min(tk0, k)) if a.tiled else None
-            if a.tiled:
-                runs.append(("mgpu_tiled", first_cfg(), wtl, "body", None))
             for probe, ctas in parse_probes(a.diag):  # timing probes of the first config
-                col = f"mgpu_{probe}" + (f"_c{ctas}" if ctas else "")
-                for wp in (wm, wtl) if a.tiled else (wm,):
-                    runs.append((col + ("_tiled" if wp is wtl else ""), first_cfg(), wp,
-                                 "body", {"_DIAG": probe, "_DIAG_CTAS": ctas}))
+                runs.append((f"mgpu_{probe}" + (f"_c{ctas}" if ctas else ""), jax.jit(
+                    lambda x, w, g: FM.fp4_grouped_matmul_mgpu(
+                        x, w, g, mp=mp0, tk=tk0, steps=steps0, backend="mgpu",
+                        x_layout=lay, widths=base_ws)), wm, "body",
+                    {"_DIAG": probe, "_DIAG_CTAS": ctas}))
             first = None  # the first Mosaic config's output (--aligned, --widths compare
             # with it; their maxdiff is NaN where it did not run)
             for name, f, w, kname, knobs in runs:  # (knobs: module knobs set while it runs)
@@ -536,11 +498,9 @@ def grouped(a, argv) -> int:
                         row[f"{name}_relerr"] = rel(out, ref)
                         if name == base:
                             first = out
-                        # (the width and tile columns mgpu_w32..., mgpu_nt1..., not the probe
-                        # mgpu_weights_only)
-                        if a.aligned or re.match(r"mgpu_(w|nt)\d", name) \
-                                or name == "mgpu_tiled" \
-                                or (name.startswith("mgpu_mp") and name != base):
+                        # (the width columns mgpu_w32..., not the probe mgpu_weights_only)
+                        if a.aligned or re.match(r"mgpu_w\d", name) or (
+                                name.startswith("mgpu_mp") and name != base):
                             row[f"{name}_maxdiff"] = float("nan") if first is None else float(
                                 jnp.max(jnp.abs(out.astype(jnp.float32)
                                                 - first.astype(jnp.float32))))

@@ -5,9 +5,7 @@ expert shape (128 experts, top-8, d_model 2048, expert width 768).
   python experiments/check_mgpu_swiglu.py [--tokens 27,32,111,128,512] [--knobs "tk=128;steps=3"]
 
 ``--knobs`` also takes ``widths=0`` (the fused call with one chunk width, ``GROUPED_WIDTHS``
-set to ()) to time the chunk widths against the default that has them, ``tiled=1`` (the
-weights re-laid once, before timing, in contiguous boxes: ``fp4_matmul_mgpu.tile_mgpu``) and
-``regs=N`` (a cap of N registers a thread on the kernel: ``GROUPED_REGS``, ``mgpu_regcap``).
+set to ()) to time the chunk widths against the default that has them.
 
 Per row (device time, 5 profiled calls): the stage through ``fp4_matmul.fp4_grouped_swiglu``
 (the model's entry point) unfused and fused, bf16 x and a W4A4 activation QTensor; the grouped
@@ -31,7 +29,6 @@ sys.path.insert(0, _REPO)
 from pallas_kernels import devtime  # noqa: E402
 from pallas_kernels import fp4_matmul as fm  # noqa: E402
 from pallas_kernels import fp4_matmul_mgpu as FM  # noqa: E402
-from pallas_kernels import mgpu_regcap  # noqa: E402
 from pallas_kernels.bench_matmul import route  # noqa: E402
 from trace_jax.quant import quantize  # noqa: E402
 
@@ -40,28 +37,21 @@ E, TOPK, K, N = 128, 8, 2048, 768
 
 def parse_knobs(spec: str) -> list[dict]:
     """"tk=128;steps=3,tk=128" -> [{}, {"tk": 128}, {"steps": 3, "tk": 128}] (the default
-    first); a knob that is unknown, not an integer, an nt that does not tile N, a widths
-    or tiled other than 0 / 1, or a regs that is no register cap exits."""
+    first); a knob that is unknown, not an integer, an nt that does not tile N, or a widths
+    other than 0 / 1 exits."""
     out = [{}]
     for part in filter(None, spec.split(";")):
         try:
             kv = {k: int(v) for k, v in (p.split("=") for p in part.split(","))}
         except ValueError:
             raise SystemExit(f"--knobs: {part!r} is not name=integer[,name=integer...]") from None
-        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths", "tiled", "regs"}
+        bad = set(kv) - {"mp", "tk", "steps", "serial", "nt", "widths"}
         if bad:
             raise SystemExit(f"--knobs: unknown knob(s) {sorted(bad)} (use mp, tk, steps, "
-                             f"serial, nt, widths, tiled, regs)")
-        try:
-            mgpu_regcap.check_regs(kv.get("regs", 0))
-        except ValueError as e:
-            raise SystemExit(f"--knobs: {e}") from None
+                             f"serial, nt, widths)")
         if kv.get("widths", 1) not in (0, 1):
             raise SystemExit(f"--knobs: widths={kv['widths']} (0: one chunk width, 1: "
                              f"fp4_matmul_mgpu.GROUPED_WIDTHS)")
-        if kv.get("tiled", 0) not in (0, 1):
-            raise SystemExit(f"--knobs: tiled={kv['tiled']} (0 / 1: the weights tiled, "
-                             f"fp4_matmul_mgpu.tile_mgpu)")
         if "nt" in kv and (kv["nt"] < 1 or N % (64 * kv["nt"])):
             raise SystemExit(f"--knobs: nt={kv['nt']} does not tile N={N} in 64-row tiles")
         out.append(kv)
@@ -75,13 +65,10 @@ def main(argv=None) -> int:
     ap.add_argument("--knobs", default="tk=128",
                     help="extra fused settings beside the defaults, ';'-separated: mp, tk, "
                          "steps, serial (0 / 1: fp4_matmul_mgpu.SERIAL_TILES), nt "
-                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS), "
-                         "tiled (1: the weights tiled once before timing, tile_mgpu), regs "
-                         "(a register cap a thread: GROUPED_REGS)")
+                         "(GROUPED_TILES), widths (0: one chunk width, 1: GROUPED_WIDTHS)")
     a = ap.parse_args(argv)
     variants = parse_knobs(a.knobs)
     serial0, nt0, widths0 = FM.SERIAL_TILES, FM.GROUPED_TILES, FM.GROUPED_WIDTHS  # defaults
-    regs0 = FM.GROUPED_REGS
     bw = devtime.report_copy_bandwidth(1 << 30)
     prep = jax.jit(lambda w: FM.prepare_mgpu(quantize(w, "nvfp4", axis=-2, global_scope="tensor")))
     wg, wu = (prep(jax.random.normal(jax.random.PRNGKey(i), (E, K, N), jnp.float32))
@@ -106,24 +93,16 @@ def main(argv=None) -> int:
             knobs = tuple(v.get(k) for k in ("mp", "tk", "steps"))
             runs.append(("fused" + tag, xb, ref, dict(fused=True, cfg=knobs if any(
                 kk is not None for kk in knobs) else None, serial=bool(v.get("serial", serial0)),
-                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else (),
-                tiled=bool(v.get("tiled", 0)), regs=v.get("regs", regs0))))
+                nt=v.get("nt", nt0), widths=widths0 if v.get("widths", 1) else ())))
         runs.append(("fused_w4a4", xq, ref4, dict(fused=True)))
         unfused = {}
         for name, xin, r, kw in runs:
             FM.SERIAL_TILES = kw.pop("serial", serial0)  # (read when f is traced: its first
             FM.GROUPED_TILES = kw.pop("nt", nt0)  # call below)
             FM.GROUPED_WIDTHS = kw.pop("widths", widths0)
-            FM.GROUPED_REGS = kw.pop("regs", regs0)
-            if kw.pop("tiled", False):  # tiled once, for the call's K step, outside the timing
-                tk = (kw["cfg"] or (None, None))[1] or FM.default_grouped_knobs(
-                    m, E, K, FM.GROUPED_X_LAYOUT == "aligned")[1]
-                wa, wb = FM.tile_mgpu(wg, min(tk, K)), FM.tile_mgpu(wu, min(tk, K))
-            else:
-                wa, wb = wg, wu
             f = jax.jit(lambda xi, a_, b_, g_, kw=kw: fm.fp4_grouped_swiglu(xi, a_, b_, g_, **kw))
             try:
-                out = f(xin, wa, wb, gs)
+                out = f(xin, wg, wu, gs)
                 row[f"{name}_relerr"] = devtime.relerr(out, r)
                 key = "w4a4" if name.endswith("w4a4") else "bf16"
                 if name.startswith("unfused"):
@@ -131,7 +110,7 @@ def main(argv=None) -> int:
                 else:
                     row[f"{name}_maxdiff"] = float(jnp.max(jnp.abs(
                         out.astype(jnp.float32) - unfused[key].astype(jnp.float32))))
-                prof = devtime.device_summary(f, xin, wa, wb, gs)
+                prof = devtime.device_summary(f, xin, wg, wu, gs)
                 tt = devtime.selected_seconds(prof)
                 row[f"{name}_kernel_us"] = 1e6 * devtime.selected_seconds(prof, "body")
             except Exception as e:  # noqa: BLE001  (a setting that does not compile: go on)

@@ -34,7 +34,6 @@ import numpy as np
 
 from pallas_kernels import kv_layout as KL
 from pallas_kernels import mgpu_layout as MG
-from pallas_kernels import mgpu_regcap
 from trace_jax import quant
 from trace_jax.quant import QTensor
 
@@ -66,22 +65,16 @@ SHIFT = 8  # decoded values are code * scale * 2**-SHIFT (scale * 2**118 as the 
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["codes", "scales", "global_scale"], meta_fields=["fmt", "tile_k"])
+                   data_fields=["codes", "scales", "global_scale"], meta_fields=["fmt"])
 @dataclasses.dataclass(frozen=True)
 class MgpuWeights:
     codes: jax.Array  # uint32 [N, K / 8] (mgpu_layout)
     scales: jax.Array  # uint32 [K / 64, N]: 4 E4M3 block scales per word
     global_scale: jax.Array  # f32 []
     fmt: str = "nvfp4"
-    # 0: the arrays as above. tk > 0: in the order of :func:`tile_mgpu` for K steps of tk (codes
-    # [N / 64, K / tk x 64, tk / 8], scales [N / 64, K / 64, 64]; an experiment, session 54).
-    tile_k: int = 0
 
     @property
     def shape(self) -> tuple[int, ...]:
-        if self.tile_k:
-            *lead, t, rows, _ = self.codes.shape
-            return (*lead, rows // ROWS * self.tile_k, t * ROWS)
         *lead, n, k8 = self.codes.shape
         return (*lead, 8 * k8, n)
 
@@ -117,9 +110,7 @@ def prepare_mgpu(w: QTensor) -> MgpuWeights:
 
 
 def mgpu_to_qtensor(w: MgpuWeights) -> QTensor:
-    """Inverse of :func:`prepare_mgpu` (exact; tiled weights, :func:`tile_mgpu`, too)."""
-    if w.tile_k:
-        w = untile_mgpu(w)
+    """Inverse of :func:`prepare_mgpu` (exact)."""
     if w.codes.ndim == 3:
         return jax.vmap(mgpu_to_qtensor)(w)
     k, n = w.shape
@@ -267,15 +258,12 @@ def probe_pad(nw: int, mp: int, tk: int, steps: int, keep: slice = slice(None)) 
     return max(0, _SMEM_PER_SM // (_DIAG_CTAS + 1) + 1 - 1024 - stages)
 
 
-def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False,
-            tiled=False):
+def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=False):
     """One warpgroup's K loop: [64, K / 8] code words, [K / 64, 64] scale words and the [mp, K]
     x rows (GMEM refs) -> the f32 [64, mp] product (WGMMA layout). ``u_rows`` / ``s_rows`` may be
     tuples of weights that share the x tile (the fused gate / up): one pipeline streams them all
     and each step issues one wgmma per weight; then a tuple of products. ``serial``: wait for
-    each weight's wgmma before decoding the next (one decoded A tile live at a time).
-    ``tiled``: the code words come as [K / tk x 64, tk / 8] (:func:`tile_codes`: K step kk is
-    rows kk x 64 .. kk x 64 + 63, one contiguous box) instead of [64, K / 8]."""
+    each weight's wgmma before decoding the next (one decoded A tile live at a time)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
@@ -292,8 +280,7 @@ def _k_loop(u_rows, s_rows, x_rows, *, k, mp, tk, steps, chunked=False, serial=F
                          serial=serial, chunked=chunked)
             plgpu.wgmma_wait(0)
 
-        code_box = (lambda kk: (kk, 0)) if tiled else (lambda kk: (0, kk))
-        specs = [*[plgpu.BlockSpec((ROWS, tk // 8), code_box)] * nw,
+        specs = [*[plgpu.BlockSpec((ROWS, tk // 8), lambda kk: (0, kk))] * nw,
                  *[plgpu.BlockSpec((tk // MG.SPAN, ROWS), lambda kk: (kk, 0))] * nw,
                  plgpu.BlockSpec((mp, tk), lambda kk: (0, kk), transforms=x_tr)]
         refs = [*us, *ss, x_rows]
@@ -385,18 +372,11 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     from TMA's out-of-bounds fill of x's rows past M and are not part of the product.
     ``scoped``: :data:`DENSE_OUT_SCOPED`. ``token_major``: the partials [splits, M', N] instead
     for x's M' rows (M, or Mp where the wrapper padded x), stored from registers
-    (:data:`DENSE_TOKEN_MAJOR`). Codes [N / 64, K / tk x 64, tk / 8] (and their scales) are
-    weights in :func:`tile_mgpu`'s order for this tk."""
+    (:data:`DENSE_TOKEN_MAJOR`)."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    tiled = codes.ndim == 3
-    if tiled:  # (tile_mgpu): [N / 64, K / tk x 64, tk / 8]
-        n, k8 = codes.shape[0] * ROWS, codes.shape[1] // ROWS * codes.shape[2]
-        if 8 * codes.shape[2] != tk:
-            raise ValueError(f"weights tiled for tk={8 * codes.shape[2]}, the kernel's is {tk}")
-    else:
-        n, k8 = codes.shape
+    n, k8 = codes.shape
     k, mp = 8 * k8, mp or xp.shape[0]
     if mp % 8 or not xp.shape[0] <= mp <= 256:
         raise ValueError(f"mp={mp} must be a multiple of 8 in [M={xp.shape[0]}, 256]")
@@ -411,17 +391,12 @@ def _matmul_t(codes, scales, xp, *, tk, steps, chunked=False, splits=1, mp=None,
     def body(u_gmem, s_gmem, x_gmem, o_gmem, *scratch):
         ni = jax.lax.axis_index("n")
         ji = jax.lax.axis_index("k")
-        ts = [ni * tiles + t for t in range(tiles)]  # the CTA's 64-row tiles
-        ks = pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN)  # its K range's scale rows
-        if tiled:  # its K steps: rows ji x kc / tk x 64 .. of each tile's block
-            us = tuple(u_gmem.at[t, pl.ds(ji * (kc // tk) * ROWS, kc // tk * ROWS)] for t in ts)
-            ss = tuple(s_gmem.at[t, ks] for t in ts)
-        else:
-            us = tuple(u_gmem.at[pl.ds(t * ROWS, ROWS), pl.ds(ji * (kc // 8), kc // 8)]
-                       for t in ts)
-            ss = tuple(s_gmem.at[ks, pl.ds(t * ROWS, ROWS)] for t in ts)
-        accs = _k_loop(us, ss, x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk,
-                       steps=steps, chunked=chunked, serial=serial, tiled=tiled)
+        row_sets = [pl.ds((ni * tiles + t) * ROWS, ROWS) for t in range(tiles)]
+        accs = _k_loop(tuple(u_gmem.at[r, pl.ds(ji * (kc // 8), kc // 8)] for r in row_sets),
+                       tuple(s_gmem.at[pl.ds(ji * (kc // MG.SPAN), kc // MG.SPAN), r]
+                             for r in row_sets),
+                       x_gmem.at[:, pl.ds(ji * kc, kc)], k=kc, mp=mp, tk=tk, steps=steps,
+                       chunked=chunked, serial=serial)
 
         def store(o_smem):
             for t, acc in enumerate(accs):
@@ -827,14 +802,6 @@ GROUPED_TILES: int | None = None
 # Only mp 56 chunks (64 rows; mean group > 16) have widths below their rows, so decode calls
 # (mp 8 / 16) are unchanged.
 GROUPED_WIDTHS: tuple[int, ...] = (32, 40, 48)
-# A register cap for the grouped kernel, registers a thread (0: none; ``mgpu_regcap``). Mosaic
-# GPU caps nothing, so ptxas gives the kernel 204-255 registers and an SM holds 2 CTAs whatever
-# their shared memory allows; at tk 128 (42-63 KB a CTA) a cap of 168 lets it hold 3, about 1.5x
-# the bytes in flight of today's 2 CTAs of tk 256 x 2 stages. Session 49 assembled the tk 128 x
-# 2-stage kernel's PTX offline at a 168 cap: 165 registers, no spills (tk 256: 132 B of spill
-# stores; tk 128 x 3 stages, 209 registers uncapped, was not tried). Session 55 added the cap
-# (an experiment, off); the ``regs`` argument overrides it. Read at trace time.
-GROUPED_REGS: int = 0
 # Session 50/51 (H100, 512 tokens): a manual-pipeline grouped kernel (CTAs of 3 warpgroups, each
 # its own program and K pipeline; tk 128 x 3 stages, 168 registers: the launch cap) was 4-28%
 # slower with the chunk widths (65.6 / 83.7 against 62.8 / 65.5 us at 2048 x 768 / 768 x 2048)
@@ -974,61 +941,6 @@ def aligned_rows_kernel(group_sizes, m: int, mp: int, *, interpret: bool = False
     return ends[:e], aends[:e], src[:ma]
 
 
-# Tiled weights (an experiment, session 54, issue 6): each (64-row tile, K step) box contiguous in
-# memory (:func:`tile_mgpu`: :func:`tile_codes`, :func:`tile_scales`) instead of 64 rows of
-# tk / 2 bytes at a stride of K / 2 (codes) and tk / 64 rows of 256 bytes at a stride of 4 N
-# (scales): whether the weight stream's DRAM locality sets part of the kernels' time (the grouped
-# kernel's weight stream alone reads 85% of an H100's copy, the FP4-KV attention 92-93%). Both
-# kernels take tiled weights (``MgpuWeights.tile_k``, the call's tk).
-
-
-def tile_mgpu(w: MgpuWeights, tk: int) -> MgpuWeights:
-    """``w`` ([N, K / 8] or [E, N, K / 8] codes) in the tiled order for K steps of ``tk`` (the
-    kernel's tk must then be ``tk``); exact, :func:`untile_mgpu` inverts it."""
-    if w.tile_k:
-        raise ValueError(f"the weights are tiled already (tile_k={w.tile_k})")
-    one = w.codes.ndim == 2
-    codes, scales = (w.codes[None], w.scales[None]) if one else (w.codes, w.scales)
-    codes, scales = tile_codes(codes, tk), tile_scales(scales)
-    return dataclasses.replace(w, codes=codes[0] if one else codes,
-                               scales=scales[0] if one else scales, tile_k=tk)
-
-
-def untile_mgpu(w: MgpuWeights) -> MgpuWeights:
-    """Inverse of :func:`tile_mgpu` (natural weights are returned as they are)."""
-    if not w.tile_k:
-        return w
-    one = w.codes.ndim == 3
-    codes, scales = (w.codes[None], w.scales[None]) if one else (w.codes, w.scales)
-    e, t, rows, w8 = codes.shape
-    codes = codes.reshape(e, t, rows // ROWS, ROWS, w8).transpose(0, 1, 3, 2, 4).reshape(
-        e, t * ROWS, rows // ROWS * w8)
-    scales = scales.transpose(0, 2, 1, 3).reshape(e, scales.shape[2], t * ROWS)
-    return dataclasses.replace(w, codes=codes[0] if one else codes,
-                               scales=scales[0] if one else scales, tile_k=0)
-
-
-def tile_codes(codes: jax.Array, tk: int) -> jax.Array:
-    """uint32 code words [E, N, K / 8] -> [E, N / 64, K / tk x 64, tk / 8]: out[e, t, kk x 64 + r]
-    = codes[e, 64 t + r, kk x tk / 8 : (kk + 1) x tk / 8], so the [64, tk / 8] box of tile t at K
-    step kk is one contiguous block."""
-    e, n, k8 = codes.shape
-    w = tk // 8
-    if n % ROWS or k8 % w:
-        raise ValueError(f"codes {codes.shape}: N must be a multiple of {ROWS}, K of tk={tk}")
-    return codes.reshape(e, n // ROWS, ROWS, k8 // w, w).transpose(0, 1, 3, 2, 4).reshape(
-        e, n // ROWS, k8 // w * ROWS, w)
-
-
-def tile_scales(scales: jax.Array) -> jax.Array:
-    """uint32 scale words [E, K / 64, N] -> [E, N / 64, K / 64, 64]: out[e, t, j] =
-    scales[e, j, 64 t : 64 t + 64] (a tile's K steps are consecutive rows of one block)."""
-    e, k64, n = scales.shape
-    if n % ROWS:
-        raise ValueError(f"scales {scales.shape}: N must be a multiple of {ROWS}")
-    return scales.reshape(e, k64, n // ROWS, ROWS).transpose(0, 2, 1, 3)
-
-
 def _weight_tuple(a):
     return a if isinstance(a, tuple) else (a,)
 
@@ -1037,13 +949,7 @@ def _grouped_weights(codes, scales, gscale, tk):
     """The grouped kernels' weight arguments as tuples (one weight or the (gate, up) pair) and
     (E, N, K), after checking that tk tiles K and that a pair's weights share one shape."""
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
-    if codes[0].ndim == 4:  # tiled (tile_mgpu): [E, N / 64, K / tk x 64, tk / 8]
-        e, t, rows, w8 = codes[0].shape
-        if 8 * w8 != tk:
-            raise ValueError(f"weights tiled for tk={8 * w8}, the kernel's is {tk}")
-        n, k8 = t * ROWS, rows // ROWS * w8
-    else:
-        e, n, k8 = codes[0].shape
+    e, n, k8 = codes[0].shape
     if 8 * k8 % tk or tk % MG.SPAN:
         raise ValueError(f"K={8 * k8} must be a multiple of tk={tk}, tk a multiple of {MG.SPAN}")
     if any(c.shape != codes[0].shape for c in codes):
@@ -1052,10 +958,9 @@ def _grouped_weights(codes, scales, gscale, tk):
 
 
 @functools.partial(jax.jit, static_argnames=("mp", "tk", "steps", "m", "scaled", "aligned",
-                                             "serial", "nt", "widths", "regs"))
+                                             "serial", "nt", "widths"))
 def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale, aends=None,
-                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=(),
-                    regs=0):
+                    *, mp, tk, steps, m, scaled, aligned=False, serial=False, nt=1, widths=()):
     """out [M, N] bf16: each program (expert e, 64 x ``nt`` weight rows) loops over its chunks
     (:func:`program_plan`) and stores its tokens' rows, times ``gscale[e] * 2**SHIFT`` (and
     ``row_scale`` [M] if ``scaled``), straight at their sorted positions
@@ -1065,14 +970,11 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
     weights' tiles against one x tile and the program stores ``silu(x gate) * (x up)``
     (:func:`_store_rows`). ``nt``: adjacent 64-row tiles per program (of each weight), sharing
     the x tile; ``serial``: one decoded tile live at a time (:func:`_k_loop`); ``widths``:
-    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk;
-    codes [E, N / 64, K / tk x 64, tk / 8] (and their scales): weights in :func:`tile_mgpu`'s
-    order for this tk; ``regs``: a register cap a thread (0: none; :data:`GROUPED_REGS`)."""
+    narrower chunk widths (:func:`chunk_width`), one K pipeline each, picked per chunk."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
     codes, scales, gscale, (e, n, k) = _grouped_weights(codes, scales, gscale, tk)
-    tiled = codes[0].ndim == 4
     nw, r = len(codes), chunk_rows(mp, aligned)
     if nt < 1 or n % (ROWS * nt):
         raise ValueError(f"N={n} must be a multiple of {ROWS} x nt={nt} (nt >= 1)")
@@ -1084,8 +986,7 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         x_gmem, gs_gmem, ends_gmem, rs_gmem, ae_gmem, o_gmem = refs[3 * nw:]
         ei = jax.lax.axis_index("e")
         ni = jax.lax.axis_index("n")
-        tis = [ni * nt + j for j in range(nt)]  # the program's 64-row tiles
-        n0s = [t * ROWS for t in tis]  # their first rows
+        n0s = [(ni * nt + j) * ROWS for j in range(nt)]  # the program's tiles' first rows
         off, first8, nrows, nchunks = program_plan(gs_gmem[ei], ends_gmem[ei], ei == e - 1, m,
                                                    mp)
         aoff = ae_gmem[ei] - jnp.bitwise_and(nrows + 7, -8) if aligned else None
@@ -1095,17 +996,13 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
         def chunk(c, carry):
             ch = chunk_columns(off, first8, nrows, total, c, mp, aoff)
             x0, cols = ch[0], ch[1:]  # cols: t0, lo, hi, zstart
-            tiles = [(u, sr, t) for t in tis for u, sr in zip(u_refs, s_refs)]
-            if tiled:
-                u_tiles = tuple(u.at[ei, t] for u, _, t in tiles)
-                s_tiles = tuple(sr.at[ei, t] for _, sr, t in tiles)
-            else:
-                u_tiles = tuple(u.at[ei, pl.ds(t * ROWS, ROWS), :] for u, _, t in tiles)
-                s_tiles = tuple(sr.at[ei, :, pl.ds(t * ROWS, ROWS)] for _, sr, t in tiles)
+            tiles = [(u, sr, n0) for n0 in n0s for u, sr in zip(u_refs, s_refs)]
 
             def run(w):  # the chunk's K loop and stores at w columns
-                acc = _k_loop(u_tiles, s_tiles, x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :],
-                              k=k, mp=w, tk=tk, steps=steps, serial=serial, tiled=tiled)
+                acc = _k_loop(tuple(u.at[ei, pl.ds(n0, ROWS), :] for u, _, n0 in tiles),
+                              tuple(sr.at[ei, :, pl.ds(n0, ROWS)] for _, sr, n0 in tiles),
+                              x_gmem.at[pl.ds(pl.multiple_of(x0, 8), w), :], k=k, mp=w,
+                              tk=tk, steps=steps, serial=serial)
                 for j, n0 in enumerate(n0s):  # tile j's products: acc[j * nw:(j + 1) * nw]
                     _store_rows(acc[j * nw:(j + 1) * nw], o_gmem, rs_gmem if scaled else None,
                                 scale, *cols, n0, m)
@@ -1122,13 +1019,13 @@ def _grouped_direct(codes, scales, x_sorted, group_sizes, ends, gscale, row_scal
 
     return plgpu.kernel(
         body, out_type=jax.ShapeDtypeStruct((m, n), jnp.bfloat16), grid=(e, n // (ROWS * nt)),
-        grid_names=("e", "n"), kernel_name=mgpu_regcap.capped_name("body", regs),
+        grid_names=("e", "n"),
     )(*codes, *scales, *gscale, x_sorted, group_sizes, ends, row_scale, aends)
 
 
 def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale, row_scale,
                              aends=None, *, mp, tk, steps, m, scaled, aligned=False,
-                             serial=False, nt=1, widths=(), regs=0):
+                             serial=False, nt=1, widths=()):
     """What :func:`_grouped_direct` stores, in plain JAX (CPU tests of the bookkeeping): every
     (expert, chunk, column) the kernel's loops visit, through the same ``program_plan`` and
     ``chunk_columns``. Rows no chunk stores stay NaN, and a visited chunk that would read past
@@ -1136,7 +1033,7 @@ def _grouped_direct_emulated(codes, scales, x_sorted, group_sizes, ends, gscale,
     stores only the columns below its :func:`chunk_width`, so a width too narrow for its
     columns shows the same way. (gate, up) pairs: each product as stored, then the epilogue's
     SwiGLU."""
-    del tk, steps, serial, nt, regs  # (nor the N tiling nor a register cap changes a value)
+    del tk, steps, serial, nt  # (the N tiling does not change what a column stores)
     codes, scales, gscale = _weight_tuple(codes), _weight_tuple(scales), _weight_tuple(gscale)
     e, n = codes[0].shape[0], codes[0].shape[1]
     r = chunk_rows(mp, aligned)
@@ -1188,8 +1085,7 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
                             steps: int | None = None, row_scale: jax.Array | None = None,
                             backend: str = "auto", x_pad: bool | None = None,
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None,
-                            regs: int | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """x [M, K] bf16, tokens sorted by expert (``group_sizes`` [E], sum <= M; rows past the sum
     give 0) @ W [E, K, N] (NVFP4, :func:`prepare_mgpu`) -> [M, N] bf16, f32 accumulation; equals
     :func:`fp4_grouped_matmul_mgpu_reference` up to f32 summation order. ``mp`` tokens per MMA
@@ -1210,11 +1106,9 @@ def fp4_grouped_matmul_mgpu(x: jax.Array, w: MgpuWeights, group_sizes: jax.Array
     ``x_pad`` does not apply and is refused). ``nt`` (None: ``GROUPED_TILES`` or
     :func:`default_tiles`; 1 where N is not a multiple of 64 nt): 64-row weight tiles per
     program. ``widths`` (None: ``GROUPED_WIDTHS``): narrower chunk widths
-    (:func:`chunk_width`; the same values). ``regs`` (None: ``GROUPED_REGS``): a cap on the
-    kernel's registers a thread, 0 for none (:mod:`mgpu_regcap`; the same values)."""
+    (:func:`chunk_width`; the same values)."""
     return _grouped_call(x, (w,), group_sizes, mp=mp, tk=tk, steps=steps, row_scale=row_scale,
-                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths,
-                         regs=regs)
+                         backend=backend, x_pad=x_pad, x_layout=x_layout, nt=nt, widths=widths)
 
 
 def fp4_grouped_swiglu_mgpu_reference(x, w_gate: MgpuWeights, w_up: MgpuWeights, group_sizes,
@@ -1232,8 +1126,7 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
                             tk: int | None = None, steps: int | None = None,
                             row_scale: jax.Array | None = None, backend: str = "auto",
                             x_layout: str | None = None, nt: int | None = None,
-                            widths: tuple[int, ...] | None = None,
-                            regs: int | None = None) -> jax.Array:
+                            widths: tuple[int, ...] | None = None) -> jax.Array:
     """``silu(x @ gate) * (x @ up)`` [M, N] bf16 for rows sorted by expert, in one kernel: each
     program streams its 64 rows of both weights against one x tile (a wgmma per weight) and
     applies the SwiGLU to the two products (each scaled and rounded to bf16 first, as
@@ -1245,17 +1138,15 @@ def fp4_grouped_swiglu_mgpu(x: jax.Array, w_gate: MgpuWeights, w_up: MgpuWeights
         raise ValueError(f"gate {w_gate.shape} and up {w_up.shape} weights must have one shape")
     return _grouped_call(x, (w_gate, w_up), group_sizes, mp=mp, tk=tk, steps=steps,
                          row_scale=row_scale, backend=backend, x_pad=None, x_layout=x_layout,
-                         nt=nt, widths=widths, regs=regs)
+                         nt=nt, widths=widths)
 
 
 def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pad, x_layout,
-                  nt, widths=None, regs=None):
+                  nt, widths=None):
     """The grouped wrapper for one weight or a (gate, up) pair (``ws``): knobs, checks, the x
     layout, then the kernel (or the reference / the emulation)."""
     w = ws[0]
     e, k, n = w.shape
-    if any(v.tile_k != w.tile_k for v in ws):
-        raise ValueError(f"gate and up weights tiled differently: {[v.tile_k for v in ws]}")
     layout = GROUPED_X_LAYOUT if x_layout is None else x_layout
     if layout not in X_LAYOUTS:
         raise ValueError(f"unknown grouped x layout {layout!r} (use one of {X_LAYOUTS})")
@@ -1265,9 +1156,6 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"mp={mp} must be a multiple of 8 in [8, 256]")
     tk = dtk if tk is None else tk
     steps = dsteps if steps is None else steps
-    if w.tile_k and w.tile_k != min(tk, k):
-        raise ValueError(f"the weights are tiled for tk={w.tile_k}, the call's tk is "
-                         f"{min(tk, k)}")
     if x.ndim != 2 or x.shape[1] != k:
         raise ValueError(f"x must be [M, {k}], got {x.shape}")
     if group_sizes.shape != (e,):
@@ -1281,7 +1169,6 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
         raise ValueError(f"nt={nt}: N={n} must be a multiple of {ROWS} x nt")
     r = chunk_rows(mp, layout == "aligned")
     widths = check_widths([w for w in GROUPED_WIDTHS if w < r] if widths is None else widths, r)
-    regs = mgpu_regcap.check_regs(GROUPED_REGS if regs is None else regs)
     m = x.shape[0]
     if row_scale is not None and row_scale.shape != (m, 1):
         raise ValueError(f"row_scale must be [{m}, 1], got {row_scale.shape}")
@@ -1296,8 +1183,6 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     # (an unscaled call passes gscale as a placeholder row scale: the kernel never reads it)
     rs = gscale[0] if row_scale is None else row_scale.astype(jnp.float32).reshape(m)
     f = _grouped_direct_emulated if backend == "emulate" else _grouped_direct
-    if backend == "emulate":  # (it reads natural weights)
-        ws = tuple(untile_mgpu(v) for v in ws)
     xp, aends, ends = x.astype(jnp.bfloat16), None, None
     if layout == "aligned":
         if x_pad is not None:
@@ -1319,5 +1204,4 @@ def _grouped_call(x, ws, group_sizes, *, mp, tk, steps, row_scale, backend, x_pa
     return f(codes[0] if one else codes, scales[0] if one else scales, xp, gs, ends,
              gscale[0] if one else gscale, rs, aends, mp=mp,
              tk=min(tk, k), steps=steps, m=m, scaled=row_scale is not None,
-             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths,
-             regs=regs)
+             aligned=layout == "aligned", serial=SERIAL_TILES, nt=nt, widths=widths)

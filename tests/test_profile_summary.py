@@ -209,36 +209,29 @@ def test_mgpu_matmul_check_parses_and_refuses_probes(capsys):
 
 def test_mgpu_swiglu_check_parses_and_refuses_knobs():
     """check_mgpu_swiglu.py --knobs: the default first, then each ';'-separated set; an unknown
-    knob, a non-integer, an nt that does not tile N, a widths or tiled other than 0 / 1, or a
-    regs that is no register cap stops before any GPU work, naming it."""
+    knob, a non-integer, an nt that does not tile N, or a widths other than 0 / 1 stops before
+    any GPU work, naming it."""
     from experiments import check_mgpu_swiglu as CS
     assert CS.parse_knobs("tk=128;widths=0,steps=3") == [{}, {"tk": 128},
                                                          {"widths": 0, "steps": 3}]
     assert CS.parse_knobs("serial=0,nt=2;mp=16") == [{}, {"serial": 0, "nt": 2}, {"mp": 16}]
-    assert CS.parse_knobs("tiled=1") == [{}, {"tiled": 1}]
-    assert CS.parse_knobs("tk=128,regs=168") == [{}, {"tk": 128, "regs": 168}]
     for bad, msg in (("width=0", r"unknown knob\(s\) \['width'\]"), ("tk=x", "not name=integer"),
                      ("nt=5", "nt=5 does not tile"), ("widths=2", "widths=2"),
-                     ("nt=0", "nt=0 does not"), ("tiled=2", "tiled=2"),
-                     ("regs=100", "regs=100")):
+                     ("nt=0", "nt=0 does not")):
         with pytest.raises(SystemExit, match=msg):
             CS.parse_knobs(bad)
 
 
 def test_mgpu_matmul_check_parses_and_refuses_knobs(capsys):
-    """check_mgpu_matmul.py --grouped --knobs: mp:tk:steps[:regs] in order (regs 0 where not
-    given); a triple short of a field, an mp off the multiple of 8 or a regs that is no register
-    cap stops before any GPU work, naming the list; so does a
+    """check_mgpu_matmul.py --grouped --knobs: mp:tk:steps triples in order; a triple short of a
+    field or an mp off the multiple of 8 stops before any GPU work, naming the list; so does a
     --widths list that is not ints, or (with --knobs) a width that does not fit the first
     config's chunk rows (mp + 8 on the rows layout, mp on the aligned one)."""
     from experiments import check_mgpu_matmul as CM
-    assert CM.parse_knobs("56:256:2,40:128:3:168") == ((56, 256, 2, 0), (40, 128, 3, 168))
-    assert CM.parse_knobs("56:256:2:0") == ((56, 256, 2, 0),)
-    for bad in ("56:256", "52:256:2", "56:256:x", "", "56:256:2:168:1"):
+    assert CM.parse_knobs("56:256:2,40:128:3") == ((56, 256, 2), (40, 128, 3))
+    for bad in ("56:256", "52:256:2", "56:256:x", ""):
         with pytest.raises(SystemExit, match="expected mp:tk:steps"):
             CM.parse_knobs(bad)
-    with pytest.raises(SystemExit, match="regs=100"):
-        CM.parse_knobs("56:128:3:100")
     with pytest.raises(SystemExit, match="--knobs '56:256'"):
         CM.main(["--grouped", "--knobs", "56:256"])
     with pytest.raises(SystemExit):
@@ -259,31 +252,17 @@ def test_grouped_edge_check_parses_and_flags_every_kind_of_difference():
     import jax.numpy as jnp
     from experiments import check_mgpu_grouped_edge as CE
     assert CE.parse_variants("nt=1;tk=128,steps=3") == [{"nt": 1}, {"tk": 128, "steps": 3}]
-    assert CE.parse_variants("tk=128,regs=168;GROUPED_REGS=160") == [{"tk": 128, "regs": 168},
-                                                                     {"GROUPED_REGS": 160}]
     v = CE.parse_variants("tk=128,GROUPED_TILES=2")
     assert CE.split_variant(v[0]) == ({"tk": 128}, {"GROUPED_TILES": 2})
     assert CE.parse_knobs("SERIAL_TILES=0,GROUPED_TILES=2") == {"SERIAL_TILES": 0,
                                                                 "GROUPED_TILES": 2}
     assert CE.parse_shapes("2048x768,128x768") == [(2048, 768), (128, 768)]
-    # tiled=1: not a call keyword nor a knob; the variant's weights are tiled for its tk
-    (v_t,) = CE.parse_variants("tiled=1,tk=128")
-    assert CE.split_variant(v_t) == ({"tk": 128}, {})
-    from pallas_kernels import fp4_matmul_mgpu as FM
-    from trace_jax.quant import quantize
-    w = FM.prepare_mgpu(quantize(jax.random.normal(jax.random.PRNGKey(0), (2, 256, 64)),
-                                 "nvfp4", axis=-2, global_scope="tensor"))
-    assert CE.variant_weights({"tk": 128}, (w,), 16, 256) == (w,)
-    assert [v.tile_k for v in CE.variant_weights(v_t, (w, w), 16, 256)] == [128, 128]
-    assert CE.variant_weights({"tiled": 1}, (w,), 16, 256)[0].tile_k == min(
-        FM.default_grouped_knobs(16, CE.E, 256)[1], 256)
     for fn, bad, msg in ((CE.parse_variants, "tk=x", "tk=x"),
                          (CE.parse_variants, "", "at least one"),
                          (CE.parse_variants, "tk=128;cta_wgs=3", r"\['cta_wgs'\] not keyword"),
                          (CE.parse_variants, "NO_SUCH_KNOB=1", r"\['NO_SUCH_KNOB'\] not integer"),
                          (CE.parse_variants, "GROUPED_WIDTHS=1", r"\['GROUPED_WIDTHS'\] not"),
                          (CE.parse_variants, "_DIAG=1", r"\['_DIAG'\] not integer"),
-                         (CE.parse_variants, "tiled=2", "tiled is 0 or 1"),
                          (CE.parse_knobs, "NO_SUCH_KNOB=1", "NO_SUCH_KNOB"),
                          (CE.parse_knobs, "GROUPED_WIDTHS=1", "GROUPED_WIDTHS"),
                          (CE.parse_knobs, "SERIAL_TILES=yes", "SERIAL_TILES=yes"),

@@ -286,9 +286,6 @@ def _sharding_for(axes, leaf, rules, mesh):
         return jax.tree.map(lambda f: named(tuple(axes[:2]) + (None,) * (len(np.shape(f)) - 2),
                                             rules, mesh, np.shape(f)), leaf)
     if isinstance(leaf, MgpuWeights):
-        if leaf.tile_k:
-            raise ValueError("tiled MgpuWeights (tile_mgpu, an experiment) have no sharding "
-                             "rule: shard natural weights")
         # codes [..., N, K/8], scales [..., K/64, N], global_scale [...] (per tensor / expert)
         lead, (k_ax, n_ax) = tuple(axes[:-2]), tuple(axes[-2:])
         return MgpuWeights(codes=named(lead + (n_ax, k_ax), rules, mesh, leaf.codes.shape),

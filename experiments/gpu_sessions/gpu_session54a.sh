@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran in session 55 (H100, results/gpu/session55/54a): the rules failed; tiled weights
+# (tile_mgpu, MgpuWeights.tile_k, --tiled, tiled=1) were removed after the run (commit 5915013
+# has them), so this script no longer runs as written.
 # Issue 6, the grouped kernel's weight stream: does its DRAM access pattern cost time? The kernel
 # reads a (64-row tile, K step) code box as 64 rows of tk / 2 = 128 bytes at a stride of K / 2
 # (1 KB at 2048 x 768, 384 B at 768 x 2048), the scale box as 4 rows of 256 B at a stride of

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran in session 55 (H100, results/gpu/session55/55a): the rule failed; the register cap
+# (mgpu_regcap, `regs=`, GROUPED_REGS, the --knobs regs field) was removed after the run (commit
+# fb0f4e4 has it), so this script no longer runs as written.
 # Issue 6, 512 tokens (56-58% of an H100's copy, 42-44% of an H200's): a register cap, so that
 # an SM holds 3 CTAs of the grouped kernel instead of 2. Mosaic GPU caps no registers; ptxas
 # gives the kernel 253-255 at tk 256 and 204-255 at tk 128 (session 49), so 2 CTAs an SM
