@@ -32,6 +32,7 @@ import jax.numpy as jnp
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 from pallas_kernels import attention_mgpu as AM  # noqa: E402
+from pallas_kernels import attention_triton as AT  # noqa: E402
 from pallas_kernels import devtime  # noqa: E402
 from pallas_kernels import kv_layout as KL  # noqa: E402
 from pallas_kernels import mgpu_kv_layout as MK  # noqa: E402
@@ -48,8 +49,11 @@ _SHORT = {"sub": "s", "lazy_sum": "L", "steps": "k", "p_terms": "t", "fast_full"
 # The Triton v6 kernel's knobs (keywords of attention_triton.decode_attention_triton)
 # (bf16_p=1: precision="bf16", P rounded to bf16 in P.V instead of the f32 hi + lo split;
 # bf16_partials=1: the split partials in bf16, partial_dtype)
+# fp4_split_target=N: the FP4 split rule (attention_triton.FP4_SPLIT_TARGET, with its row bounds)
+# at N programs while that variant traces; split_target=N instead replaces the rule by the old one)
 _TRITON_SHORT = {"num_splits": "p", "split_target": "T", "block_k": "b", "num_warps": "w",
-                 "num_stages": "n", "bf16_p": "P", "late_vt": "V", "bf16_partials": "B"}
+                 "num_stages": "n", "bf16_p": "P", "late_vt": "V", "bf16_partials": "B",
+                 "fp4_split_target": "F"}
 
 
 def parse_variants(spec: str, known: dict = _SHORT) -> list[dict]:
@@ -97,11 +101,17 @@ def valid_kv_bytes(lengths, fmt: str, h: int = H, d: int = D) -> int:
     return kv_bytes(1, h, int(sum(int(n) for n in lengths)), d, fmt)
 
 
-def _triton(q, c, n, bf16_p=0, bf16_partials=0, **knobs):
+def _triton(q, c, n, bf16_p=0, bf16_partials=0, fp4_split_target=0, **knobs):
     precision = "bf16" if bf16_p else "f32"
-    return decode_attention_triton(q, c[0], c[1], n, sm_scale=D ** -0.5, precision=precision,
-                                   partial_dtype=jnp.bfloat16 if bf16_partials else None,
-                                   **knobs)
+    saved = AT.FP4_SPLIT_TARGET
+    if fp4_split_target:  # read at trace time, which is this call's (under jax.jit)
+        AT.FP4_SPLIT_TARGET = fp4_split_target
+    try:
+        return decode_attention_triton(q, c[0], c[1], n, sm_scale=D ** -0.5, precision=precision,
+                                       partial_dtype=jnp.bfloat16 if bf16_partials else None,
+                                       **knobs)
+    finally:
+        AT.FP4_SPLIT_TARGET = saved
 
 
 def main(argv=None) -> int:
