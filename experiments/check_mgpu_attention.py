@@ -49,8 +49,9 @@ _SHORT = {"sub": "s", "lazy_sum": "L", "steps": "k", "p_terms": "t", "fast_full"
 # The Triton v6 kernel's knobs (keywords of attention_triton.decode_attention_triton)
 # (bf16_p=1: precision="bf16", P rounded to bf16 in P.V instead of the f32 hi + lo split;
 # bf16_partials=1: the split partials in bf16, partial_dtype)
-# fp4_split_target=N: the FP4 split rule (attention_triton.FP4_SPLIT_TARGET, with its row bounds)
-# at N programs while that variant traces; split_target=N instead replaces the rule by the old one)
+# fp4_split_target=N: the split count the FP4 rule (attention_triton.FP4_SPLIT_TARGET, with its row
+# bounds) gives at N programs, as num_splits; split_target=N instead replaces the rule by the old
+# one)
 _TRITON_SHORT = {"num_splits": "p", "split_target": "T", "block_k": "b", "num_warps": "w",
                  "num_stages": "n", "bf16_p": "P", "late_vt": "V", "bf16_partials": "B",
                  "fp4_split_target": "F"}
@@ -103,15 +104,20 @@ def valid_kv_bytes(lengths, fmt: str, h: int = H, d: int = D) -> int:
 
 def _triton(q, c, n, bf16_p=0, bf16_partials=0, fp4_split_target=0, **knobs):
     precision = "bf16" if bf16_p else "f32"
-    saved = AT.FP4_SPLIT_TARGET
-    if fp4_split_target:  # read at trace time, which is this call's (under jax.jit)
-        AT.FP4_SPLIT_TARGET = fp4_split_target
-    try:
-        return decode_attention_triton(q, c[0], c[1], n, sm_scale=D ** -0.5, precision=precision,
-                                       partial_dtype=jnp.bfloat16 if bf16_partials else None,
-                                       **knobs)
-    finally:
-        AT.FP4_SPLIT_TARGET = saved
+    if fp4_split_target:  # the FP4 rule's split count at that target, passed as num_splits:
+        # decode_attention_triton is a jit whose cache does not see the module knob
+        if "num_splits" in knobs or "block_k" in knobs:
+            raise SystemExit("fp4_split_target sets num_splits from the default block_k")
+        b, h, s = c[0].codes.shape[:3]
+        bk = AT.tuned_knobs(c[0].fmt, "v6")[0]  # the v6 rule's rows a block (s is a multiple)
+        saved, AT.FP4_SPLIT_TARGET = AT.FP4_SPLIT_TARGET, fp4_split_target
+        try:
+            knobs["num_splits"] = AT.default_splits(b, h, s // bk, bk, "v6", 1)
+        finally:
+            AT.FP4_SPLIT_TARGET = saved
+    return decode_attention_triton(q, c[0], c[1], n, sm_scale=D ** -0.5, precision=precision,
+                                   partial_dtype=jnp.bfloat16 if bf16_partials else None,
+                                   **knobs)
 
 
 def main(argv=None) -> int:

@@ -3,10 +3,12 @@
 import json
 import os
 import sys
+import types
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,16 +152,19 @@ def test_mgpu_attention_check_variants_and_summary(tmp_path, monkeypatch):
     assert [CM.variant_name(x, CM._TRITON_SHORT) for x in t] == ["default", "p64", "T4096"]
     with pytest.raises(SystemExit, match="unknown variant keyword 'sub'"):
         CM.parse_variants("sub=2", CM._TRITON_SHORT)  # a Mosaic knob is not a Triton one
-    seen = []  # the Triton call's precision, partial dtype and FP4 split target per variant
-    target = CM.AT.FP4_SPLIT_TARGET
+    seen = []  # the Triton call's precision, partial dtype and split count per variant
     monkeypatch.setattr(CM, "decode_attention_triton", lambda *a, **kw: seen.append(
-        (kw["precision"], kw["partial_dtype"], CM.AT.FP4_SPLIT_TARGET)))
-    for kw in CM.parse_variants(";bf16_partials=1;bf16_p=1,num_splits=4;fp4_split_target=1024",
-                                CM._TRITON_SHORT):
-        CM._triton(None, (None, None), None, **kw)
-    assert seen == [("f32", None, target), ("f32", jnp.bfloat16, target), ("bf16", None, target),
-                    ("f32", None, 1024)]
-    assert CM.AT.FP4_SPLIT_TARGET == target == 4096  # set only while that variant's call traces
+        (kw["precision"], kw["partial_dtype"], kw.get("num_splits"))))
+    cache = types.SimpleNamespace(codes=jnp.zeros((32, 4, 8192, 64), jnp.uint8), fmt="nvfp4")
+    for kw in CM.parse_variants(";bf16_partials=1;bf16_p=1,num_splits=4;fp4_split_target=1024;"
+                                "fp4_split_target=4096", CM._TRITON_SHORT):
+        CM._triton(None, (cache, cache), None, **kw)
+    # 32 x 8K, 4 KV heads: the rule's 1024 programs -> 8 splits (1024 rows), 4096 -> 32 (256)
+    assert seen == [("f32", None, None), ("f32", jnp.bfloat16, None), ("bf16", None, 4),
+                    ("f32", None, 8), ("f32", None, 32)]
+    assert CM.AT.FP4_SPLIT_TARGET == 4096  # set only while the split count is picked
+    with pytest.raises(SystemExit, match="fp4_split_target sets num_splits"):
+        CM._triton(None, (cache, cache), None, fp4_split_target=1024, num_splits=2)
     rows = [dict(batch=8, context=1024, mgpu_us=10.0, mgpu_pct_copy=50.0, mgpu_relerr=1e-5,
                  triton_us=12.5, triton_pct_copy=40.0, triton_relerr=2e-5)]
     devtime.write_sweep(str(tmp_path), "kernels_attention_mgpu", ["# t"], rows, 4.3e12)
