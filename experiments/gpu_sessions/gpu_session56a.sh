@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Issue 7, the FP4 split rule, on whichever card comes (session 56).
+# Session 56's run (H100, results/gpu/session56/56a) was void for the split question: the
+# fp4_split_target variant did not reach the jitted kernel (fixed since; gpu_session56b.sh
+# reran it). The H200 branch is the next H200 call.
 # - An H200: gpu_session55b.sh (its header has the rule: NVFP4 FP4_SPLIT_TARGET 1024 if >= 3%
 #   faster at 32 x 8K and 8 x 32K), then gpu_session50b.sh (issue 7's table) as far as the
 #   call's time goes.
