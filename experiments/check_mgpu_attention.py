@@ -102,14 +102,22 @@ def valid_kv_bytes(lengths, fmt: str, h: int = H, d: int = D) -> int:
     return kv_bytes(1, h, int(sum(int(n) for n in lengths)), d, fmt)
 
 
+_SPLIT_KNOBS = ("num_splits", "split_target", "block_k")  # what fp4_split_target may not meet
+
+
 def _triton(q, c, n, bf16_p=0, bf16_partials=0, fp4_split_target=0, **knobs):
     precision = "bf16" if bf16_p else "f32"
     if fp4_split_target:  # the FP4 rule's split count at that target, passed as num_splits:
         # decode_attention_triton is a jit whose cache does not see the module knob
-        if "num_splits" in knobs or "block_k" in knobs:
-            raise SystemExit("fp4_split_target sets num_splits from the default block_k")
+        clash = [k for k in _SPLIT_KNOBS if k in knobs]
+        if clash:
+            raise SystemExit(f"fp4_split_target sets num_splits from the default block_k; "
+                             f"drop {', '.join(clash)}")
         b, h, s = c[0].codes.shape[:3]
-        bk = AT.tuned_knobs(c[0].fmt, "v6")[0]  # the v6 rule's rows a block (s is a multiple)
+        bk = AT.tuned_knobs(c[0].fmt, "v6")[0]  # the v6 rule's rows a block
+        if s % bk or AT.SPLIT_TARGET is not None:
+            raise SystemExit(f"fp4_split_target needs a context that is a multiple of {bk} (the "
+                             f"kernel would shrink its blocks; got {s}) and SPLIT_TARGET None")
         saved, AT.FP4_SPLIT_TARGET = AT.FP4_SPLIT_TARGET, fp4_split_target
         try:
             knobs["num_splits"] = AT.default_splits(b, h, s // bk, bk, "v6", 1)
@@ -157,6 +165,10 @@ def main(argv=None) -> int:
     if not variants and a.no_triton:
         raise SystemExit("--no-triton with --no-mosaic or --fmt mxfp4 leaves nothing to run")
     triton_variants = parse_variants(a.triton_variants, _TRITON_SHORT)
+    for kw in triton_variants:  # refused here, before any device time
+        if kw.get("fp4_split_target") and any(k in kw for k in _SPLIT_KNOBS):
+            raise SystemExit(f"Triton variant {variant_name(kw, _TRITON_SHORT)}: "
+                             f"fp4_split_target sets num_splits; drop {', '.join(_SPLIT_KNOBS)}")
     rows = []
     for b, s in shapes:
         ks = jax.random.split(jax.random.PRNGKey(b * 7 + s), 3)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,15 +155,22 @@ def test_mgpu_attention_check_variants_and_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(CM, "decode_attention_triton", lambda *a, **kw: seen.append(
         (kw["precision"], kw["partial_dtype"], kw.get("num_splits"))))
     cache = types.SimpleNamespace(codes=jnp.zeros((32, 4, 8192, 64), jnp.uint8), fmt="nvfp4")
-    for kw in CM.parse_variants(";bf16_partials=1;bf16_p=1,num_splits=4;fp4_split_target=1024;"
-                                "fp4_split_target=4096", CM._TRITON_SHORT):
+    for kw in CM.parse_variants(";bf16_partials=1;bf16_p=1,num_splits=4;fp4_split_target=4096;"
+                                "fp4_split_target=1024", CM._TRITON_SHORT):
         CM._triton(None, (cache, cache), None, **kw)
-    # 32 x 8K, 4 KV heads: the rule's 1024 programs -> 8 splits (1024 rows), 4096 -> 32 (256)
+    # 32 x 8K, 4 KV heads: the rule's 4096 programs -> 32 splits (256 rows), 1024 -> 8 (1024)
     assert seen == [("f32", None, None), ("f32", jnp.bfloat16, None), ("bf16", None, 4),
-                    ("f32", None, 8), ("f32", None, 32)]
+                    ("f32", None, 32), ("f32", None, 8)]
     assert CM.AT.FP4_SPLIT_TARGET == 4096  # set only while the split count is picked
-    with pytest.raises(SystemExit, match="fp4_split_target sets num_splits"):
-        CM._triton(None, (cache, cache), None, fp4_split_target=1024, num_splits=2)
+    for bad in ({"num_splits": 2}, {"split_target": 4096}, {"block_k": 64}):
+        with pytest.raises(SystemExit, match=f"drop {next(iter(bad))}"):
+            CM._triton(None, (cache, cache), None, fp4_split_target=1024, **bad)
+    short = types.SimpleNamespace(codes=jnp.zeros((5, 4, 1000, 64), jnp.uint8), fmt="nvfp4")
+    with pytest.raises(SystemExit, match="multiple of 32"):  # the kernel would use 16-row blocks
+        CM._triton(None, (short, short), None, fp4_split_target=1024)
+    with pytest.raises(SystemExit, match="Triton variant F1024p2: fp4_split_target sets"):
+        CM.main(["--no-time", "--no-mosaic", "--triton-variants", "fp4_split_target=1024,"
+                 "num_splits=2", "--shapes", "1:64", "--out", str(tmp_path)])
     rows = [dict(batch=8, context=1024, mgpu_us=10.0, mgpu_pct_copy=50.0, mgpu_relerr=1e-5,
                  triton_us=12.5, triton_pct_copy=40.0, triton_relerr=2e-5)]
     devtime.write_sweep(str(tmp_path), "kernels_attention_mgpu", ["# t"], rows, 4.3e12)
