@@ -105,14 +105,21 @@ def valid_kv_bytes(lengths, fmt: str, h: int = H, d: int = D) -> int:
 _SPLIT_KNOBS = ("num_splits", "split_target", "block_k")  # what fp4_split_target may not meet
 
 
+def _split_clash(knobs: dict) -> str | None:
+    """Why a Triton variant's keywords cannot run together (fp4_split_target with a knob it
+    sets or assumes), or None."""
+    clash = [k for k in _SPLIT_KNOBS if k in knobs] if knobs.get("fp4_split_target") else []
+    return (f"fp4_split_target sets num_splits from the default block_k; drop "
+            f"{', '.join(clash)}") if clash else None
+
+
 def _triton(q, c, n, bf16_p=0, bf16_partials=0, fp4_split_target=0, **knobs):
     precision = "bf16" if bf16_p else "f32"
     if fp4_split_target:  # the FP4 rule's split count at that target, passed as num_splits:
         # decode_attention_triton is a jit whose cache does not see the module knob
-        clash = [k for k in _SPLIT_KNOBS if k in knobs]
+        clash = _split_clash({**knobs, "fp4_split_target": fp4_split_target})
         if clash:
-            raise SystemExit(f"fp4_split_target sets num_splits from the default block_k; "
-                             f"drop {', '.join(clash)}")
+            raise SystemExit(clash)
         b, h, s = c[0].codes.shape[:3]
         bk = AT.tuned_knobs(c[0].fmt, "v6")[0]  # the v6 rule's rows a block
         if s % bk or AT.SPLIT_TARGET is not None:
@@ -166,9 +173,9 @@ def main(argv=None) -> int:
         raise SystemExit("--no-triton with --no-mosaic or --fmt mxfp4 leaves nothing to run")
     triton_variants = parse_variants(a.triton_variants, _TRITON_SHORT)
     for kw in triton_variants:  # refused here, before any device time
-        if kw.get("fp4_split_target") and any(k in kw for k in _SPLIT_KNOBS):
+        if _split_clash(kw):
             raise SystemExit(f"Triton variant {variant_name(kw, _TRITON_SHORT)}: "
-                             f"fp4_split_target sets num_splits; drop {', '.join(_SPLIT_KNOBS)}")
+                             f"{_split_clash(kw)}")
     rows = []
     for b, s in shapes:
         ks = jax.random.split(jax.random.PRNGKey(b * 7 + s), 3)
